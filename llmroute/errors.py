@@ -1,0 +1,254 @@
+"""Everything llmroute raises, in one tree.
+
+```
+LLMRouteError                      base of every llmroute error
+├── ConfigError                    the config file or dict is wrong; names the file and key path
+├── RoutingError                   a model name that names no tier, deployment or routing mode
+├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
+├── RequestGuardError              a per-feature guard refused the call before sending
+├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
+└── ProviderError                  a platform answered with an error, or could not be reached
+    ├── AuthenticationError        401: bad or missing key (a configuration fault)
+    ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
+    ├── BillingError               402, Arrearage, insufficient quota: out of credit
+    ├── NotFoundError              404: unknown model or endpoint
+    ├── BadRequestError            400/422: the request itself is wrong
+    │   ├── ContextLengthError     the prompt plus max_tokens exceeds the context window
+    │   └── ContentFilterError     the platform's moderation refused the input or output
+    ├── RateLimitError             429: over the platform's rate for this account
+    ├── OverloadedError            503/529: the platform is shedding load
+    ├── ServerError                other 5xx
+    ├── TimeoutError               connect, time-to-first-token or total timeout; `.timeout` says which
+    ├── ConnectionError            refused, reset or unreachable before a response
+    └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
+```
+
+Every `ProviderError` carries `provider` (the name in the config), `deployment`
+(`"provider:model"`), `status`, `request_id`, `retryable`, `retry_after` (seconds) and
+`provider_message` (the platform's own text). No message, repr or attribute here ever holds an
+API key: the text of every error passes through `secrets.scrub` first.
+
+`TimeoutError` and `ConnectionError` shadow the builtins only inside this module; import them as
+`llmroute.TimeoutError` / `llmroute.errors.TimeoutError`.
+"""
+
+from __future__ import annotations
+
+import builtins
+from typing import Any, Sequence
+
+from .secrets import scrub
+
+__all__ = [
+    "LLMRouteError",
+    "ConfigError",
+    "RoutingError",
+    "BudgetExceededError",
+    "RequestGuardError",
+    "AllDeploymentsFailedError",
+    "ProviderError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "BillingError",
+    "NotFoundError",
+    "BadRequestError",
+    "ContextLengthError",
+    "ContentFilterError",
+    "RateLimitError",
+    "OverloadedError",
+    "ServerError",
+    "TimeoutError",
+    "ConnectionError",
+    "StreamInterruptedError",
+]
+
+
+class LLMRouteError(Exception):
+    """Base of every error llmroute raises."""
+
+    def __init__(self, message: str) -> None:
+        self.message = scrub(message)
+        super().__init__(self.message)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.message!r})"
+
+
+class ConfigError(LLMRouteError):
+    """The configuration is wrong. `path` is the file (or "<dict>"), `key` the key path at fault."""
+
+    def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
+        self.path = path
+        self.key = key
+        where = ""
+        if path and key:
+            where = f"{path}: {key}: "
+        elif path:
+            where = f"{path}: "
+        elif key:
+            where = f"{key}: "
+        super().__init__(where + message)
+
+
+class RoutingError(LLMRouteError):
+    """`model=` names no tier, no configured deployment and no routing mode."""
+
+
+class BudgetExceededError(LLMRouteError):
+    """A call would pass a budget cap. Carries the budget's name, its limit and what was spent."""
+
+    def __init__(self, message: str, *, budget: str, limit: Any, spent: Any, unit: str) -> None:
+        self.budget = budget
+        self.limit = limit
+        self.spent = spent
+        self.unit = unit
+        super().__init__(message)
+
+
+class RequestGuardError(LLMRouteError):
+    """A per-feature guard (input tokens, max_tokens) refused the call before it was sent."""
+
+    def __init__(self, message: str, *, feature: str | None, guard: str, limit: int, value: int) -> None:
+        self.feature = feature
+        self.guard = guard
+        self.limit = limit
+        self.value = value
+        super().__init__(message)
+
+
+class ProviderError(LLMRouteError):
+    """A platform answered with an error, or could not be reached at all."""
+
+    default_retryable = False
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        provider: str | None = None,
+        deployment: str | None = None,
+        status: int | None = None,
+        request_id: str | None = None,
+        retryable: bool | None = None,
+        retry_after: float | None = None,
+        provider_message: str | None = None,
+        code: str | None = None,
+    ) -> None:
+        self.provider = provider
+        self.deployment = deployment
+        self.status = status
+        self.request_id = request_id
+        self.retryable = self.default_retryable if retryable is None else retryable
+        self.retry_after = retry_after
+        self.provider_message = scrub(provider_message) if provider_message else provider_message
+        self.code = code
+        super().__init__(message)
+
+    def __str__(self) -> str:
+        parts = []
+        if self.deployment:
+            parts.append(self.deployment)
+        elif self.provider:
+            parts.append(self.provider)
+        if self.status is not None:
+            parts.append(f"HTTP {self.status}")
+        head = " ".join(parts)
+        text = f"{head}: {self.message}" if head else self.message
+        if self.request_id:
+            text += f" (request_id={self.request_id})"
+        return text
+
+
+class AuthenticationError(ProviderError):
+    """401: the key is missing, wrong, or bound to another region."""
+
+
+class PermissionDeniedError(ProviderError):
+    """403: the key is valid but may not use this model or region."""
+
+
+class BillingError(ProviderError):
+    """The account is out of credit or overdue (402, DashScope Arrearage, insufficient quota)."""
+
+
+class NotFoundError(ProviderError):
+    """404: the model or endpoint does not exist for this account."""
+
+
+class BadRequestError(ProviderError):
+    """The request is wrong (400, 422); retrying it unchanged cannot help."""
+
+
+class ContextLengthError(BadRequestError):
+    """The prompt (plus max_tokens) does not fit the deployment's context window."""
+
+
+class ContentFilterError(BadRequestError):
+    """The platform's moderation refused the input or the output."""
+
+
+class RateLimitError(ProviderError):
+    """429: over this account's rate; `retry_after` says when to try again when the platform says."""
+
+    default_retryable = True
+
+
+class OverloadedError(ProviderError):
+    """503 and the like: the platform is shedding load."""
+
+    default_retryable = True
+
+
+class ServerError(ProviderError):
+    """Any other 5xx."""
+
+    default_retryable = True
+
+
+class TimeoutError(ProviderError):
+    """A timeout fired. `timeout` is "connect", "ttft" or "total"; `seconds` its limit."""
+
+    default_retryable = True
+
+    def __init__(self, message: str, *, timeout: str, seconds: float | None, **kw: Any) -> None:
+        self.timeout = timeout
+        self.seconds = seconds
+        super().__init__(message, **kw)
+
+
+class ConnectionError(ProviderError):
+    """The platform could not be reached: refused, reset, DNS, TLS."""
+
+    default_retryable = True
+
+
+class StreamInterruptedError(ProviderError):
+    """A stream broke after content had started to arrive. Nothing is replayed silently."""
+
+    default_retryable = True
+
+    def __init__(self, message: str, *, partial_text: str = "", attempts: Sequence[Any] = (), **kw: Any) -> None:
+        self.partial_text = partial_text
+        self.attempts = list(attempts)
+        super().__init__(message, **kw)
+
+
+class AllDeploymentsFailedError(LLMRouteError):
+    """Every candidate deployment failed. `.attempts` lists each attempt (deployment, error, duration)."""
+
+    def __init__(self, message: str, *, attempts: Sequence[Any], tier: str | None = None) -> None:
+        self.attempts = list(attempts)
+        self.tier = tier
+        super().__init__(message)
+
+    @property
+    def last_error(self) -> BaseException | None:
+        for attempt in reversed(self.attempts):
+            if getattr(attempt, "error", None) is not None:
+                return attempt.error
+        return None
+
+
+# Keep the builtins reachable for code in this package that needs them.
+BuiltinTimeoutError = builtins.TimeoutError
+BuiltinConnectionError = builtins.ConnectionError
