@@ -547,7 +547,6 @@ class CallTrace:
             instruments.token_usage.record(output_tokens, {**attributes, "gen_ai.token.type": "output"})
         if cost is not None and currency:
             cost_attributes = {**attributes, "llmroute.currency": currency}
-            cost_attributes.pop("error.type", None)
             if self.pool:
                 cost_attributes["llmroute.pool"] = self.pool
             instruments.cost.add(float(cost), cost_attributes)
