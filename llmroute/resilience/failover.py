@@ -1,0 +1,562 @@
+"""The failover planner: which deployment to send to next, when to wait, and when to give up.
+
+The client's sync and async shells drive one `FailoverPlan` per call:
+
+    plan = FailoverPlan(candidates, breakers=..., budgets=..., policies=..., deadline_at=now + deadline_s, now=now, rng=rng)
+    while True:
+        step = plan.next_step(clock())
+        if isinstance(step, Wait):      sleep(step.seconds); continue
+        if isinstance(step, Exhausted): raise step.error
+        if isinstance(step, Done):      break
+        # Send: call step.deployment_id with timeout <= step.timeout_s, then
+        plan.record(step.deployment_id, clock(), error_or_None, ttft_s=..., latency_s=..., content_started=...)
+
+What it encodes:
+- Order: the weighted entries share the first choice by weight (sticky by a SHA-256 of the sticky
+  value, never Python's randomized `hash`); the rest follow in list order; then the fallback tier's
+  candidates, ordered the same way (`Send.is_fallback`, `plan.used_fallback_tier`).
+- An open breaker is skipped, and the skip is written into `plan.attempts` (status "skipped").
+- A platform failure is retried on the same deployment up to `max_retries`, within the per-deployment
+  retry budget, after the *current* error's Retry-After (capped) or a full-jitter backoff; a wait
+  that would not fit the deadline moves on instead.
+- A caller error (bad request, content filter) stops the call: `Exhausted.error` is that error.
+- A ContextLengthError moves only to a candidate whose known context window fits the request (and is
+  larger than the one that refused it), or ends with a ContextLengthError saying so.
+- A fatal error (auth, billing, unknown model) disables the deployment and moves on.
+- A failure after content reached the caller (`content_started=True`) is never retried or failed
+  over: the plan ends with `StreamInterruptedError` carrying the partial text and the attempts.
+- Client-side limits (bulkhead, rpm, tpm per pool) either admit, ask to wait within
+  `queue_timeout_s`, or move on.
+
+No I/O, no clock, no sleeping: every method takes `now`; randomness comes from the `rng` passed in.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Callable, Literal, Optional, Sequence, Union
+
+from .. import errors as E
+from .breaker import Permit
+from .health import BreakerRegistry
+from .limits import DeploymentLimits, Lease, fits
+from .outcome import classify_failure, describe_error
+from .policy import ResiliencePolicy
+from .retry import BudgetRegistry, decide_retry
+
+__all__ = [
+    "Candidate",
+    "Send",
+    "Wait",
+    "Exhausted",
+    "Done",
+    "Step",
+    "PlannedAttempt",
+    "FailoverPlan",
+    "order_candidates",
+    "sticky_point",
+]
+
+
+@dataclass(frozen=True)
+class Candidate:
+    deployment_id: str
+    tier: str
+    weight: Optional[float] = None
+    context_window: Optional[int] = None
+
+
+@dataclass(frozen=True)
+class Send:
+    """Send the request to `deployment_id` now, with a timeout of at most `timeout_s`."""
+
+    deployment_id: str
+    tier: str
+    attempt_index: int  # 0-based over the whole call
+    number: int  # 1 for the first try at this deployment, 2 for its first retry...
+    is_retry: bool
+    is_fallback: bool
+    is_hedge: bool
+    timeout_s: float  # time left before the call's deadline
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Sleep `seconds`, then ask `next_step` again."""
+
+    seconds: float
+    deployment_id: str
+    reason: str  # "retry_after", "backoff" or "limit: ..."
+
+
+@dataclass(frozen=True)
+class Exhausted:
+    """Give up: raise `error`."""
+
+    reason: Literal["all_failed", "caller_error", "context_length", "stream_interrupted", "deadline"]
+    error: BaseException
+
+
+@dataclass(frozen=True)
+class Done:
+    deployment_id: str
+
+
+Step = Union[Send, Wait, Exhausted, Done]
+
+AttemptStatus = Literal["ok", "error", "skipped", "cancelled", "interrupted"]
+
+
+@dataclass(frozen=True)
+class PlannedAttempt:
+    """One line of the route: an attempt (sent) or a skip. Maps onto `llmroute.types.Attempt`."""
+
+    deployment: str
+    tier: str
+    status: AttemptStatus
+    number: int = 1
+    error: Optional[BaseException] = None
+    started_at: Optional[float] = None
+    duration_s: float = 0.0
+    ttft_s: Optional[float] = None
+    is_retry: bool = False
+    is_fallback: bool = False
+    is_hedge: bool = False
+    note: Optional[str] = None
+
+
+def sticky_point(sticky_value: str, salt: str = "") -> float:
+    """A stable point in [0, 1) for a sticky value: the same on every run and every process."""
+    digest = hashlib.sha256(f"{salt}\x00{sticky_value}".encode("utf-8")).digest()
+    return int.from_bytes(digest[:8], "big") / 2.0**64
+
+
+def order_candidates(
+    candidates: Sequence[Candidate], *, rng: random.Random, sticky_value: Optional[str] = None
+) -> list[Candidate]:
+    """Weighted entries share the first place by weight; everything else follows in list order."""
+    weighted = [c for c in candidates if c.weight is not None and c.weight > 0]
+    if not weighted:
+        return list(candidates)
+    total = sum(c.weight for c in weighted)  # type: ignore[misc]
+    if sticky_value is not None:
+        point = sticky_point(sticky_value, salt=weighted[0].tier) * total
+    else:
+        point = rng.random() * total
+    first = weighted[-1]
+    acc = 0.0
+    for c in weighted:
+        acc += c.weight  # type: ignore[operator]
+        if point < acc:
+            first = c
+            break
+    return [first] + [c for c in candidates if c is not first]
+
+
+@dataclass
+class _InFlight:
+    candidate: Candidate
+    is_fallback: bool
+    is_retry: bool
+    is_hedge: bool
+    number: int
+    started_at: float
+    permit: Optional[Permit]
+    lease: Optional[Lease]
+
+
+@dataclass
+class _Pending:
+    """A retry scheduled, or a candidate queued behind a client-side limit."""
+
+    candidate: Candidate
+    is_fallback: bool
+    is_retry: bool
+    ready_at: float
+    reason: str
+    queued_since: Optional[float] = None
+
+
+@dataclass
+class _ContextState:
+    error: Optional[E.ContextLengthError] = None
+    refused_window: Optional[int] = None  # the largest known window that refused the request
+    skipped: list[str] = field(default_factory=list)
+    fitting_tried: bool = False  # a candidate was sent after the context-length error
+
+
+class FailoverPlan:
+    """Plans one call's attempts over a tier's candidates and an optional fallback tier."""
+
+    def __init__(
+        self,
+        candidates: Sequence[Candidate],
+        *,
+        breakers: BreakerRegistry,
+        budgets: BudgetRegistry,
+        policies: Callable[[str], ResiliencePolicy],
+        deadline_at: float,
+        now: float,
+        rng: random.Random,
+        sticky_value: Optional[str] = None,
+        required_context_tokens: Optional[int] = None,
+        fallback: Sequence[Candidate] = (),
+        fallback_tier: Optional[str] = None,
+        limits: Optional[DeploymentLimits] = None,
+        pool: str = "interactive",
+        request_tokens: int = 0,
+    ) -> None:
+        if not candidates and not fallback:
+            raise ValueError("a plan needs at least one candidate")
+        self.tier = candidates[0].tier if candidates else (fallback_tier or fallback[0].tier)
+        self.fallback_tier = fallback_tier or (fallback[0].tier if fallback else None)
+        self.deadline_at = deadline_at
+        self.started_at = now
+        self.required_context_tokens = required_context_tokens
+        self.pool = pool
+        self.request_tokens = request_tokens
+        self.attempts: list[PlannedAttempt] = []
+        self._breakers = breakers
+        self._budgets = budgets
+        self._policies = policies
+        self._limits = limits
+        self._rng = rng
+        self._queue: list[tuple[Candidate, bool]] = [
+            (c, False) for c in order_candidates(candidates, rng=rng, sticky_value=sticky_value)
+        ] + [(c, True) for c in order_candidates(fallback, rng=rng, sticky_value=sticky_value)]
+        self._pos = 0
+        self._sent = 0
+        self._retries: dict[str, int] = {}
+        self._in_flight: dict[str, _InFlight] = {}
+        self._pending: Optional[_Pending] = None
+        self._terminal: Optional[Union[Exhausted, Done]] = None
+        self._context = _ContextState()
+        self.used_fallback_tier: Optional[str] = None
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def outstanding(self) -> tuple[str, ...]:
+        """Deployments with a Send not yet recorded or cancelled."""
+        return tuple(self._in_flight)
+
+    @property
+    def finished(self) -> bool:
+        return self._terminal is not None
+
+    def next_step(self, now: float) -> Step:
+        """What to do next. Call it after each `record` (or `Wait`) until it returns Exhausted or Done."""
+        if self._terminal is not None:
+            return self._terminal
+        if now >= self.deadline_at:
+            return self._finish_exhausted("deadline", now)
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            if now < pending.ready_at - 1e-9:
+                self._pending = pending
+                return Wait(pending.ready_at - now, pending.candidate.deployment_id, pending.reason)
+            step = self._admit(pending.candidate, pending.is_fallback, now, is_retry=pending.is_retry,
+                               queued_since=pending.queued_since)
+            if step is not None:
+                return step
+        while self._pos < len(self._queue):
+            candidate, is_fallback = self._queue[self._pos]
+            self._pos += 1
+            if candidate.deployment_id in self._in_flight:
+                continue  # a hedge already holds it
+            step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None)
+            if step is not None:
+                return step
+        if self._in_flight:
+            # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
+            return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
+                        next(iter(self._in_flight)), "waiting for an outstanding attempt")
+        return self._finish_exhausted("all_failed", now)
+
+    def hedge_step(self, now: float) -> Optional[Send]:
+        """A Send for the next untried candidate, to race the attempt in flight; None if none can start now."""
+        if self._terminal is not None or now >= self.deadline_at:
+            return None
+        while self._pos < len(self._queue):
+            candidate, is_fallback = self._queue[self._pos]
+            if candidate.deployment_id in self._in_flight or not self._fits_context(candidate, note=True, now=now):
+                self._pos += 1
+                continue
+            if not self._breakers.breaker(candidate.deployment_id).peek(now):
+                self._pos += 1
+                self._skip(candidate, is_fallback, self._breaker_note(candidate.deployment_id, now))
+                continue
+            saved = self._pending
+            step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None, hedge=True)
+            if isinstance(step, Send):
+                self._pos += 1
+                return step
+            if isinstance(step, Wait):  # a hedge never queues behind a limit; try again at the next check
+                self._pending = saved
+                return None
+            self._pos += 1
+        return None
+
+    def record(
+        self,
+        deployment_id: str,
+        now: float,
+        error: Optional[BaseException],
+        *,
+        ttft_s: Optional[float] = None,
+        latency_s: Optional[float] = None,
+        content_started: bool = False,
+        partial_text: str = "",
+    ) -> None:
+        """Record how the attempt at `deployment_id` ended (`error=None`: success).
+
+        `content_started=True` says content already reached the caller: a failure then ends the plan
+        with StreamInterruptedError (nothing is replayed), whatever the error was.
+        """
+        flight = self._in_flight.pop(deployment_id, None)
+        if flight is None:
+            raise ValueError(f"no attempt outstanding for {deployment_id!r}")
+        if self._limits is not None:
+            self._limits.release(flight.lease)
+        if latency_s is None:
+            latency_s = max(0.0, now - flight.started_at)
+        self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
+        outcome = classify_failure(error)
+        note: Optional[str] = None
+        status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
+
+        if error is None:
+            self._terminal = Done(deployment_id)
+        elif content_started:
+            self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial_text))
+        elif isinstance(error, E.ContextLengthError):
+            note = "context window too small: trying a larger one"
+            self._context.error = error
+            window = flight.candidate.context_window
+            if window is not None:
+                self._context.refused_window = max(window, self._context.refused_window or 0)
+        elif outcome == "caller":
+            self._terminal = Exhausted("caller_error", error)
+        elif outcome == "fatal":
+            note = "deployment disabled: " + (describe_error(error) or "fatal error")
+        else:
+            policy = self._policy(deployment_id)
+            breaker = self._breakers.breaker(deployment_id)
+            decision = decide_retry(
+                policy,
+                error,
+                retries_done=self._retries.get(deployment_id, 0),
+                now=now,
+                deadline_at=self.deadline_at,
+                rng=self._rng,
+                budget_ok=self._budgets.retry(deployment_id).allowed(now),
+                breaker_open_until=breaker.open_until(now),
+            )
+            if decision.retry and not flight.is_hedge and self._pending is None:
+                self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason)
+                note = f"retrying after {decision.wait_s:.2f}s ({decision.reason})"
+            else:
+                note = f"moving on: {decision.reason}" if not decision.retry else "moving on"
+        self.attempts.append(
+            PlannedAttempt(
+                deployment=deployment_id,
+                tier=flight.candidate.tier,
+                status=status,
+                number=flight.number,
+                error=error,
+                started_at=flight.started_at,
+                duration_s=max(0.0, now - flight.started_at),
+                ttft_s=ttft_s,
+                is_retry=flight.is_retry,
+                is_fallback=flight.is_fallback,
+                is_hedge=flight.is_hedge,
+                note=note,
+            )
+        )
+
+    def cancel(self, deployment_id: str, now: float, *, note: str = "cancelled: another attempt won") -> None:
+        """The shell cancelled this attempt (a hedge lost the race): free its slots, count no outcome."""
+        flight = self._in_flight.pop(deployment_id, None)
+        if flight is None:
+            return
+        self._breakers.breaker(deployment_id).release(flight.permit)
+        if self._limits is not None:
+            self._limits.release(flight.lease)
+        self.attempts.append(
+            PlannedAttempt(
+                deployment=deployment_id,
+                tier=flight.candidate.tier,
+                status="cancelled",
+                number=flight.number,
+                started_at=flight.started_at,
+                duration_s=max(0.0, now - flight.started_at),
+                is_retry=flight.is_retry,
+                is_fallback=flight.is_fallback,
+                is_hedge=flight.is_hedge,
+                note=note,
+            )
+        )
+
+    # ------------------------------------------------------------------ internals
+
+    def _policy(self, deployment_id: str) -> ResiliencePolicy:
+        return self._policies(deployment_id)
+
+    def _admit(
+        self,
+        candidate: Candidate,
+        is_fallback: bool,
+        now: float,
+        *,
+        is_retry: bool,
+        queued_since: Optional[float],
+        hedge: bool = False,
+    ) -> Optional[Union[Send, Wait]]:
+        """Send to `candidate` if everything admits it, Wait if a limit asks to, None (skipped) otherwise."""
+        dep = candidate.deployment_id
+        if not is_retry and not self._fits_context(candidate, note=True, now=now):
+            return None
+        breaker = self._breakers.breaker(dep)
+        if not breaker.peek(now):
+            self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
+            return None
+        policy = self._policy(dep)
+        if is_retry and not self._budgets.retry(dep).allowed(now):
+            self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
+            return None
+        lease: Optional[Lease] = None
+        if self._limits is not None:
+            admission = self._limits.try_acquire(now, dep, pool=self.pool, tokens=self.request_tokens)
+            if not admission.granted:
+                since = now if queued_since is None else queued_since
+                if fits(admission.wait_s, now=now, queued_since=since,
+                        queue_timeout_s=policy.queue_timeout_s, deadline_at=self.deadline_at):
+                    self._pending = _Pending(candidate, is_fallback, is_retry, now + admission.wait_s,
+                                             "limit: " + admission.reason, queued_since=since)
+                    return Wait(admission.wait_s, dep, "limit: " + admission.reason)
+                self._skip(candidate, is_fallback, f"client-side {admission.reason} (pool {self.pool})", is_retry=is_retry)
+                return None
+            lease = admission.lease
+        permit = breaker.acquire(now)
+        if permit is None:  # raced with another call for the last probe slot
+            if self._limits is not None:
+                self._limits.release(lease)
+            self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
+            return None
+        if self._context.error is not None:
+            self._context.fitting_tried = True
+        budget = self._budgets.retry(dep)
+        if is_retry:
+            budget.try_spend(now)
+            self._retries[dep] = self._retries.get(dep, 0) + 1
+        else:
+            budget.note_request(now)
+        number = 1 + self._retries.get(dep, 0) if is_retry else 1
+        self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease)
+        if is_fallback and self.used_fallback_tier is None:
+            self.used_fallback_tier = candidate.tier
+        send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now)
+        self._sent += 1
+        return send
+
+    def _fits_context(self, candidate: Candidate, *, note: bool, now: float) -> bool:
+        window = candidate.context_window
+        required = self.required_context_tokens
+        reason: Optional[str] = None
+        if self._context.error is None:
+            if (required is not None and window is not None and window < required
+                    and self._policy(candidate.deployment_id).context_precheck):
+                reason = f"context window {window} < the request's ~{required} tokens"
+        elif window is None:
+            reason = "context window unknown after a context-length error"
+        elif required is not None and window < required:
+            reason = f"context window {window} < the request's ~{required} tokens"
+        elif self._context.refused_window is not None and window <= self._context.refused_window:
+            reason = f"context window {window} <= {self._context.refused_window}, which already refused the request"
+        if reason is None:
+            return True
+        if note:
+            self._context.skipped.append(f"{candidate.deployment_id} ({reason})")
+            self._skip(candidate, False, reason)
+        return False
+
+    def _breaker_note(self, deployment_id: str, now: float) -> str:
+        snap = self._breakers.breaker(deployment_id).snapshot(now)
+        if snap.disabled_reason:
+            return f"skipped: {snap.disabled_reason}"
+        if snap.state == "half_open":
+            return f"skipped: half-open, all {snap.probes_in_flight} probe slots in use"
+        until = "" if snap.open_until is None else f" for {snap.open_until - now:.1f}s"
+        return f"skipped: circuit open{until} ({snap.reason})"
+
+    def _skip(self, candidate: Candidate, is_fallback: bool, note: str, *, is_retry: bool = False) -> None:
+        self.attempts.append(
+            PlannedAttempt(
+                deployment=candidate.deployment_id,
+                tier=candidate.tier,
+                status="skipped",
+                is_retry=is_retry,
+                is_fallback=is_fallback or candidate.tier != self.tier,
+                note=note,
+            )
+        )
+
+    def _interrupted(self, flight: _InFlight, error: BaseException, partial_text: str) -> E.StreamInterruptedError:
+        if isinstance(error, E.StreamInterruptedError) and not partial_text:
+            partial_text = error.partial_text
+        attempts = list(self.attempts) + [
+            PlannedAttempt(flight.candidate.deployment_id, flight.candidate.tier, "interrupted", flight.number, error,
+                           flight.started_at, 0.0, None, flight.is_retry, flight.is_fallback, flight.is_hedge)
+        ]
+        exc = E.StreamInterruptedError(
+            f"the stream broke after content had reached the caller ({len(partial_text)} characters); "
+            f"not replayed: {describe_error(error)}",
+            partial_text=partial_text,
+            attempts=attempts,
+            provider=getattr(error, "provider", None),
+            deployment=flight.candidate.deployment_id,
+            status=getattr(error, "status", None),
+            request_id=getattr(error, "request_id", None),
+        )
+        exc.__cause__ = error
+        return exc
+
+    def _finish_exhausted(self, reason: str, now: float) -> Exhausted:
+        for dep in list(self._in_flight):
+            self.cancel(dep, now, note="cancelled: the call's deadline passed")
+        self._pending = None
+        sent = [a for a in self.attempts if a.status != "skipped"]
+        skips = [a for a in self.attempts if a.status == "skipped"]
+        only_context_skips = bool(skips) and len(skips) == len(self._context.skipped)
+        if reason == "all_failed" and (
+            (self._context.error is not None and not self._context.fitting_tried) or (not sent and only_context_skips)
+        ):
+            detail = "; ".join(self._context.skipped) or "no other deployment configured"
+            base = self._context.error
+            required = f" (~{self.required_context_tokens} tokens)" if self.required_context_tokens else ""
+            exc: BaseException = E.ContextLengthError(
+                f"no deployment of tier {self.tier!r} fits the request{required}: {detail}",
+                provider=getattr(base, "provider", None),
+                deployment=getattr(base, "deployment", None),
+                status=getattr(base, "status", None),
+            )
+            if base is not None:
+                exc.__cause__ = base
+            self._terminal = Exhausted("context_length", exc)
+            return self._terminal
+        tiers = repr(self.tier) + (f" and fallback tier {self.fallback_tier!r}" if self.fallback_tier else "")
+        lines = []
+        for a in self.attempts:
+            what = describe_error(a.error) if a.error is not None else (a.note or a.status)
+            lines.append(f"{a.deployment}: {what}")
+        head = "the call's deadline passed" if reason == "deadline" else f"every deployment of tier {tiers} failed"
+        exc = E.AllDeploymentsFailedError(
+            f"{head} after {len(sent)} attempt(s): " + ("; ".join(lines) if lines else "no attempt could start"),
+            attempts=list(self.attempts),
+            tier=self.tier,
+        )
+        self._terminal = Exhausted("deadline" if reason == "deadline" else "all_failed", exc)
+        return self._terminal

@@ -1,0 +1,121 @@
+"""The resilience policy: every breaker, retry, hedge and limit knob, with its default, in one value.
+
+`[resilience]` in the config holds the defaults; a tier's or a deployment's `resilience` table
+overrides any key. `merge(base, override)` layers one table over a policy and returns a new,
+validated policy. This module only validates and merges values: it never reads a file, a clock
+or the environment.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Literal, Mapping, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from ..errors import ConfigError
+
+__all__ = ["ResiliencePolicy", "merge", "policy_from_config"]
+
+
+class ResiliencePolicy(BaseModel):
+    """Breaker, retry, hedge and client-side limit settings for one deployment (times in seconds)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    # -- circuit breaker: the sliding window and what trips it
+    window_s: float = Field(default=30.0, gt=0)  # time window for failure and slow-call rates
+    window_kind: Literal["time", "count"] = "time"
+    window_calls: int = Field(default=100, ge=1)  # size of the window when window_kind = "count"
+    min_calls: int = Field(default=10, ge=1)  # no rate-based trip before this many calls in the window
+    failure_rate: float = Field(default=0.5, gt=0, le=1)
+    slow_ttft_s: float = Field(default=10.0, gt=0)  # slower than this to the first token = a slow call
+    slow_rate: float = Field(default=0.8, gt=0, le=1)
+    consecutive_failures: int = Field(default=5, ge=1)  # trips at once, whatever the window says
+    # -- open and half-open
+    open_s: float = Field(default=30.0, gt=0)  # first open period
+    open_growth: float = Field(default=2.0, ge=1)  # each repeated trip multiplies the open period
+    open_max_s: float = Field(default=300.0, gt=0)
+    trip_memory_s: float = Field(default=300.0, ge=0)  # closed this long without a trip: growth resets
+    open_on_retry_after: bool = True  # a failure carrying Retry-After opens the breaker until then
+    half_open_probes: int = Field(default=3, ge=1)  # probe calls admitted at once while half-open
+    half_open_successes: Optional[int] = Field(default=None, ge=1)  # successes that close; None = probes
+    fatal_open_s: Optional[float] = Field(default=None, gt=0)  # auth/billing disable; None = until reset
+    # -- retries
+    max_retries: int = Field(default=2, ge=0)  # per deployment, before moving on
+    retry_budget: float = Field(default=0.2, ge=0, le=1)  # retries at most this share of recent requests
+    retry_budget_min: int = Field(default=3, ge=0)  # retries always allowed per window (low traffic)
+    retry_budget_window_s: float = Field(default=120.0, gt=0)  # "recent": longer than a slow call
+    backoff_base_s: float = Field(default=0.5, ge=0)  # full jitter: uniform(0, base * 2**n), capped
+    backoff_max_s: float = Field(default=8.0, ge=0)
+    retry_after_max_s: float = Field(default=30.0, ge=0)  # longer Retry-After: move on, do not wait
+    deadline_s: float = Field(default=120.0, gt=0)  # a whole call, every attempt included
+    context_precheck: bool = True  # skip deployments whose window is known to be too small
+    # -- hedging (opt-in: off while hedge_after_ms is None)
+    hedge_after_ms: Optional[float] = Field(default=None, gt=0)
+    hedge_delay: Literal["fixed", "p95"] = "fixed"  # "p95": the primary's recent p95 TTFT when known
+    hedge_min_samples: int = Field(default=20, ge=1)  # TTFT samples needed before p95 is trusted
+    hedge_budget: float = Field(default=0.05, ge=0, le=1)  # hedges at most this share of requests
+    hedge_budget_min: int = Field(default=1, ge=0)
+    # -- client-side limits (None = unlimited)
+    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    rpm: Optional[float] = Field(default=None, gt=0)  # requests per minute
+    tpm: Optional[float] = Field(default=None, gt=0)  # tokens per minute (prompt + max_tokens)
+    queue_timeout_s: float = Field(default=5.0, ge=0)  # wait this long for a limit, else move on
+    queue_poll_s: float = Field(default=0.05, gt=0)  # re-check a full bulkhead this often
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "ResiliencePolicy":
+        if self.open_max_s < self.open_s:
+            raise ValueError(f"open_max_s ({self.open_max_s}) is below open_s ({self.open_s})")
+        if self.backoff_max_s < self.backoff_base_s:
+            raise ValueError(f"backoff_max_s ({self.backoff_max_s}) is below backoff_base_s ({self.backoff_base_s})")
+        for name in ("window_s", "open_s", "open_max_s", "deadline_s", "slow_ttft_s"):
+            if not math.isfinite(getattr(self, name)):
+                raise ValueError(f"{name} must be finite")
+        return self
+
+    @property
+    def successes_to_close(self) -> int:
+        return self.half_open_successes or self.half_open_probes
+
+    @property
+    def effective_min_calls(self) -> int:
+        # A count window can never hold more calls than its size (resilience4j clamps the same way).
+        if self.window_kind == "count":
+            return min(self.min_calls, self.window_calls)
+        return self.min_calls
+
+
+def merge(base: ResiliencePolicy, override: Mapping[str, Any] | None, *, key: str = "resilience") -> ResiliencePolicy:
+    """Return `base` with the keys of `override` replaced, validated as a whole.
+
+    `key` is the config path of `override` (e.g. "tiers.large.resilience"); a bad value raises
+    `ConfigError` naming `key.<field>`.
+    """
+    if not override:
+        return base
+    data = base.model_dump()
+    data.update(override)
+    try:
+        return ResiliencePolicy.model_validate(data)
+    except ValidationError as exc:
+        raise _config_error(exc, key) from None
+
+
+def policy_from_config(section: Mapping[str, Any] | None, *, key: str = "resilience") -> ResiliencePolicy:
+    """Build the default policy from the `[resilience]` table."""
+    return merge(ResiliencePolicy(), section, key=key)
+
+
+def _config_error(exc: ValidationError, key: str) -> ConfigError:
+    first = exc.errors()[0]
+    loc = ".".join(str(part) for part in first.get("loc", ()))
+    where = f"{key}.{loc}" if loc else key
+    message = first.get("msg", "invalid value")
+    if first.get("type") == "extra_forbidden":
+        message = f"unknown key (known: {', '.join(sorted(ResiliencePolicy.model_fields))})"
+    more = len(exc.errors()) - 1
+    if more:
+        message += f" (and {more} more problem{'s' if more > 1 else ''})"
+    return ConfigError(message, key=where)
