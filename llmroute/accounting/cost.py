@@ -1,0 +1,296 @@
+"""Cost of a call: token usage in, an exact Decimal amount out, each token billed once.
+
+Billing rules (LESSONS.md 5, 6):
+  * `prompt_tokens` includes cached tokens (OpenAI's `prompt_tokens`). The uncached part,
+    `prompt - cached`, is billed at the input rate; the cached part once, at the cached rate (the
+    input rate when the price has none).
+  * `completion_tokens` already includes reasoning tokens on every OpenAI-shaped platform
+    (`completion_tokens_details.reasoning_tokens` is a breakdown, not an addition), so reasoning is
+    billed once, as output. A platform that reports reasoning *outside* the completion count is
+    handled with `reasoning_in_completion=False`; none of the platforms in providers.md does.
+  * No price means `amount=None` and `priced=False`, never 0. Estimated usage gives
+    `estimated=True`.
+
+`read_usage` reads every platform's usage shape (providers.md §10.2, §11.3): OpenAI
+`prompt_tokens_details.cached_tokens`, Together's flat `usage.cached_tokens`, Fireworks
+`perf_metrics["cached-prompt-tokens"]`, DashScope native `input_tokens`/`output_tokens`,
+llama.cpp `timings.cache_n`, SGLang's top-level `reasoning_tokens`.
+
+Pure functions and frozen values: no I/O, no clock.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from decimal import Decimal
+from typing import Any, Iterable, Mapping
+
+from .prices import MILLION, ExchangeRates, Price
+
+__all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED"]
+
+# The currency of a sum over attempts billed in different currencies with no rate to join them.
+MIXED = "mixed"
+
+
+@dataclass(frozen=True)
+class TokenUsage:
+    """Token counts in OpenAI's convention: prompt includes cached, completion includes reasoning."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    reasoning_in_completion: bool = True
+
+
+@dataclass(frozen=True)
+class Cost:
+    """What a call (or one attempt) cost, and how the amount splits over its tokens.
+
+    `amount = input_amount + cached_amount + output_amount` when priced. `input_tokens` counts
+    cached tokens too (as OpenAI's `prompt_tokens`); `input_amount` is the uncached part's share.
+    `by_currency` holds the exact amount per currency (one entry unless a failover crossed
+    currencies; see `sum_costs`).
+    """
+
+    amount: Decimal | None
+    currency: str | None
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cached_tokens: int = 0
+    reasoning_tokens: int = 0
+    input_amount: Decimal | None = None
+    cached_amount: Decimal | None = None
+    output_amount: Decimal | None = None
+    estimated: bool = False
+    priced: bool = True
+    price_version: str | None = None
+    # False when the price came from an unconfirmed table entry (see prices.toml).
+    price_confirmed: bool = True
+    by_currency: Mapping[str, Decimal] = field(default_factory=dict)
+
+    @property
+    def uncached_input_tokens(self) -> int:
+        return self.input_tokens - self.cached_tokens
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: Decimals as strings (exact)."""
+        d = asdict(self)
+        for k, v in list(d.items()):
+            if isinstance(v, Decimal):
+                d[k] = str(v)
+        d["by_currency"] = {c: str(a) for c, a in self.by_currency.items()}
+        return d
+
+    def __str__(self) -> str:
+        if self.amount is None:
+            text = "unpriced" if not self.priced else f"{self.currency} ?"
+        else:
+            text = f"{self.amount.normalize():f} {self.currency}"
+        flags = [f for f, on in (("estimated", self.estimated), ("unconfirmed price", not self.price_confirmed)) if on]
+        return f"{text} ({', '.join(flags)})" if flags else text
+
+
+def _int(value: Any) -> int:
+    if value is None or isinstance(value, bool):
+        return 0
+    try:
+        return max(0, int(value))
+    except (TypeError, ValueError):
+        return 0
+
+
+def _as_mapping(obj: Any) -> Mapping[str, Any]:
+    if obj is None:
+        return {}
+    if isinstance(obj, Mapping):
+        return obj
+    dump = getattr(obj, "model_dump", None)
+    if callable(dump):
+        return dump()
+    return vars(obj)
+
+
+def read_usage(
+    usage: Any,
+    *,
+    timings: Mapping[str, Any] | None = None,
+    perf_metrics: Mapping[str, Any] | None = None,
+) -> TokenUsage:
+    """Normalize any platform's usage object (dict or pydantic model) into a `TokenUsage`.
+
+    `timings` is llama.cpp's top-level `timings` object, `perf_metrics` Fireworks' (both sit beside
+    `usage` in the response, not inside it). Cached tokens are read from the first place that has
+    a value: `prompt_tokens_details.cached_tokens`, `input_tokens_details.cached_tokens`, flat
+    `cached_tokens` (Together), `perf_metrics["cached-prompt-tokens"]`, `timings.cache_n`.
+    """
+    u = _as_mapping(usage)
+    prompt = _int(u.get("prompt_tokens", u.get("input_tokens")))
+    completion = _int(u.get("completion_tokens", u.get("output_tokens")))
+
+    cached = None
+    for details_key in ("prompt_tokens_details", "input_tokens_details"):
+        details = _as_mapping(u.get(details_key))
+        if details.get("cached_tokens") is not None:
+            cached = _int(details["cached_tokens"])
+            break
+    # A zero in the details but a count elsewhere: Together fills one or the other (providers.md §1).
+    if not cached and u.get("cached_tokens"):
+        cached = _int(u.get("cached_tokens"))
+    if not cached and perf_metrics and perf_metrics.get("cached-prompt-tokens") is not None:
+        cached = _int(perf_metrics["cached-prompt-tokens"])
+    if not cached and timings and timings.get("cache_n") is not None:
+        cached = _int(timings["cache_n"])
+
+    reasoning = None
+    for details_key in ("completion_tokens_details", "output_tokens_details"):
+        details = _as_mapping(u.get(details_key))
+        if details.get("reasoning_tokens") is not None:
+            reasoning = _int(details["reasoning_tokens"])
+            break
+    if not reasoning and u.get("reasoning_tokens") is not None:  # SGLang: top level, inside completion
+        reasoning = _int(u["reasoning_tokens"])
+
+    return TokenUsage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        cached_tokens=min(cached or 0, prompt),
+        reasoning_tokens=reasoning or 0,
+    )
+
+
+def compute_cost(
+    price: Price | None,
+    *,
+    prompt_tokens: int,
+    completion_tokens: int,
+    cached_tokens: int = 0,
+    reasoning_tokens: int = 0,
+    reasoning_in_completion: bool = True,
+    estimated: bool = False,
+) -> Cost:
+    """The cost of one attempt. See the module docstring for the billing rules.
+
+    Counts are clamped to be consistent (cached <= prompt, all >= 0) rather than raising: a
+    platform's odd usage must not lose a response that already arrived.
+    """
+    prompt = max(0, int(prompt_tokens))
+    cached = min(max(0, int(cached_tokens)), prompt)
+    reasoning = max(0, int(reasoning_tokens))
+    output = max(0, int(completion_tokens)) + (0 if reasoning_in_completion else reasoning)
+    if price is None:
+        return Cost(
+            amount=None,
+            currency=None,
+            input_tokens=prompt,
+            output_tokens=output,
+            cached_tokens=cached,
+            reasoning_tokens=reasoning,
+            estimated=estimated,
+            priced=False,
+            price_version=None,
+            price_confirmed=False,
+        )
+    input_amount = Decimal(prompt - cached) * price.input_per_million / MILLION
+    cached_amount = Decimal(cached) * price.cached_rate / MILLION
+    output_amount = Decimal(output) * price.output_per_million / MILLION
+    amount = input_amount + cached_amount + output_amount
+    return Cost(
+        amount=amount,
+        currency=price.currency,
+        input_tokens=prompt,
+        output_tokens=output,
+        cached_tokens=cached,
+        reasoning_tokens=reasoning,
+        input_amount=input_amount,
+        cached_amount=cached_amount,
+        output_amount=output_amount,
+        estimated=estimated,
+        priced=True,
+        price_version=price.version,
+        price_confirmed=price.confirmed,
+        by_currency={price.currency: amount},
+    )
+
+
+def cost_from_usage(
+    price: Price | None,
+    usage: Any,
+    *,
+    estimated: bool = False,
+    timings: Mapping[str, Any] | None = None,
+    perf_metrics: Mapping[str, Any] | None = None,
+) -> Cost:
+    """`compute_cost` over a raw usage object (any platform's shape, see `read_usage`)."""
+    t = usage if isinstance(usage, TokenUsage) else read_usage(usage, timings=timings, perf_metrics=perf_metrics)
+    return compute_cost(
+        price,
+        prompt_tokens=t.prompt_tokens,
+        completion_tokens=t.completion_tokens,
+        cached_tokens=t.cached_tokens,
+        reasoning_tokens=t.reasoning_tokens,
+        reasoning_in_completion=t.reasoning_in_completion,
+        estimated=estimated,
+    )
+
+
+def _add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
+    return None if a is None or b is None else a + b
+
+
+def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> Cost:
+    """The cost of a call that took several billed attempts (failover, hedge): their sum.
+
+    Tokens always add up. Amounts:
+      * all attempts in one currency: the exact sum, in that currency;
+      * several currencies and `rates` converting all of them: the sum in the reporting currency;
+      * several currencies and no such rate: `amount=None`, `currency="mixed"`; the exact
+        per-currency sums stay in `by_currency` (a converted figure is never invented).
+    Any unpriced attempt makes the total unpriced (`amount=None`, `priced=False`); `by_currency`
+    still holds what the priced attempts cost. Any estimated attempt makes the total estimated.
+    An empty sequence costs nothing: amount None, priced False (there is no price to speak of).
+    """
+    costs = list(costs)
+    if len(costs) == 1:
+        return costs[0]
+    if not costs:
+        return Cost(amount=None, currency=None, priced=False, price_confirmed=False)
+    by_currency: dict[str, Decimal] = {}
+    for c in costs:
+        for cur, amt in c.by_currency.items():
+            by_currency[cur] = by_currency.get(cur, Decimal(0)) + amt
+    priced = all(c.priced for c in costs)
+    versions = sorted({c.price_version for c in costs if c.price_version})
+    tokens = dict(
+        input_tokens=sum(c.input_tokens for c in costs),
+        output_tokens=sum(c.output_tokens for c in costs),
+        cached_tokens=sum(c.cached_tokens for c in costs),
+        reasoning_tokens=sum(c.reasoning_tokens for c in costs),
+        estimated=any(c.estimated for c in costs),
+        priced=priced,
+        price_version="+".join(versions) or None,
+        price_confirmed=all(c.price_confirmed for c in costs),
+        by_currency=by_currency,
+    )
+    currencies = {c.currency for c in costs if c.currency}
+    if len(currencies) <= 1:
+        currency = next(iter(currencies), None)
+        parts: dict[str, Decimal | None] = {"input_amount": Decimal(0), "cached_amount": Decimal(0), "output_amount": Decimal(0)}
+        for c in costs:
+            for k in parts:
+                parts[k] = _add(parts[k], getattr(c, k))
+        amount = sum(by_currency.values(), Decimal(0)) if priced else None
+        if not priced:
+            parts = dict.fromkeys(parts)
+        return Cost(amount=amount, currency=currency, **parts, **tokens)
+    if rates is not None and priced:
+        target = rates.reporting_currency
+        converted = [rates.convert(amt, cur, target) for cur, amt in by_currency.items()]
+        if all(x is not None for x in converted):
+            parts = {}
+            for k in ("input_amount", "cached_amount", "output_amount"):
+                vals = [rates.convert(getattr(c, k), c.currency, target) for c in costs]  # type: ignore[arg-type]
+                parts[k] = sum(vals, Decimal(0))  # type: ignore[arg-type]
+            return Cost(amount=sum(converted, Decimal(0)), currency=target, **parts, **tokens)  # type: ignore[arg-type]
+    return Cost(amount=None, currency=MIXED, **tokens)
