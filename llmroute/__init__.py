@@ -1,1 +1,73 @@
-"""llmroute: one OpenAI-shaped call over many inference platforms (public API re-exported here)."""
+"""llmroute: one OpenAI-shaped call over many inference platforms.
+
+```python
+from llmroute import Client
+client = Client.from_config("llmroute.toml")
+resp = client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}])
+```
+This module is the whole public API. Importing it does no I/O and opens no connection.
+"""
+
+from .client import AsyncClient, AsyncStream, Client, Stream
+from .config import Config, load_config
+from .errors import (
+    AllDeploymentsFailedError,
+    AuthenticationError,
+    BadRequestError,
+    BillingError,
+    BudgetExceededError,
+    ConfigError,
+    ConnectionError,
+    ContentFilterError,
+    ContextLengthError,
+    InvalidRequestError,
+    LLMRouteError,
+    NotFoundError,
+    OverloadedError,
+    PermissionDeniedError,
+    ProviderError,
+    RateLimitError,
+    RequestGuardError,
+    RoutingError,
+    ServerError,
+    StreamInterruptedError,
+    TimeoutError,
+)
+from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Client",
+    "AsyncClient",
+    "Stream",
+    "AsyncStream",
+    "Config",
+    "load_config",
+    "ChatCompletion",
+    "ChatCompletionChunk",
+    "Usage",
+    "Route",
+    "Attempt",
+    "LLMRouteError",
+    "ConfigError",
+    "InvalidRequestError",
+    "RoutingError",
+    "BudgetExceededError",
+    "RequestGuardError",
+    "AllDeploymentsFailedError",
+    "ProviderError",
+    "AuthenticationError",
+    "PermissionDeniedError",
+    "BillingError",
+    "NotFoundError",
+    "BadRequestError",
+    "ContextLengthError",
+    "ContentFilterError",
+    "RateLimitError",
+    "OverloadedError",
+    "ServerError",
+    "TimeoutError",
+    "ConnectionError",
+    "StreamInterruptedError",
+]

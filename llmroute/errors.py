@@ -3,6 +3,7 @@
 ```
 LLMRouteError                      base of every llmroute error
 ├── ConfigError                    the config file or dict is wrong; names the file and key path
+├── InvalidRequestError            the arguments to create() are wrong; names the argument
 ├── RoutingError                   a model name that names no tier, deployment or routing mode
 ├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError              a per-feature guard refused the call before sending
@@ -42,6 +43,7 @@ from .secrets import scrub
 __all__ = [
     "LLMRouteError",
     "ConfigError",
+    "InvalidRequestError",
     "RoutingError",
     "BudgetExceededError",
     "RequestGuardError",
@@ -88,6 +90,14 @@ class ConfigError(LLMRouteError):
         elif key:
             where = f"{key}: "
         super().__init__(where + message)
+
+
+class InvalidRequestError(LLMRouteError):
+    """The arguments to `create()` are wrong (no messages, a bad role, metadata not str->str)."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}")
 
 
 class RoutingError(LLMRouteError):

@@ -1,0 +1,389 @@
+"""One call, from `create()`'s arguments to a finished response, as a sans-I/O state machine.
+
+`Client` and `AsyncClient` share this: `prepare_call` validates the arguments and resolves the
+target (tier, deployment or "auto"); a `CallRun` hands out attempts, takes their outcomes, and
+finishes the response with its route, usage and cost; a `StreamState` turns the bytes of one
+streamed attempt into chunks, holding them back until content arrives so that a stream can fail
+over exactly like a plain call until the caller has seen a token. The shells only move bytes and
+sleep. Times are `time.monotonic()` values passed in; nothing here reads a clock or a socket.
+"""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+
+from . import errors as E
+from .config import Config, Deployment, Tier
+from .providers import adapter_class
+from .providers.base import LLMROUTE_PARAMS, CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from .tokens import count_message_tokens, estimate_usage
+from .transport import Timeouts
+from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+
+if TYPE_CHECKING:
+    from .engine import Engine
+
+__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
+
+_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
+
+
+@dataclass
+class Target:
+    """Where a call may go: the tier (if any), its candidate deployments in order, and why."""
+
+    deployments: List[Deployment]
+    tier: Optional[str]
+    reason: str
+    score: Optional[float] = None
+    pool: Optional[str] = None
+    fallback: List[Deployment] = field(default_factory=list)
+    fallback_tier: Optional[str] = None
+
+
+@dataclass
+class PreparedCall:
+    model: str
+    call: CallInput
+    stream: bool
+    feature: Optional[str]
+    metadata: Dict[str, str]
+    pool: str
+    timeout_s: Optional[float]
+    request_id: str
+    target: Optional[Target] = None
+    input_tokens: Optional[int] = None
+
+    @property
+    def messages(self) -> List[Dict[str, Any]]:
+        return self.call.messages
+
+
+def _validate_messages(messages: Any) -> List[Dict[str, Any]]:
+    if not isinstance(messages, (list, tuple)) or not messages:
+        raise E.InvalidRequestError("must be a non-empty list of messages", field="messages")
+    out = []
+    for i, message in enumerate(messages):
+        if hasattr(message, "model_dump"):
+            message = message.model_dump(exclude_none=True)
+        if not isinstance(message, Mapping):
+            raise E.InvalidRequestError(f"must be a dict, got {type(message).__name__}", field=f"messages[{i}]")
+        role = message.get("role")
+        if role not in _ROLES:
+            raise E.InvalidRequestError(
+                f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}", field=f"messages[{i}].role"
+            )
+        content = message.get("content")
+        if content is not None and not isinstance(content, (str, list)):
+            raise E.InvalidRequestError("must be a string, a list of parts, or None", field=f"messages[{i}].content")
+        out.append(dict(message))
+    return out
+
+
+def prepare_call(config: Config, kwargs: Dict[str, Any]) -> PreparedCall:
+    """Validate `create()`'s keyword arguments. Raises `InvalidRequestError` naming the argument."""
+    kwargs = dict(kwargs)
+    model = kwargs.pop("model", None)
+    if not isinstance(model, str) or not model:
+        raise E.InvalidRequestError("is required: a tier name, 'auto', or 'provider:model-id'", field="model")
+    messages = _validate_messages(kwargs.pop("messages", None))
+    stream = kwargs.pop("stream", False)
+    if not isinstance(stream, bool):
+        raise E.InvalidRequestError("must be True or False", field="stream")
+    feature = kwargs.pop("feature", None)
+    if feature is not None and not isinstance(feature, str):
+        raise E.InvalidRequestError("must be a string", field="feature")
+    metadata = kwargs.pop("metadata", None) or {}
+    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+        raise E.InvalidRequestError("must be a dict of str to str", field="metadata")
+    pool = kwargs.pop("pool", None) or "interactive"
+    if not isinstance(pool, str):
+        raise E.InvalidRequestError("must be a string", field="pool")
+    timeout = kwargs.pop("timeout", None)
+    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
+        raise E.InvalidRequestError("must be a positive number of seconds", field="timeout")
+    extra_body = kwargs.pop("extra_body", None) or {}
+    extra_headers = kwargs.pop("extra_headers", None) or {}
+    if not isinstance(extra_body, Mapping):
+        raise E.InvalidRequestError("must be a dict", field="extra_body")
+    if not isinstance(extra_headers, Mapping):
+        raise E.InvalidRequestError("must be a dict", field="extra_headers")
+    for name in ("max_tokens", "max_completion_tokens", "n"):
+        value = kwargs.get(name)
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+            raise E.InvalidRequestError("must be a positive integer", field=name)
+    params = {k: v for k, v in kwargs.items() if v is not None and k not in LLMROUTE_PARAMS}
+    return PreparedCall(
+        model=model,
+        call=CallInput(messages=messages, params=params, extra_body=dict(extra_body), extra_headers=dict(extra_headers)),
+        stream=stream,
+        feature=feature,
+        metadata=dict(metadata),
+        pool=pool,
+        timeout_s=float(timeout) if timeout is not None else None,
+        request_id=uuid.uuid4().hex,
+    )
+
+
+@dataclass
+class AttemptContext:
+    """One attempt in flight: where it goes, what is sent, its limits, and its record in the route."""
+
+    deployment: Deployment
+    adapter: OpenAICompatAdapter
+    request: HttpRequest
+    timeouts: Timeouts
+    started: float
+    deadline: float
+    record: Attempt
+    usage_reported: bool = False
+
+
+@dataclass(frozen=True)
+class Send:
+    attempt: AttemptContext
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+    deployment: str
+
+
+Step = Union[Send, Wait]
+
+
+class CallRun:
+    """The attempts of one call. The shells loop: `next_step()`, do the I/O, report back."""
+
+    def __init__(self, engine: "Engine", prepared: PreparedCall, now: float) -> None:
+        self.engine = engine
+        self.prepared = prepared
+        self.started = now
+        self.target = prepared.target or engine.resolve_target(prepared)
+        self.route = Route(
+            tier=self.target.tier,
+            reason=self.target.reason,
+            score=self.target.score,
+            pool=prepared.pool,
+            feature=prepared.feature,
+            request_id=prepared.request_id,
+        )
+        budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(self.target)
+        self.deadline = now + budget
+        self.plan = engine.plan_for(self, now)
+        self._adapters: Dict[str, OpenAICompatAdapter] = {}
+
+    # -- attempts --------------------------------------------------------------------------------
+    def next_step(self, now: float) -> Step:
+        step = self.plan.next_step(now)
+        if step.kind == "wait":
+            return Wait(step.seconds, step.deployment_id)
+        if step.kind == "exhausted":
+            raise self._exhausted(step.reason)
+        return Send(self._begin(step.deployment, now, is_fallback=step.is_fallback))
+
+    def _adapter(self, deployment: Deployment) -> OpenAICompatAdapter:
+        adapter = self._adapters.get(deployment.id)
+        if adapter is None:
+            cls = adapter_class(deployment.provider.kind, deployment.provider.protocol)
+            adapter = self._adapters[deployment.id] = cls(deployment)
+        return adapter
+
+    def _begin(self, deployment: Deployment, now: float, *, is_fallback: bool) -> AttemptContext:
+        adapter = self._adapter(deployment)
+        request = adapter.build_request(self.prepared.call, stream=self.prepared.stream)
+        total = deployment.timeout_s
+        if self.prepared.timeout_s is not None:
+            total = self.prepared.timeout_s
+        remaining = max(0.001, self.deadline - now)
+        total = min(total, remaining)
+        if self.prepared.stream and deployment.ttft_timeout_s < total:
+            read_s, read_kind = deployment.ttft_timeout_s, "ttft"
+        else:
+            read_s, read_kind = total, "total"
+        timeouts = Timeouts(
+            connect_s=min(deployment.connect_timeout_s, total), ttft_s=deployment.ttft_timeout_s, total_s=total,
+            read_s=read_s, read_kind=read_kind,
+        )
+        record = Attempt(
+            deployment=deployment.id,
+            provider=deployment.provider.name,
+            model=deployment.model,
+            tier=deployment.tier or self.target.tier,
+            number=len(self.route.attempts) + 1,
+            started_at=time.time(),
+            note="fallback tier" if is_fallback else None,
+        )
+        self.route.attempts.append(record)
+        return AttemptContext(deployment, adapter, request, timeouts, now, now + total, record)
+
+    def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
+               partial: Optional["StreamState"] = None) -> None:
+        """Record a failed attempt. Errors the caller must see at once (bad request) are re-raised."""
+        rec = ctx.record
+        rec.status = "interrupted" if content_started else "error"
+        rec.error = error
+        rec.error_type = type(error).__name__
+        rec.error_message = str(error)
+        rec.duration_s = now - ctx.started
+        if isinstance(error, E.ProviderError):
+            rec.http_status = error.status
+            rec.request_id = error.request_id
+        if partial is not None:
+            rec.ttft_s = partial.ttft_s
+            usage, estimated = partial.usage_so_far()
+            rec.usage, rec.usage_estimated = usage, estimated
+            # A stream that delivered tokens was billed for them, even if it broke afterwards.
+            rec.billed = partial.content_started or partial.decoder.usage is not None
+        self.engine.on_attempt_end(self, ctx, error, now)
+        self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
+                         content_started=content_started)
+
+    def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
+                  ttft_s: Optional[float]) -> ChatCompletion:
+        rec = ctx.record
+        rec.status = "ok"
+        rec.duration_s = now - ctx.started
+        rec.ttft_s = ttft_s
+        if not usage_reported:
+            message = completion.choices[0].message if completion.choices else None
+            completion.usage = estimate_usage(
+                self.prepared.messages,
+                "".join((c.message.content or "") for c in completion.choices),
+                "".join((c.message.reasoning_content or "") for c in completion.choices),
+                prompt_tokens=self.input_tokens() if message is not None else None,
+            )
+        rec.usage = completion.usage
+        rec.usage_estimated = not usage_reported
+        rec.billed = True
+        rec.http_status = 200
+        route = self.route
+        route.provider = ctx.deployment.provider.name
+        route.deployment = ctx.deployment.id
+        route.model = ctx.deployment.model
+        route.usage_estimated = not usage_reported
+        if ctx.deployment.tier and ctx.deployment.tier != route.tier and route.tier is not None:
+            route.reason = f"{route.reason}; fell back to tier {ctx.deployment.tier}"
+            route.tier = ctx.deployment.tier
+        completion.route = route
+        self.engine.on_attempt_end(self, ctx, None, now)
+        self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
+        self.engine.on_call_end(self, completion, None, now)
+        return completion
+
+    def input_tokens(self) -> int:
+        if self.prepared.input_tokens is None:
+            self.prepared.input_tokens = count_message_tokens(self.prepared.messages)
+        return self.prepared.input_tokens
+
+    def _exhausted(self, reason: str) -> BaseException:
+        attempts = [a for a in self.route.attempts if a.status != "skipped"]
+        last = attempts[-1].error if attempts else None
+        if len(attempts) == 1 and isinstance(last, E.ProviderError) and not self.plan.had_choice:
+            # One deployment, one try: its own typed error says the most.
+            error: BaseException = last
+        else:
+            lines = "; ".join(f"{a.deployment}: {a.error_type or a.status}: {a.error_message or a.note or ''}".strip()
+                              for a in self.route.attempts)
+            error = E.AllDeploymentsFailedError(
+                f"all deployments failed for {self.prepared.model!r} ({reason}): {lines}",
+                attempts=self.route.attempts,
+                tier=self.target.tier,
+            )
+        self.engine.on_call_end(self, None, error, time.monotonic())
+        return error
+
+
+class StreamState:
+    """The bytes of one streamed attempt -> chunks for the caller, held back until content arrives."""
+
+    def __init__(self, run: CallRun, ctx: AttemptContext) -> None:
+        self.run = run
+        self.ctx = ctx
+        self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
+        self.assembler = StreamAssembler()
+        self.held: List[ChatCompletionChunk] = []
+        self.content_started = False
+        self.ttft_s: Optional[float] = None
+        self.ended = False
+
+    def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
+        """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
+        chunks = self.decoder.feed(data)
+        return self._take(chunks, now)
+
+    def _take(self, chunks: Sequence[ChatCompletionChunk], now: float) -> List[ChatCompletionChunk]:
+        out: List[ChatCompletionChunk] = []
+        for chunk in chunks:
+            self.assembler.add(chunk)
+            if not self.content_started and chunk_has_content(chunk):
+                self.content_started = True
+                self.ttft_s = now - self.ctx.started
+            if self.content_started:
+                if self.held:
+                    out.extend(self.held)
+                    self.held = []
+                out.append(chunk)
+            else:
+                self.held.append(chunk)
+        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+            raise E.TimeoutError(
+                f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
+                timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
+                provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+            )
+        if now > self.ctx.deadline:
+            raise E.TimeoutError(
+                f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
+                seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
+                deployment=self.ctx.deployment.id,
+            )
+        return out
+
+    def eof(self, now: float) -> List[ChatCompletionChunk]:
+        """The body ended. A stream cut before its end marker is an error, not a short answer."""
+        out = self._take(self.decoder.close(), now)
+        if not self.decoder.complete:
+            raise E.ConnectionError(
+                "stream ended before the platform's end marker (cut mid-way)",
+                provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+            )
+        self.ended = True
+        if self.held:
+            out.extend(self.held)
+            self.held = []
+        return out
+
+    def usage_so_far(self) -> tuple[Usage, bool]:
+        if self.decoder.usage is not None:
+            return self.decoder.usage, False
+        return (
+            estimate_usage(
+                self.run.prepared.messages, self.assembler.all_text(), self.assembler.all_reasoning(),
+                prompt_tokens=self.run.input_tokens(),
+            ),
+            True,
+        )
+
+    def interrupted(self, error: BaseException) -> E.StreamInterruptedError:
+        """After content reached the caller: no failover, no replay; say what arrived."""
+        cause = f"{type(error).__name__}: {error}"
+        status = getattr(error, "status", None)
+        return E.StreamInterruptedError(
+            f"stream interrupted after content had started ({cause})",
+            partial_text=self.assembler.all_text(),
+            attempts=self.run.route.attempts,
+            provider=self.ctx.deployment.provider.name,
+            deployment=self.ctx.deployment.id,
+            status=status,
+            request_id=getattr(error, "request_id", None),
+        )
+
+    def finish(self, now: float) -> ChatCompletion:
+        usage, estimated = self.usage_so_far()
+        completion = self.assembler.completion(usage, self.ctx.deployment.model)
+        return self.run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)

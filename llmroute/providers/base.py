@@ -1,0 +1,416 @@
+"""The OpenAI-compatible adapter: request building, response parsing and stream decoding. Sans-I/O.
+
+An adapter turns one call into an `HttpRequest`, and turns what comes back (a status, headers, body
+bytes or SSE bytes) into OpenAI-shaped `ChatCompletion` / `ChatCompletionChunk` objects or a typed
+error. Platform modules subclass it and override only what differs (providers.md §11). Nothing here
+opens a socket or reads a clock: the shells in `client.py` and `transport.py` do.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+
+from .. import errors as E
+from ..sse import SSEDecoder, SSEEvent
+from ..tokens import normalize_usage
+from ..types import ChatCompletion, ChatCompletionChunk, Usage
+from .error_mapping import error_from_payload, error_from_response
+from .think import ThinkSplitter, split_think
+
+if TYPE_CHECKING:
+    from ..config import Deployment
+
+__all__ = ["HttpRequest", "OpenAICompatAdapter", "StreamDecoder", "StreamAssembler", "FINISH_REASONS"]
+
+# Non-OpenAI finish reasons -> OpenAI's (providers.md §11.5). "abort" (SGLang) is raised as an error.
+FINISH_REASONS = {
+    "eos": "stop",
+    "eos_token": "stop",
+    "stop_sequence": "stop",
+    "end_turn": "stop",
+    "max_tokens": "length",
+    "model_length": "length",
+    "tool_call": "tool_calls",
+    "function_call": "function_call",
+    "null": None,
+    "": None,
+}
+
+# Parameters that are ours, never sent to a platform.
+LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers"})
+
+
+@dataclass
+class HttpRequest:
+    method: str
+    url: str
+    headers: Dict[str, str]
+    json: Dict[str, Any]
+    stream: bool
+
+    def __repr__(self) -> str:  # headers hold the key: never show them
+        return f"HttpRequest({self.method} {self.url}, stream={self.stream})"
+
+
+@dataclass
+class CallInput:
+    """What the caller asked for, validated: messages and the OpenAI parameters to send."""
+
+    messages: List[Dict[str, Any]]
+    params: Dict[str, Any] = field(default_factory=dict)
+    extra_body: Dict[str, Any] = field(default_factory=dict)
+    extra_headers: Dict[str, str] = field(default_factory=dict)
+
+
+def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
+    if value is None:
+        return None
+    value = str(value)
+    if value == "abort":
+        raise E.ServerError(
+            "the server aborted the request (finish_reason 'abort')", provider=provider, deployment=deployment
+        )
+    return FINISH_REASONS.get(value, value)
+
+
+class OpenAICompatAdapter:
+    """The OpenAI Chat Completions wire format, as most platforms speak it."""
+
+    chat_path = "/chat/completions"
+    # Fields some servers reject or ignore (Ollama §9); subclasses fill these.
+    unsupported_params: frozenset[str] = frozenset()
+
+    def __init__(self, deployment: "Deployment") -> None:
+        self.deployment = deployment
+        self.provider = deployment.provider
+        self.kind = self.provider.kind
+
+    # -- requests ---------------------------------------------------------------------------
+    def headers(self, stream: bool) -> Dict[str, str]:
+        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+        if self.provider.api_key:
+            headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
+        headers.update(self.provider.headers)
+        return headers
+
+    def url(self, stream: bool) -> str:
+        return self.provider.base_url + self.chat_path
+
+    def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
+        params = dict(call.params)
+        self.check_params(params)
+        # One output cap, under the name the platform documents (providers.md §11.14).
+        cap = params.pop("max_completion_tokens", None)
+        if cap is None:
+            cap = params.pop("max_tokens", None)
+        else:
+            params.pop("max_tokens", None)
+        body: Dict[str, Any] = {"model": self.deployment.model, "messages": call.messages}
+        body.update(params)
+        if cap is not None:
+            body[self.provider.max_tokens_field] = cap
+        if stream:
+            body["stream"] = True
+            if self.provider.include_usage:
+                options = dict(body.get("stream_options") or {})
+                options.setdefault("include_usage", True)
+                body["stream_options"] = options
+        else:
+            body.pop("stream", None)
+            body.pop("stream_options", None)
+        body.update(self.deployment.extra_body)
+        body.update(call.extra_body)
+        return body
+
+    def check_params(self, params: Dict[str, Any]) -> None:
+        for name in self.unsupported_params & params.keys():
+            raise E.BadRequestError(
+                f"parameter {name!r} is not supported by {self.kind}",
+                provider=self.provider.name,
+                deployment=self.deployment.id,
+            )
+
+    def build_request(self, call: CallInput, *, stream: bool) -> HttpRequest:
+        headers = self.headers(stream)
+        headers.update(call.extra_headers)
+        return HttpRequest("POST", self.url(stream), headers, self.body(call, stream), stream)
+
+    # -- errors ------------------------------------------------------------------------------
+    def error_from_response(self, status: int, headers: Mapping[str, str], content: bytes) -> E.ProviderError:
+        return error_from_response(
+            status, headers, content, provider=self.provider.name, deployment=self.deployment.id, kind=self.kind
+        )
+
+    def error_from_event(self, payload: Any, headers: Mapping[str, str] | None = None) -> E.ProviderError:
+        return error_from_payload(
+            payload, status=None, headers=headers or {}, provider=self.provider.name,
+            deployment=self.deployment.id, kind=self.kind,
+        )
+
+    def _bad_body(self, what: str) -> E.ServerError:
+        return E.ServerError(
+            f"unreadable response from the platform: {what}", provider=self.provider.name, deployment=self.deployment.id
+        )
+
+    # -- non-streamed responses --------------------------------------------------------------
+    def parse_completion(self, headers: Mapping[str, str], content: bytes) -> tuple[ChatCompletion, bool]:
+        """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
+        try:
+            data = json.loads(content)
+        except ValueError:
+            raise self._bad_body("not JSON") from None
+        if not isinstance(data, dict):
+            raise self._bad_body("not a JSON object")
+        if "error" in data and not data.get("choices"):
+            raise self.error_from_event(data, headers)
+        return self.completion_from_dict(data)
+
+    def completion_from_dict(self, data: Dict[str, Any]) -> tuple[ChatCompletion, bool]:
+        raw_usage = data.get("usage")
+        choices = []
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            choice = dict(choice)
+            message = dict(choice.get("message") or {})
+            self.normalize_message(message)
+            choice["message"] = message
+            choice["finish_reason"] = normalize_finish_reason(
+                choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
+            )
+            choices.append(choice)
+        out = dict(data)
+        out["choices"] = choices
+        out.setdefault("object", "chat.completion")
+        out.setdefault("created", int(time.time()))
+        out["model"] = data.get("model") or self.deployment.model
+        reported = isinstance(raw_usage, dict)
+        out["usage"] = normalize_usage(raw_usage, extra=data) if reported else Usage()
+        return ChatCompletion.model_validate(out), reported
+
+    def normalize_message(self, message: Dict[str, Any]) -> None:
+        # Reasoning under any of its names becomes `reasoning_content` (providers.md §11.4).
+        reasoning = message.pop("reasoning", None)
+        if isinstance(reasoning, dict):
+            reasoning = reasoning.get("content") or reasoning.get("text")
+        if reasoning and not message.get("reasoning_content"):
+            message["reasoning_content"] = reasoning
+        content = message.get("content")
+        if isinstance(content, str) and self.provider.split_think_tags and "<think>" in content:
+            thought, answer = split_think(content)
+            if thought is not None:
+                message["reasoning_content"] = (message.get("reasoning_content") or "") + thought
+                message["content"] = answer
+
+    # -- streams -----------------------------------------------------------------------------
+    def stream_decoder(self, call: CallInput) -> "StreamDecoder":
+        return StreamDecoder(self)
+
+    def normalize_chunk(self, data: Dict[str, Any], decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+        if "error" in data and not data.get("choices"):
+            raise self.error_from_event(data)
+        raw_usage = data.get("usage")
+        choices = []
+        for choice in data.get("choices") or ():
+            if not isinstance(choice, dict):
+                continue
+            choice = dict(choice)
+            delta = dict(choice.get("delta") or {})
+            reasoning = delta.pop("reasoning", None)
+            if reasoning and not delta.get("reasoning_content"):
+                delta["reasoning_content"] = reasoning
+            content = delta.get("content")
+            if self.provider.split_think_tags and isinstance(content, str) and content:
+                splitter = decoder.think_splitters.get(choice.get("index", 0))
+                if splitter is None:
+                    splitter = decoder.think_splitters[choice.get("index", 0)] = ThinkSplitter()
+                thought, answer = splitter.feed(content)
+                if thought:
+                    delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
+                delta["content"] = answer
+            choice["delta"] = delta
+            choice["finish_reason"] = normalize_finish_reason(
+                choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
+            )
+            if choice["finish_reason"] is not None:
+                decoder.finished = True
+                splitter = decoder.think_splitters.get(choice.get("index", 0))
+                if splitter is not None:
+                    thought, answer = splitter.flush()
+                    if thought:
+                        delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
+                    if answer:
+                        delta["content"] = (delta.get("content") or "") + answer
+            choices.append(choice)
+        out = dict(data)
+        out["choices"] = choices
+        out["model"] = data.get("model") or self.deployment.model
+        if isinstance(raw_usage, dict):
+            # Usage may come on a choices:[] chunk, on the finish chunk, or cumulatively on every
+            # chunk: the last one seen wins, never a sum (providers.md §11.2).
+            usage = normalize_usage(raw_usage, extra=data)
+            decoder.usage = usage
+            out["usage"] = usage
+        else:
+            out["usage"] = None
+        return ChatCompletionChunk.model_validate(out)
+
+    def decode_event(self, event: SSEEvent, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+        data = event.data
+        if not data:
+            return None
+        if data == "[DONE]":
+            decoder.done = True
+            return None
+        try:
+            payload = json.loads(data)
+        except ValueError:
+            raise self._bad_body(f"malformed SSE data: {data[:80]!r}") from None
+        if not isinstance(payload, dict):
+            raise self._bad_body("SSE data is not a JSON object")
+        if event.event == "error":
+            raise self.error_from_event(payload)
+        return self.normalize_chunk(payload, decoder)
+
+
+class StreamDecoder:
+    """Bytes of one streamed response -> chunks; remembers the last usage and whether the stream ended."""
+
+    def __init__(self, adapter: OpenAICompatAdapter) -> None:
+        self.adapter = adapter
+        self.sse = SSEDecoder()
+        self.usage: Optional[Usage] = None
+        self.done = False  # the platform's end marker ([DONE]) was seen
+        self.finished = False  # a finish_reason was seen
+        self.think_splitters: Dict[int, ThinkSplitter] = {}
+
+    @property
+    def complete(self) -> bool:
+        return self.done or self.finished
+
+    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+        out = []
+        for event in self.sse.feed(data):
+            chunk = self.adapter.decode_event(event, self)
+            if chunk is not None:
+                out.append(chunk)
+        return out
+
+    def close(self) -> List[ChatCompletionChunk]:
+        out = []
+        for event in self.sse.close():
+            chunk = self.adapter.decode_event(event, self)
+            if chunk is not None:
+                out.append(chunk)
+        return out
+
+
+def chunk_has_content(chunk: ChatCompletionChunk) -> bool:
+    for choice in chunk.choices:
+        d = choice.delta
+        if d.content or d.reasoning_content or d.tool_calls or d.refusal:
+            return True
+    return False
+
+
+class StreamAssembler:
+    """Chunks -> the ChatCompletion they add up to (content, reasoning, tool calls, finish reasons)."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self.model = ""
+        self.created = 0
+        self.system_fingerprint: Optional[str] = None
+        self._choices: Dict[int, Dict[str, Any]] = {}
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        self.id = self.id or chunk.id
+        self.model = self.model or chunk.model
+        self.created = self.created or chunk.created
+        if chunk.system_fingerprint:
+            self.system_fingerprint = chunk.system_fingerprint
+        for choice in chunk.choices:
+            slot = self._choices.get(choice.index)
+            if slot is None:
+                slot = self._choices[choice.index] = {
+                    "role": "assistant", "content": [], "reasoning": [], "tools": {}, "finish": None, "refusal": [],
+                }
+            d = choice.delta
+            if d.role:
+                slot["role"] = d.role
+            if d.content:
+                slot["content"].append(d.content)
+            if d.reasoning_content:
+                slot["reasoning"].append(d.reasoning_content)
+            if d.refusal:
+                slot["refusal"].append(d.refusal)
+            for call in d.tool_calls or ():
+                tool = slot["tools"].setdefault(call.index, {"id": None, "type": "function", "name": None, "args": []})
+                if call.id:
+                    tool["id"] = call.id
+                if call.type:
+                    tool["type"] = call.type
+                if call.function is not None:
+                    if call.function.name:
+                        tool["name"] = call.function.name
+                    if call.function.arguments:
+                        tool["args"].append(call.function.arguments)
+            if choice.finish_reason:
+                slot["finish"] = choice.finish_reason
+
+    def text(self, index: int = 0) -> str:
+        slot = self._choices.get(index)
+        return "".join(slot["content"]) if slot else ""
+
+    def reasoning_text(self, index: int = 0) -> str:
+        slot = self._choices.get(index)
+        return "".join(slot["reasoning"]) if slot else ""
+
+    def all_text(self) -> str:
+        return "".join("".join(s["content"]) for s in self._choices.values())
+
+    def all_reasoning(self) -> str:
+        return "".join("".join(s["reasoning"]) for s in self._choices.values())
+
+    def completion(self, usage: Usage, fallback_model: str) -> ChatCompletion:
+        choices = []
+        for index in sorted(self._choices):
+            slot = self._choices[index]
+            tools = None
+            if slot["tools"]:
+                tools = [
+                    {"id": t["id"], "type": t["type"], "function": {"name": t["name"], "arguments": "".join(t["args"])}}
+                    for _, t in sorted(slot["tools"].items())
+                ]
+            message = {
+                "role": slot["role"],
+                "content": "".join(slot["content"]) if (slot["content"] or not tools) else None,
+                "reasoning_content": "".join(slot["reasoning"]) or None,
+                "tool_calls": tools,
+                "refusal": "".join(slot["refusal"]) or None,
+            }
+            choices.append({"index": index, "message": message, "finish_reason": slot["finish"]})
+        return ChatCompletion.model_validate(
+            {
+                "id": self.id,
+                "object": "chat.completion",
+                "created": self.created or int(time.time()),
+                "model": self.model or fallback_model,
+                "choices": choices,
+                "usage": usage,
+                "system_fingerprint": self.system_fingerprint,
+            }
+        )
+
+
+def adapter_for(deployment: "Deployment") -> OpenAICompatAdapter:
+    from . import adapter_class
+
+    return adapter_class(deployment.provider.kind, deployment.provider.protocol)(deployment)
+
+
+def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
+    return "\n".join(str(m.get("content") or "") for m in messages)

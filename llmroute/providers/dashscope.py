@@ -1,0 +1,179 @@
+"""Alibaba Bailian / DashScope: the OpenAI-compatible mode and the native DashScope protocol.
+
+Compatible mode (providers.md §4a) is the OpenAI wire format with `max_completion_tokens`, usage on
+a final `choices: []` chunk when `include_usage` is asked for, and content-filter errors that may
+arrive mid-stream as a `data:` event; the base adapter handles all of that.
+
+The native protocol (§4b) is different: the body is `{"model", "input": {"messages"}, "parameters"}`,
+streaming needs the `X-DashScope-SSE: enable` header, events carry `id:`/`event:` lines and a
+`:HTTP_STATUS/200` comment, there is no `[DONE]`, every event carries cumulative usage, and text is
+cumulative unless `incremental_output` is true. It comes out as the same `ChatCompletion`. Sans-I/O.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any, Dict, Mapping, Optional
+
+from .base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finish_reason
+from ..sse import SSEEvent
+from ..tokens import normalize_usage
+from ..types import ChatCompletion, ChatCompletionChunk, Usage
+
+__all__ = ["BailianCompatAdapter", "BailianNativeAdapter"]
+
+# OpenAI parameters the native protocol takes under `parameters` (dashscope/aigc/generation.py).
+_NATIVE_PARAMS = frozenset(
+    {
+        "temperature", "top_p", "top_k", "seed", "stop", "tools", "tool_choice", "parallel_tool_calls", "n",
+        "presence_penalty", "repetition_penalty", "logprobs", "top_logprobs", "response_format", "enable_search",
+        "search_options", "enable_thinking", "thinking_budget", "incremental_output", "result_format",
+        "frequency_penalty",
+    }
+)
+
+
+class BailianCompatAdapter(OpenAICompatAdapter):
+    """§4a: OpenAI mode. `max_completion_tokens` is set by the kind's registry entry."""
+
+
+class BailianNativeAdapter(OpenAICompatAdapter):
+    chat_path = "/services/aigc/text-generation/generation"
+
+    def headers(self, stream: bool) -> Dict[str, str]:
+        headers = super().headers(stream)
+        if stream:
+            headers["X-DashScope-SSE"] = "enable"
+            headers["X-Accel-Buffering"] = "no"
+        return headers
+
+    def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
+        params = dict(call.params)
+        cap = params.pop("max_completion_tokens", None) or params.pop("max_tokens", None)
+        params.pop("stream", None)
+        params.pop("stream_options", None)
+        parameters: Dict[str, Any] = {"result_format": "message"}
+        if stream:
+            parameters["incremental_output"] = True
+        if cap is not None:
+            parameters["max_tokens"] = cap
+        for name, value in params.items():
+            if name not in _NATIVE_PARAMS:
+                from .. import errors as E
+
+                raise E.BadRequestError(
+                    f"parameter {name!r} has no equivalent in the DashScope native protocol "
+                    "(use protocol = \"compatible\", or pass it in extra_body)",
+                    provider=self.provider.name,
+                    deployment=self.deployment.id,
+                )
+            parameters[name] = value
+        extra = {**self.deployment.extra_body, **call.extra_body}
+        parameters.update(extra.pop("parameters", {}) if isinstance(extra.get("parameters"), dict) else {})
+        parameters.update(extra)
+        return {"model": self.deployment.model, "input": {"messages": call.messages}, "parameters": parameters}
+
+    def stream_decoder(self, call: CallInput) -> StreamDecoder:
+        decoder = StreamDecoder(self)
+        # Cumulative text unless incremental_output is on: we ask for it, but a user may turn it off.
+        body_params = self.body(call, True)["parameters"]
+        decoder.cumulative = not body_params.get("incremental_output", False)  # type: ignore[attr-defined]
+        decoder.previous_text = {}  # type: ignore[attr-defined]
+        decoder.previous_reasoning = {}  # type: ignore[attr-defined]
+        return decoder
+
+    def completion_from_dict(self, data: Dict[str, Any]) -> tuple[ChatCompletion, bool]:
+        if "output" not in data and "code" in data:
+            raise self.error_from_event(data)
+        output = data.get("output") or {}
+        choices = []
+        for i, choice in enumerate(_native_choices(output)):
+            message = dict(choice.get("message") or {})
+            self.normalize_message(message)
+            choices.append(
+                {
+                    "index": choice.get("index", i),
+                    "message": message,
+                    "finish_reason": normalize_finish_reason(
+                        choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
+                    ),
+                }
+            )
+        raw_usage = data.get("usage")
+        reported = isinstance(raw_usage, dict)
+        completion = ChatCompletion.model_validate(
+            {
+                "id": data.get("request_id") or "",
+                "created": int(time.time()),
+                "model": self.deployment.model,
+                "choices": choices,
+                "usage": normalize_usage(raw_usage) if reported else Usage(),
+            }
+        )
+        return completion, reported
+
+    def decode_event(self, event: SSEEvent, decoder: StreamDecoder) -> Optional[ChatCompletionChunk]:
+        if not event.data:
+            return None
+        try:
+            payload = json.loads(event.data)
+        except ValueError:
+            raise self._bad_body(f"malformed SSE data: {event.data[:80]!r}") from None
+        if event.event == "error" or (isinstance(payload, Mapping) and "output" not in payload and "code" in payload):
+            raise self.error_from_event(payload)
+        output = payload.get("output") or {}
+        choices = []
+        for i, choice in enumerate(_native_choices(output)):
+            index = choice.get("index", i)
+            message = choice.get("message") or {}
+            text = message.get("content") or ""
+            reasoning = message.get("reasoning_content") or ""
+            if getattr(decoder, "cumulative", False):
+                text = _new_part(decoder.previous_text, index, text)  # type: ignore[attr-defined]
+                reasoning = _new_part(decoder.previous_reasoning, index, reasoning)  # type: ignore[attr-defined]
+            delta: Dict[str, Any] = {}
+            if message.get("role"):
+                delta["role"] = message["role"]
+            if text:
+                delta["content"] = text
+            if reasoning:
+                delta["reasoning_content"] = reasoning
+            if message.get("tool_calls"):
+                delta["tool_calls"] = [
+                    {"index": call.get("index", j), **{k: v for k, v in call.items() if k != "index"}}
+                    for j, call in enumerate(message["tool_calls"])
+                ]
+            finish = normalize_finish_reason(
+                choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
+            )
+            if finish is not None:
+                decoder.finished = True
+            choices.append({"index": index, "delta": delta, "finish_reason": finish})
+        usage = None
+        if isinstance(payload.get("usage"), dict):
+            usage = normalize_usage(payload["usage"])
+            decoder.usage = usage
+        return ChatCompletionChunk.model_validate(
+            {
+                "id": payload.get("request_id") or event.id or "",
+                "created": int(time.time()),
+                "model": self.deployment.model,
+                "choices": choices,
+                "usage": usage,
+            }
+        )
+
+
+def _native_choices(output: Mapping[str, Any]) -> list:
+    if output.get("choices"):
+        return [c for c in output["choices"] if isinstance(c, dict)]
+    if "text" in output:  # result_format = "text"
+        return [{"message": {"role": "assistant", "content": output.get("text")}, "finish_reason": output.get("finish_reason")}]
+    return []
+
+
+def _new_part(previous: Dict[int, str], index: int, text: str) -> str:
+    before = previous.get(index, "")
+    previous[index] = text if text.startswith(before) else before + text
+    return text[len(before) :] if text.startswith(before) else text

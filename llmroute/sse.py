@@ -1,0 +1,117 @@
+"""Incremental Server-Sent Events decoding: bytes in, `SSEEvent`s out. Shared by every adapter.
+
+Follows the WHATWG rules that matter here: lines end in LF, CRLF or CR; a blank line ends an event;
+`data:` lines are joined with LF; lines starting with ':' are comments (DashScope sends
+`:HTTP_STATUS/200`); a single space after the colon is dropped. Bytes may be split anywhere,
+including inside a UTF-8 character. This module does no I/O.
+"""
+
+from __future__ import annotations
+
+import codecs
+from dataclasses import dataclass
+from typing import List, Optional
+
+__all__ = ["SSEEvent", "SSEDecoder"]
+
+
+@dataclass(frozen=True)
+class SSEEvent:
+    data: str
+    event: Optional[str] = None
+    id: Optional[str] = None
+    comments: tuple[str, ...] = ()
+
+
+class SSEDecoder:
+    """Feed bytes with `feed()`, get completed events; `close()` returns a last event left unterminated."""
+
+    __slots__ = ("_text", "_buffer", "_data", "_event", "_id", "_comments", "_has_field", "_pending_cr")
+
+    def __init__(self) -> None:
+        self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
+        self._buffer = ""
+        self._data: List[str] = []
+        self._event: Optional[str] = None
+        self._id: Optional[str] = None
+        self._comments: List[str] = []
+        self._has_field = False
+        self._pending_cr = False
+
+    def feed(self, chunk: bytes) -> List[SSEEvent]:
+        text = self._text.decode(chunk)
+        if not text:
+            return []
+        if self._pending_cr:
+            # A CR ended the last feed: a LF that opens this one belongs to the same line break.
+            if text.startswith("\n"):
+                text = text[1:]
+            self._pending_cr = False
+        buffer = self._buffer + text
+        events: List[SSEEvent] = []
+        start = 0
+        n = len(buffer)
+        while start < n:
+            lf = buffer.find("\n", start)
+            cr = buffer.find("\r", start)
+            if lf == -1 and cr == -1:
+                break
+            if cr != -1 and (lf == -1 or cr < lf):
+                end = cr
+                if cr + 1 < n:
+                    nxt = cr + 2 if buffer[cr + 1] == "\n" else cr + 1
+                else:
+                    nxt = cr + 1
+                    self._pending_cr = True
+            else:
+                end = lf
+                nxt = lf + 1
+            event = self._line(buffer[start:end])
+            if event is not None:
+                events.append(event)
+            start = nxt
+        self._buffer = buffer[start:]
+        return events
+
+    def close(self) -> List[SSEEvent]:
+        """End of stream: flush a final event whose blank line never came (DashScope ends so)."""
+        tail = self._text.decode(b"", final=True)
+        rest = self._buffer + tail
+        self._buffer = ""
+        events: List[SSEEvent] = []
+        if rest:
+            event = self._line(rest)
+            if event is not None:
+                events.append(event)
+        event = self._line("")
+        if event is not None:
+            events.append(event)
+        return events
+
+    def _line(self, line: str) -> Optional[SSEEvent]:
+        if not line:
+            if not self._has_field:
+                return None
+            event = SSEEvent("\n".join(self._data), self._event, self._id, tuple(self._comments))
+            self._data = []
+            self._event = None
+            self._comments = []
+            self._has_field = False
+            return event
+        if line[0] == ":":
+            self._comments.append(line[1:])
+            return None
+        name, sep, value = line.partition(":")
+        if sep and value.startswith(" "):
+            value = value[1:]
+        if name == "data":
+            self._data.append(value)
+            self._has_field = True
+        elif name == "event":
+            self._event = value
+            self._has_field = True
+        elif name == "id":
+            self._id = value
+            self._has_field = True
+        # "retry" and unknown fields are ignored, as the spec says.
+        return None

@@ -1,0 +1,168 @@
+"""The only module that does network I/O: httpx connection pools, sync and async, one per provider.
+
+It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
+they arrive). It knows nothing of platforms; it maps httpx's exceptions to llmroute's connect /
+time-to-first-token / total timeouts and connection errors, naming the deployment. The async side
+can run on httpx's own transport or on aiohttp (`transport = "aiohttp"`, extra `llmroute[aiohttp]`),
+imported only when chosen.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
+
+import httpx
+
+from . import errors as E
+from .providers.base import HttpRequest
+
+__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "map_transport_error"]
+
+
+@dataclass(frozen=True)
+class Timeouts:
+    """Limits for one attempt. `read_s` bounds each wait for bytes: until the first token it is the
+    time-to-first-token limit (or what is left of the total, if less); `total_s` is checked between reads."""
+
+    connect_s: float
+    ttft_s: float
+    total_s: float
+    read_s: float
+    read_kind: str  # "ttft" or "total": which limit a read timeout means
+
+    def httpx(self) -> httpx.Timeout:
+        return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
+
+
+def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
+    """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
+    kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return E.TimeoutError(
+            f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
+            seconds=timeouts.connect_s, **kw,
+        )
+    if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
+        if timeouts.read_kind == "ttft":
+            return E.TimeoutError(
+                f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s", timeout="ttft",
+                seconds=timeouts.ttft_s, **kw,
+            )
+        return E.TimeoutError(
+            f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
+            seconds=timeouts.total_s, **kw,
+        )
+    if isinstance(exc, httpx.TimeoutException):
+        return E.TimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
+    if isinstance(exc, httpx.ConnectError):
+        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
+        return E.ConnectionError(f"connection broken: {_reason(exc)}", **kw)
+    if isinstance(exc, httpx.HTTPError):
+        return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
+    if isinstance(exc, OSError):
+        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+    name = type(exc).__module__.split(".")[0]
+    if name == "aiohttp":
+        if "Timeout" in type(exc).__name__:
+            return E.TimeoutError(
+                f"{timeouts.read_kind} timeout", timeout=timeouts.read_kind, seconds=timeouts.read_s, **kw
+            )
+        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    raise exc
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text} ({cause})"
+    return text[:300]
+
+
+def _limits(max_connections: int) -> httpx.Limits:
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
+
+
+class SyncTransport:
+    """One `httpx.Client` per provider (base URLs and keys differ), created on first use."""
+
+    def __init__(self) -> None:
+        self._clients: Dict[str, httpx.Client] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _client(self, provider: str, max_connections: int) -> httpx.Client:
+        client = self._clients.get(provider)
+        if client is None:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the client is closed")
+                client = self._clients.get(provider)
+                if client is None:
+                    client = httpx.Client(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+                    self._clients[provider] = client
+        return client
+
+    def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int) -> httpx.Response:
+        """Send and return the response with its body unread (the caller reads or streams it)."""
+        client = self._client(provider, max_connections)
+        req = client.build_request(
+            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx()
+        )
+        return client.send(req, stream=True)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.close()
+
+
+class AsyncTransport:
+    """One `httpx.AsyncClient` per provider; `backend="aiohttp"` uses httpx-aiohttp's transport."""
+
+    def __init__(self, backend: str = "httpx") -> None:
+        if backend not in ("httpx", "aiohttp"):
+            raise E.ConfigError(f"unknown async transport {backend!r}; expected 'httpx' or 'aiohttp'", key="transport")
+        self.backend = backend
+        self._clients: Dict[str, httpx.AsyncClient] = {}
+        self._closed = False
+
+    def _make(self, max_connections: int) -> httpx.AsyncClient:
+        limits = _limits(max_connections)
+        if self.backend == "aiohttp":
+            try:
+                from httpx_aiohttp import AiohttpTransport
+            except ImportError:
+                raise E.ConfigError(
+                    "transport 'aiohttp' needs the aiohttp extra: pip install 'llmroute[aiohttp]'", key="transport"
+                ) from None
+            return httpx.AsyncClient(transport=AiohttpTransport(), limits=limits, trust_env=False)
+        return httpx.AsyncClient(limits=limits, trust_env=False, follow_redirects=False)
+
+    def _client(self, provider: str, max_connections: int) -> httpx.AsyncClient:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        client = self._clients.get(provider)
+        if client is None:
+            client = self._clients[provider] = self._make(max_connections)
+        return client
+
+    async def open(
+        self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int
+    ) -> httpx.Response:
+        client = self._client(provider, max_connections)
+        req = client.build_request(
+            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx()
+        )
+        return await client.send(req, stream=True)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()

@@ -1,0 +1,177 @@
+"""OpenAI-shaped response models, and what llmroute adds to them: `Route` and its `Attempt`s.
+
+The Chat Completions shapes follow OpenAI's (`ChatCompletion`, `ChatCompletionChunk`, `Usage`), so a
+user's code that reads OpenAI responses reads ours. What llmroute adds lives in fields of its own
+(`route`, `cost`) that `model_dump()` leaves out, so a dumped response is plain OpenAI JSON.
+This module does no I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Any, List, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = [
+    "PromptTokensDetails",
+    "CompletionTokensDetails",
+    "Usage",
+    "FunctionCall",
+    "ToolCall",
+    "ChatCompletionMessage",
+    "Choice",
+    "ChatCompletion",
+    "ChoiceDelta",
+    "ToolCallDelta",
+    "ChunkChoice",
+    "ChatCompletionChunk",
+    "Attempt",
+    "Route",
+]
+
+
+class _OpenAIModel(BaseModel):
+    # Platforms add fields of their own (Together `warnings`, llama.cpp `timings`); keep them readable.
+    model_config = ConfigDict(extra="allow")
+
+
+class PromptTokensDetails(_OpenAIModel):
+    cached_tokens: int = 0
+
+
+class CompletionTokensDetails(_OpenAIModel):
+    reasoning_tokens: int = 0
+
+
+class Usage(_OpenAIModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = Field(default_factory=CompletionTokensDetails)
+
+    @property
+    def cached_tokens(self) -> int:
+        return self.prompt_tokens_details.cached_tokens
+
+    @property
+    def reasoning_tokens(self) -> int:
+        return self.completion_tokens_details.reasoning_tokens
+
+
+class FunctionCall(_OpenAIModel):
+    name: Optional[str] = None
+    arguments: str = ""
+
+
+class ToolCall(_OpenAIModel):
+    id: Optional[str] = None
+    type: str = "function"
+    function: FunctionCall = Field(default_factory=FunctionCall)
+
+
+class ChatCompletionMessage(_OpenAIModel):
+    role: str = "assistant"
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[List[ToolCall]] = None
+    refusal: Optional[str] = None
+
+
+class Choice(_OpenAIModel):
+    index: int = 0
+    message: ChatCompletionMessage = Field(default_factory=ChatCompletionMessage)
+    finish_reason: Optional[str] = None
+    logprobs: Optional[Any] = None
+
+
+class ToolCallDelta(_OpenAIModel):
+    index: int = 0
+    id: Optional[str] = None
+    type: Optional[str] = None
+    function: Optional[FunctionCall] = None
+
+
+class ChoiceDelta(_OpenAIModel):
+    role: Optional[str] = None
+    content: Optional[str] = None
+    reasoning_content: Optional[str] = None
+    tool_calls: Optional[List[ToolCallDelta]] = None
+    refusal: Optional[str] = None
+
+
+class ChunkChoice(_OpenAIModel):
+    index: int = 0
+    delta: ChoiceDelta = Field(default_factory=ChoiceDelta)
+    finish_reason: Optional[str] = None
+    logprobs: Optional[Any] = None
+
+
+class Attempt(BaseModel):
+    """One try at one deployment: what was sent where, how it ended, how long it took."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    deployment: str
+    provider: str
+    model: str
+    tier: Optional[str] = None
+    number: int = 1
+    status: Literal["ok", "error", "skipped", "cancelled", "interrupted"] = "ok"
+    error: Optional[BaseException] = Field(default=None, exclude=True)
+    error_type: Optional[str] = None
+    error_message: Optional[str] = None
+    http_status: Optional[int] = None
+    request_id: Optional[str] = None
+    started_at: float = 0.0
+    duration_s: float = 0.0
+    ttft_s: Optional[float] = None
+    usage: Optional[Usage] = None
+    usage_estimated: bool = False
+    billed: bool = False
+    cost: Optional[Any] = None
+    note: Optional[str] = None
+
+    @property
+    def id(self) -> str:
+        return self.deployment
+
+
+class Route(BaseModel):
+    """What llmroute did for a call: which tier and deployment served it, and every attempt on the way."""
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    provider: Optional[str] = None
+    deployment: Optional[str] = None
+    model: Optional[str] = None
+    tier: Optional[str] = None
+    reason: Optional[str] = None
+    score: Optional[float] = None
+    pool: str = "interactive"
+    feature: Optional[str] = None
+    attempts: List[Attempt] = Field(default_factory=list)
+    usage_estimated: bool = False
+    request_id: Optional[str] = None
+
+
+class ChatCompletion(_OpenAIModel):
+    id: str = ""
+    object: str = "chat.completion"
+    created: int = 0
+    model: str = ""
+    choices: List[Choice] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    system_fingerprint: Optional[str] = None
+    route: Optional[Route] = Field(default=None, exclude=True)
+    cost: Optional[Any] = Field(default=None, exclude=True)
+
+
+class ChatCompletionChunk(_OpenAIModel):
+    id: str = ""
+    object: str = "chat.completion.chunk"
+    created: int = 0
+    model: str = ""
+    choices: List[ChunkChoice] = Field(default_factory=list)
+    usage: Optional[Usage] = None
+    system_fingerprint: Optional[str] = None
