@@ -1,0 +1,402 @@
+"""Budgets and request guards: refuse, or downgrade, a call before it is sent.
+
+Config (TOML):
+
+    [[budgets]]
+    name = "free-tier-daily"
+    when = { metadata = { plan = "free" } }   # which calls count; also `feature = "chat"` or a list
+    per = ["metadata.tenant"]                 # one counter per tenant (also "feature"); optional
+    period = "daily"                          # daily | monthly, UTC calendar windows
+    max_cost = 5                              # money cap, in `currency` ...
+    currency = "USD"
+    # max_tokens = 2_000_000                  # ... or a token cap (input + output tokens)
+    action = "downgrade"                      # refuse (default) | downgrade
+    downgrade_tier = "small"                  # with action = "downgrade"
+
+    [guards."summarize"]                      # per feature; [guards."*"] applies to the others
+    max_input_tokens = 8000
+    max_tokens = 1024
+
+Semantics: before a call, `BudgetBook.check` adds the call's *estimate* (prompt tokens plus
+`max_tokens` at the deployment's price, all input uncached: an upper bound) to what the window has
+spent. If that passes a `refuse` budget's cap, `BudgetExceededError` names the budget, its limit and
+the spend. If it passes a `downgrade` budget's cap, the verdict says to use `downgrade_tier`
+instead (the route should say so); a call already on that tier is allowed. After the call,
+`record` (or `record_ledger`) adds what it actually cost. At start, `seed_from_ledger` reloads the
+current windows from an existing ledger so a restart does not reset the spend.
+
+Money spent in another currency than the budget's is converted with `[pricing.exchange_rates]`; a
+call with no price (`pricing.strict = false`) counts toward token caps only. Concurrent in-flight
+calls are not reserved against each other: the cap can be passed by at most the calls in flight.
+
+`BudgetBook` is sans-I/O except `seed_from_ledger`; time is always passed in (`now`, unix seconds).
+"""
+
+from __future__ import annotations
+
+import calendar
+import logging
+import os
+import threading
+import time
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+
+from ..errors import BudgetExceededError, ConfigError, RequestGuardError
+from .cost import Cost, compute_cost
+from .ledger import LedgerRecord, read_records
+from .prices import ExchangeRates, Price, to_decimal
+
+__all__ = [
+    "BudgetWhen",
+    "BudgetConfig",
+    "GuardConfig",
+    "BudgetVerdict",
+    "BudgetBook",
+    "check_budget_config",
+    "check_guards",
+    "estimate_cost",
+    "window_of",
+]
+
+log = logging.getLogger("llmroute.budgets")
+
+DEFAULT_GUARD = "*"
+
+
+class BudgetWhen(BaseModel):
+    """Which calls a budget counts. Empty: every call."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    feature: Union[str, list[str], None] = None
+    metadata: dict[str, str] = Field(default_factory=dict)
+
+    @field_validator("metadata", mode="before")
+    @classmethod
+    def _stringify(cls, v: Any) -> Any:
+        # `plan = 1` and `plan = "1"` mean the same to a user; metadata is compared as text.
+        return {str(k): str(x) for k, x in v.items()} if isinstance(v, Mapping) else v
+
+    def matches(self, feature: str | None, metadata: Mapping[str, Any]) -> bool:
+        if self.feature is not None:
+            wanted = [self.feature] if isinstance(self.feature, str) else self.feature
+            if feature not in wanted:
+                return False
+        return all(k in metadata and str(metadata[k]) == v for k, v in self.metadata.items())
+
+
+class BudgetConfig(BaseModel):
+    """One `[[budgets]]` entry."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(min_length=1)
+    when: BudgetWhen = Field(default_factory=BudgetWhen)
+    # Dimensions that split the budget into one counter per value: "feature", "metadata.<key>".
+    per: list[str] = Field(default_factory=list)
+    period: Literal["daily", "monthly"] = "daily"
+    max_cost: Optional[Decimal] = None
+    currency: Literal["USD", "CNY"] = "USD"
+    max_tokens: Optional[int] = Field(default=None, gt=0)
+    action: Literal["refuse", "downgrade"] = "refuse"
+    downgrade_tier: Optional[str] = None
+
+    @field_validator("per", mode="before")
+    @classmethod
+    def _one_or_many(cls, v: Any) -> Any:
+        return [v] if isinstance(v, str) else v
+
+    @field_validator("per")
+    @classmethod
+    def _dimensions(cls, v: list[str]) -> list[str]:
+        for d in v:
+            if d != "feature" and not (d.startswith("metadata.") and len(d) > len("metadata.")):
+                raise ValueError(f'per: {d!r} is not "feature" or "metadata.<key>"')
+        return v
+
+    @field_validator("max_cost", mode="before")
+    @classmethod
+    def _exact(cls, v: Any) -> Any:
+        if v is None:
+            return None
+        d = to_decimal(v, what="max_cost")
+        if d <= 0:
+            raise ValueError(f"max_cost must be > 0, got {v!r}")
+        return d
+
+    @model_validator(mode="after")
+    def _one_cap(self) -> "BudgetConfig":
+        if (self.max_cost is None) == (self.max_tokens is None):
+            raise ValueError(f"budget {self.name!r}: set exactly one of max_cost or max_tokens")
+        if self.action == "downgrade" and not self.downgrade_tier:
+            raise ValueError(f'budget {self.name!r}: action = "downgrade" needs downgrade_tier')
+        if self.action == "refuse" and self.downgrade_tier:
+            raise ValueError(f'budget {self.name!r}: downgrade_tier is set but action is "refuse"')
+        return self
+
+    @property
+    def unit(self) -> str:
+        return self.currency if self.max_cost is not None else "tokens"
+
+    @property
+    def limit(self) -> Decimal | int:
+        return self.max_cost if self.max_cost is not None else self.max_tokens  # type: ignore[return-value]
+
+    def group_of(self, feature: str | None, metadata: Mapping[str, Any]) -> tuple[str | None, ...]:
+        out: list[str | None] = []
+        for d in self.per:
+            if d == "feature":
+                out.append(feature)
+            else:
+                v = metadata.get(d[len("metadata.") :])
+                out.append(None if v is None else str(v))
+        return tuple(out)
+
+
+class GuardConfig(BaseModel):
+    """One `[guards."<feature>"]` table: limits checked before a call is sent."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_input_tokens: Optional[int] = Field(default=None, gt=0)
+    max_tokens: Optional[int] = Field(default=None, gt=0)
+
+
+def check_budget_config(
+    budgets: Sequence[BudgetConfig],
+    *,
+    tiers: Iterable[str],
+    currencies: Iterable[str] = (),
+    rates: ExchangeRates | None = None,
+    key: str = "budgets",
+) -> None:
+    """Cross-checks at config load: unique names, a known downgrade tier, and a rate for every
+    currency a money budget would have to count in (`currencies`: those of the priced deployments)."""
+    tiers = set(tiers)
+    currencies = set(currencies)
+    seen: set[str] = set()
+    for i, b in enumerate(budgets):
+        where = f"{key}[{i}]"
+        if b.name in seen:
+            raise ConfigError(f"budget name {b.name!r} is used twice", key=f"{where}.name")
+        seen.add(b.name)
+        if b.downgrade_tier is not None and b.downgrade_tier not in tiers:
+            raise ConfigError(
+                f"downgrade_tier {b.downgrade_tier!r} names no tier (known: {', '.join(sorted(tiers)) or 'none'})",
+                key=f"{where}.downgrade_tier",
+            )
+        if b.max_cost is not None:
+            for cur in sorted(currencies - {b.currency}):
+                if rates is None or rates.convert(Decimal(1), cur, b.currency) is None:
+                    raise ConfigError(
+                        f"budget {b.name!r} is in {b.currency} but deployments bill in {cur}; "
+                        f"set pricing.reporting_currency and [pricing.exchange_rates] so it can be converted",
+                        key=f"{where}.currency",
+                    )
+
+
+def check_guards(
+    guards: Mapping[str, GuardConfig], feature: str | None, *, input_tokens: int, max_tokens: int | None
+) -> int | None:
+    """Refuse a call whose prompt or `max_tokens` passes its feature's guard (`"*"` for features
+    with none of their own). Returns the `max_tokens` to send: the caller's, or the guard's cap when
+    the caller set none (so an unset `max_tokens` cannot slip past the guard)."""
+    guard = guards.get(feature) if feature is not None else None
+    if guard is None:
+        guard = guards.get(DEFAULT_GUARD)
+    if guard is None:
+        return max_tokens
+    name = feature if feature is not None else "(no feature)"
+    if guard.max_input_tokens is not None and input_tokens > guard.max_input_tokens:
+        raise RequestGuardError(
+            f"feature {name!r}: the prompt has ~{input_tokens} tokens, over its guard "
+            f"max_input_tokens = {guard.max_input_tokens}; nothing was sent",
+            feature=feature,
+            guard="max_input_tokens",
+            limit=guard.max_input_tokens,
+            value=input_tokens,
+        )
+    if guard.max_tokens is not None:
+        if max_tokens is None:
+            return guard.max_tokens
+        if max_tokens > guard.max_tokens:
+            raise RequestGuardError(
+                f"feature {name!r}: max_tokens = {max_tokens} is over its guard max_tokens = "
+                f"{guard.max_tokens}; nothing was sent",
+                feature=feature,
+                guard="max_tokens",
+                limit=guard.max_tokens,
+                value=max_tokens,
+            )
+    return max_tokens
+
+
+def estimate_cost(
+    price: Price | None, *, prompt_tokens: int, max_tokens: int | None, default_max_tokens: int = 1024
+) -> Cost:
+    """An upper-bound estimate for a call not yet sent: the whole prompt uncached at the input
+    rate plus `max_tokens` (or `default_max_tokens` when unset) at the output rate."""
+    return compute_cost(
+        price,
+        prompt_tokens=prompt_tokens,
+        completion_tokens=default_max_tokens if max_tokens is None else max_tokens,
+        estimated=True,
+    )
+
+
+def window_of(period: str, now: float) -> tuple[int, ...]:
+    """The UTC calendar window `now` falls in: (year, month, day) or (year, month)."""
+    t = time.gmtime(now)
+    return (t.tm_year, t.tm_mon, t.tm_mday) if period == "daily" else (t.tm_year, t.tm_mon)
+
+
+@dataclass(frozen=True)
+class BudgetVerdict:
+    """`action` is "allow" or "downgrade"; a refusal is raised, not returned."""
+
+    action: Literal["allow", "downgrade"] = "allow"
+    tier: str | None = None  # the tier to use instead, when downgrading
+    budget: str | None = None  # the budget that decided it
+    reason: str = ""
+
+
+_ALLOW = BudgetVerdict()
+
+
+class BudgetBook:
+    """Spend counters per (budget, group, window). Thread-safe; no clock of its own."""
+
+    def __init__(self, budgets: Sequence[BudgetConfig], *, rates: ExchangeRates | None = None) -> None:
+        self.budgets = list(budgets)
+        self.rates = rates
+        self._lock = threading.Lock()
+        # (budget name, group) -> (window, spent); one window kept per counter: old ones drop off.
+        self._spent: dict[tuple[str, tuple[str | None, ...]], tuple[tuple[int, ...], Decimal | int]] = {}
+
+    def _amount_in(self, b: BudgetConfig, amount: Decimal | None, currency: str | None) -> Decimal | None:
+        if amount is None or currency is None:
+            return None
+        if currency == b.currency:
+            return amount
+        converted = self.rates.convert(amount, currency, b.currency) if self.rates else None
+        if converted is None:
+            log.warning("budget %r: no exchange rate from %s to %s; amount not counted", b.name, currency, b.currency)
+        return converted
+
+    def _usage(self, b: BudgetConfig, amount: Decimal | None, currency: str | None, tokens: int) -> Decimal | int | None:
+        return self._amount_in(b, amount, currency) if b.max_cost is not None else int(tokens)
+
+    def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None):
+        """What budget `name` has spent in the window holding `now` (for the group of feature/metadata)."""
+        b = next((x for x in self.budgets if x.name == name), None)
+        if b is None:
+            raise KeyError(name)
+        key = (b.name, b.group_of(feature, metadata or {}))
+        with self._lock:
+            return self._current(b, key, now)
+
+    def _current(self, b: BudgetConfig, key: tuple[str, tuple[str | None, ...]], now: float) -> Decimal | int:
+        zero: Decimal | int = Decimal(0) if b.max_cost is not None else 0
+        window = window_of(b.period, now)
+        got = self._spent.get(key)
+        return got[1] if got is not None and got[0] == window else zero
+
+    def check(
+        self,
+        now: float,
+        *,
+        feature: str | None,
+        metadata: Mapping[str, Any] | None = None,
+        tier: str | None = None,
+        estimated_cost: Decimal | None = None,
+        currency: str | None = None,
+        estimated_tokens: int = 0,
+    ) -> BudgetVerdict:
+        """Decide before a call. Raises BudgetExceededError for a `refuse` budget; returns a
+        downgrade verdict for the first `downgrade` budget it would pass (unless already on its tier)."""
+        metadata = metadata or {}
+        downgrade: BudgetVerdict | None = None
+        with self._lock:
+            for b in self.budgets:
+                if not b.when.matches(feature, metadata):
+                    continue
+                need = self._usage(b, estimated_cost, currency, estimated_tokens)
+                if need is None:
+                    continue  # unpriced or unconvertible: a money cap cannot judge it
+                spent = self._current(b, (b.name, b.group_of(feature, metadata)), now)
+                if spent + need <= b.limit:  # type: ignore[operator]
+                    continue
+                group = ", ".join(f"{d}={v}" for d, v in zip(b.per, b.group_of(feature, metadata)))
+                scope = f" for {group}" if group else ""
+                text = (
+                    f"budget {b.name!r}{scope}: {b.period} limit {_fmt(b.limit)} {b.unit}, spent {_fmt(spent)}, "
+                    f"this call ~{_fmt(need)}"
+                )
+                if b.action == "refuse":
+                    raise BudgetExceededError(text, budget=b.name, limit=b.limit, spent=spent, unit=b.unit)
+                if downgrade is None and tier != b.downgrade_tier:
+                    downgrade = BudgetVerdict("downgrade", b.downgrade_tier, b.name, text + f"; downgraded to tier {b.downgrade_tier!r}")
+        return downgrade or _ALLOW
+
+    def record(
+        self,
+        ts: float,
+        *,
+        feature: str | None,
+        metadata: Mapping[str, Any] | None = None,
+        amount: Decimal | None,
+        currency: str | None,
+        tokens: int,
+    ) -> None:
+        """Add what an attempt cost (ts: when it ended, unix seconds)."""
+        metadata = metadata or {}
+        with self._lock:
+            for b in self.budgets:
+                if not b.when.matches(feature, metadata):
+                    continue
+                add = self._usage(b, amount, currency, tokens)
+                if add is None:
+                    continue
+                key = (b.name, b.group_of(feature, metadata))
+                window = window_of(b.period, ts)
+                got = self._spent.get(key)
+                if got is None or got[0] < window:
+                    self._spent[key] = (window, add)
+                elif got[0] == window:
+                    self._spent[key] = (window, got[1] + add)  # type: ignore[operator]
+                # A record from an older window than the counter's (late, out of order) no longer counts.
+
+    def record_ledger(self, rec: LedgerRecord) -> None:
+        self.record(
+            rec.ts,
+            feature=rec.feature,
+            metadata=rec.metadata,
+            amount=rec.cost,
+            currency=rec.currency,
+            tokens=rec.input_tokens + rec.output_tokens,
+        )
+
+    def seed_from_ledger(self, path: str | os.PathLike[str], now: float) -> int:
+        """Reload the current windows' spend from a ledger file; returns the records read.
+        A missing file seeds nothing."""
+        if not self.budgets or not os.path.exists(path):
+            return 0
+        monthly = any(b.period == "monthly" for b in self.budgets)
+        t = time.gmtime(now)
+        start = time.struct_time((t.tm_year, t.tm_mon, 1 if monthly else t.tm_mday, 0, 0, 0, 0, 0, 0))
+        since = float(calendar.timegm(start))
+        n = 0
+        for rec in read_records(path, since=since):
+            self.record_ledger(rec)
+            n += 1
+        return n
+
+
+def _fmt(x: Any) -> str:
+    if isinstance(x, Decimal):
+        return f"{x.normalize():f}" if x == x.to_integral() else f"{x.quantize(Decimal('0.000001')).normalize():f}"
+    return str(x)
