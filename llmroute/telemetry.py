@@ -37,6 +37,7 @@ nanoseconds per call when no SDK is configured (``benchmarks/telemetry_overhead.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import sys
@@ -147,17 +148,44 @@ def _load_api() -> _Api:
     return _api
 
 
+_noop_meter_types: tuple[type, ...] | None = None
+
+
 def _noop_meter_provider_types() -> tuple[type, ...]:
-    from opentelemetry import metrics
+    global _noop_meter_types
+    if _noop_meter_types is None:
+        from opentelemetry import metrics
 
-    types: list[type] = [metrics.NoOpMeterProvider]
-    try:  # the proxy class is private; without it every global provider is treated as real (slower, correct)
-        from opentelemetry.metrics._internal import _ProxyMeterProvider
+        types: list[type] = [metrics.NoOpMeterProvider]
+        try:  # the proxy class is private; without it every global provider is treated as real (slower, correct)
+            from opentelemetry.metrics._internal import _ProxyMeterProvider
 
-        types.append(_ProxyMeterProvider)
-    except ImportError:  # pragma: no cover - depends on the API version
-        pass
-    return tuple(types)
+            types.append(_ProxyMeterProvider)
+        except ImportError:  # pragma: no cover - depends on the API version
+            pass
+        _noop_meter_types = tuple(types)
+    return _noop_meter_types
+
+
+_UNKNOWN = object()
+
+
+def _global_provider(public: str, internal: str, variable: str, getter: str, from_env: bool) -> Any:
+    """The global provider the application set, or None when it set none (so nothing can record).
+
+    Asked on every call until a real provider appears, so it must be cheap: the public getter reads
+    os.environ each time (about 1.5 us here), so when no OTEL_PYTHON_*_PROVIDER variable was set we read
+    the API's set-once module variable instead, falling back to the getter if the API renamed it.
+    """
+    if from_env:
+        return getattr(importlib.import_module(public), getter)()
+    module = sys.modules.get(internal)
+    if module is None:
+        return None  # the application never imported the API, so it cannot have set a provider
+    provider = getattr(module, variable, _UNKNOWN)
+    if provider is _UNKNOWN:  # pragma: no cover - depends on the API version
+        return getattr(module, getter)()
+    return provider
 
 
 class _Instruments:
@@ -223,9 +251,11 @@ class Telemetry:
             return self._tracer
         provider = self._tracer_provider
         if provider is None:
-            if not self._tracer_env and "opentelemetry.trace" not in sys.modules:
+            provider = _global_provider(
+                "opentelemetry.trace", "opentelemetry.trace", "_TRACER_PROVIDER", "get_tracer_provider", self._tracer_env
+            )
+            if provider is None:
                 return None
-            provider = _load_api().trace.get_tracer_provider()
         api = _load_api()
         if isinstance(provider, api.noop_tracer_providers):
             return None
@@ -239,11 +269,15 @@ class Telemetry:
             return self._instruments
         provider = self._meter_provider
         if provider is None:
-            if not self._meter_env and "opentelemetry.metrics" not in sys.modules:
+            provider = _global_provider(
+                "opentelemetry.metrics",
+                "opentelemetry.metrics._internal",
+                "_METER_PROVIDER",
+                "get_meter_provider",
+                self._meter_env,
+            )
+            if provider is None:
                 return None
-            from opentelemetry import metrics
-
-            provider = metrics.get_meter_provider()
         if isinstance(provider, _noop_meter_provider_types()):
             return None
         with self._bind_lock:

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
 import sys
 import textwrap
 import threading
 from decimal import Decimal
+from pathlib import Path
 
 import pydantic
 import pytest
@@ -577,9 +579,17 @@ def test_attempt_context_nests_other_spans(h):
 # -- the global providers and the no-SDK path (subprocesses: global state is set-once) ------------------------
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def _clean_env() -> dict:
+    # The subprocess must not inherit an OpenTelemetry set-up from the shell running the tests.
+    return {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+
+
 def run_python(code: str) -> str:
     result = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, cwd=REPO, env=_clean_env()
     )
     assert result.returncode == 0, result.stderr
     return result.stdout.strip()
@@ -628,3 +638,19 @@ def test_global_providers_set_after_the_client_is_built():
         """
     )
     assert out == "_NoopCallTrace ['attempt 1 v:m', 'chat m'] ['gen_ai.client.operation.duration']"
+
+
+def test_provider_named_by_environment_variable_is_found_without_importing_the_api_first():
+    code = """
+        import sys
+        from llmroute.telemetry import Telemetry
+        call = Telemetry().start_call(request_model="m", now=0.0)
+        print(type(call).__name__, call.is_recording)
+        """
+    env = _clean_env()
+    env["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=60, cwd=REPO, env=env
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "CallTrace True"
