@@ -358,6 +358,11 @@ class PlatformServer:
         self._thread = None
         _live_servers.discard(self)
 
+    def stop_soon(self) -> None:
+        """Ask `serve()` to return; call from inside the server's own loop (signal handlers)."""
+        if self._stop_event is not None:
+            self._stop_event.set()
+
     def __enter__(self) -> PlatformServer:
         return self.start()
 

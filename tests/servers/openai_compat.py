@@ -38,6 +38,13 @@ class ErrorSpec(NamedTuple):
     headers: tuple[tuple[str, str], ...] = ()
 
 
+class StreamUsage(NamedTuple):
+    per_chunk: bool  # cumulative usage on every chunk
+    on_finish: bool  # final usage on the finish_reason chunk
+    empty_chunk: bool  # final usage on an extra choices:[] chunk before [DONE]
+    null_others: bool  # "usage": null on chunks that carry no usage
+
+
 @dataclass
 class Usage:
     """Neutral token counts; each platform renders them in its own usage object."""
@@ -113,6 +120,7 @@ class OpenAICompatServer(PlatformServer):
     max_tokens_fields: tuple[str, ...] = ("max_completion_tokens", "max_tokens")
     natural_finish = "stop"
     done_after_error = True
+    status_uses_catalog = True  # Reply(status=N) renders the catalog's kind of status N, if any
     mid_stream_error_kind = "server"
     chunk_extras: dict[str, Any] = {"system_fingerprint": "fp_loopback"}
     choice_extras: dict[str, Any] = {"logprobs": None}
@@ -192,7 +200,7 @@ class OpenAICompatServer(PlatformServer):
         spec = self.errors.get(kind)
         if spec is None:
             raise KeyError(f"{self.platform} has no error kind {kind!r}; known: {self.error_kinds}")
-        text = message if message is not None else spec.message.format_map(_Lenient(fmt))
+        text = message if message is not None else spec.message.format_map(LenientFormat(fmt))
         hdrs = dict(spec.headers)
         hdrs.update(headers or {})
         code = status if status not in (None, 200) else spec.status
@@ -200,7 +208,7 @@ class OpenAICompatServer(PlatformServer):
 
     def mid_stream_error(self, kind: str, message: str | None) -> bytes:
         spec = self.errors[kind]
-        return sse(self.error_body(spec, message or spec.message.format_map(_Lenient({})), None))
+        return sse(self.error_body(spec, message or spec.message.format_map(LenientFormat({})), None))
 
     def auth_response(self, request: RecordedRequest) -> Response | None:
         """None if the request is authorised, else the platform's 401."""
@@ -305,8 +313,9 @@ class OpenAICompatServer(PlatformServer):
             return self.stream_response(plan, reply)
         return await self.plain_response(plan, reply)
 
-    async def scripted_outcome(self, reply: Reply) -> Response | None:
+    async def scripted_outcome(self, reply: Reply, error_response: Any = None) -> Response | None:
         """Outcomes that do not depend on the request: reset, raw body, whole-response error."""
+        error_response = error_response or self.error_response
         if reply.delay_s > 0:
             await asyncio.sleep(reply.delay_s)
         if reply.reset_before:
@@ -319,8 +328,12 @@ class OpenAICompatServer(PlatformServer):
             headers = {"Content-Type": "application/json", **reply.headers}
             return Response(reply.status, list(headers.items()), data)
         if reply.error is not None and reply.error_at is None:
-            return self.error_response(reply.error, status=reply.status, message=reply.message, headers=reply.headers)
+            return error_response(reply.error, status=reply.status, message=reply.message, headers=reply.headers)
         if reply.status != 200:
+            # A bare status becomes the platform's own error of that status when it has one.
+            kind = next((k for k, spec in self.errors.items() if spec.status == reply.status), None)
+            if kind is not None and self.status_uses_catalog:
+                return error_response(kind, status=reply.status, message=reply.message, headers=reply.headers)
             return Response.json({"error": {"message": reply.message or "scripted status", "type": "scripted",
                                             "param": None, "code": None}}, reply.status, reply.headers)
         return None
@@ -361,11 +374,21 @@ class OpenAICompatServer(PlatformServer):
         headers = {**SSE_HEADERS, **self.response_headers(plan), **reply.headers}
         return Response(200, list(headers.items()), stream=self.stream_frames(plan, reply))
 
-    def usage_for_stream(self, plan: Plan) -> tuple[str | None, bool]:
-        """(placement or None, usage:null on other chunks) for this request's stream."""
+    def stream_usage(self, plan: Plan) -> StreamUsage:
+        """Where this request's stream carries usage (a hook: platforms differ most here)."""
         if plan.usage is None or not self.wants_stream_usage(plan.request):
-            return None, False
-        return self.usage_placement, self.usage_null_on_chunks
+            return StreamUsage(False, False, False, False)
+        where = self.usage_placement
+        return StreamUsage(
+            per_chunk=where == "every_chunk",
+            on_finish=where in ("finish_chunk", "every_chunk"),
+            empty_chunk=where == "empty_chunk",
+            null_others=self.usage_null_on_chunks,
+        )
+
+    def final_chunk_extras(self, plan: Plan) -> dict[str, Any]:
+        """Extra top-level fields on the finish_reason chunk (e.g. Fireworks perf_metrics)."""
+        return {}
 
     async def stream_frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset]:
         self.running += 1
@@ -379,18 +402,20 @@ class OpenAICompatServer(PlatformServer):
         loop = asyncio.get_running_loop()
         deadline = loop.time() + reply.ttft_s
         await sleep_until(loop, deadline)
-        placement, null_usage = self.usage_for_stream(plan)
+        where = self.stream_usage(plan)
         base = self.chunk_base(plan)
 
         def chunk(delta: dict[str, Any], finish: str | None, produced: int, final: bool) -> dict[str, Any]:
             out = dict(base)
             out["choices"] = [{"index": 0, "delta": delta, "finish_reason": finish, **self.choice_extras}]
-            if placement == "every_chunk":
-                out["usage"] = self.usage_json(plan.usage_after(produced) if not final else plan.usage)  # type: ignore[arg-type]
-            elif placement == "finish_chunk" and final:
+            if final and where.on_finish:
                 out["usage"] = self.usage_json(plan.usage)  # type: ignore[arg-type]
-            elif null_usage:
+            elif where.per_chunk:
+                out["usage"] = self.usage_json(plan.usage_after(produced))  # type: ignore[arg-type]
+            elif where.null_others:
                 out["usage"] = None
+            if final:
+                out.update(self.final_chunk_extras(plan))
             return out
 
         if self.role_chunk:
@@ -420,7 +445,7 @@ class OpenAICompatServer(PlatformServer):
             yield sse(chunk(delta, None, i + 1, False))
             self.generation_tokens_total += 1
         yield sse(chunk({}, plan.finish_reason, n, True))
-        if placement == "empty_chunk":
+        if where.empty_chunk:
             final = dict(base)
             final["choices"] = []
             final["usage"] = self.usage_json(plan.usage)  # type: ignore[arg-type]
@@ -439,7 +464,7 @@ class OpenAICompatServer(PlatformServer):
         return {"id": model, "object": "model", "created": 0, "owned_by": self.platform}
 
 
-class _Lenient(dict):
+class LenientFormat(dict):
     """format_map helper: unknown placeholders render as '?' instead of raising."""
 
     def __missing__(self, key: str) -> str:
