@@ -1,0 +1,435 @@
+"""The load generator: sends requests to each target at each load level and collects records.
+
+Per target, in order: one request on its own (the cold first request, reported apart), then
+for each level: warm-up requests (excluded from the figures), then the measured phase, bounded by
+a request count or a duration, whichever comes first.
+- closed loop (`concurrency`): N workers, each sending its next request when the last ends;
+- open loop (`rate`): Poisson arrivals from a seeded rng, each waiting for a slot under a
+  concurrency cap; the wait is recorded (`queue_s`) and kept out of the latencies.
+
+The runner never talks to a platform itself: it calls a `SendFn` (one request in, one
+`RequestRecord` out). `client_send()` builds that function over llmroute's `AsyncClient`; tests
+inject their own. Latency arithmetic lives in `stats.StreamTiming`; this module only reads the
+clock and schedules. It must never swallow `CancelledError` nor let one request's error stop a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import itertools
+import random
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterator, Sequence, TextIO
+
+from ..errors import AllDeploymentsFailedError, ConfigError, LLMRouteError, RoutingError
+from .stats import RequestRecord, StreamTiming, percentile
+from ..tokens import count_message_tokens, count_text_tokens
+from .workload import Prompt
+
+__all__ = [
+    "SendFn",
+    "LoadPlan",
+    "LevelRun",
+    "BenchRun",
+    "ProgressMeter",
+    "run_bench",
+    "client_send",
+    "error_fields",
+]
+
+Clock = Callable[[], float]
+# One request: (target, prompt, max_tokens) -> its record, with start_s on the runner's clock.
+SendFn = Callable[[str, Prompt, int], Awaitable[RequestRecord]]
+
+# Errors that no load level can fix (a target naming nothing, a broken config): `client_send`
+# raises them and the run stops at once instead of recording thousands of them.
+_FATAL = (RoutingError, ConfigError)
+
+
+@dataclass
+class LoadPlan:
+    """What to run. Exactly one of `concurrency` (closed loop) and `rates` (open loop) is set."""
+
+    targets: Sequence[str]
+    concurrency: Sequence[int] | None = None
+    rates: Sequence[float] | None = None
+    max_concurrency: int = 100  # the cap on requests in flight in open-loop mode
+    requests: int | None = None  # measured requests per level
+    duration_s: float | None = None  # measured time per level
+    warmup: int | None = None  # per level; None: one per concurrency slot (open loop: ~1 s of arrivals)
+    max_tokens: int = 200
+    seed: int = 0
+    first_request: bool = True
+    grace_s: float = 60.0  # after the deadline, how long in-flight requests may finish
+
+    def __post_init__(self) -> None:
+        if (self.concurrency is None) == (self.rates is None):
+            raise ConfigError("give either concurrency levels or request rates, not both", key="--concurrency/--rate")
+        if not self.targets:
+            raise ConfigError("at least one target is needed", key="--target")
+        if self.requests is None and self.duration_s is None:
+            raise ConfigError("bound each level with a request count or a duration", key="--requests/--duration")
+        if self.requests is not None and self.requests <= 0:
+            raise ConfigError("must be positive", key="--requests")
+        if self.max_concurrency <= 0:
+            raise ConfigError("must be positive", key="--max-concurrency")
+        if self.warmup is not None and self.warmup < 0:
+            raise ConfigError("must be zero or more", key="--warmup")
+
+    @property
+    def mode(self) -> str:
+        return "concurrency" if self.concurrency is not None else "rate"
+
+    def levels(self) -> list[float]:
+        return list(self.concurrency if self.concurrency is not None else self.rates)  # type: ignore[arg-type]
+
+    def warmup_for(self, level: float) -> int:
+        if self.warmup is not None:
+            return self.warmup
+        if self.mode == "concurrency":
+            return int(level)
+        return min(self.max_concurrency, max(1, round(level)))
+
+
+@dataclass
+class LevelRun:
+    """One target at one level: where its measurement window lies and what the generator saw."""
+
+    target: str
+    mode: str
+    level: float
+    window_start_s: float
+    window_end_s: float
+    cancelled: int = 0  # still running when the grace period after the deadline ran out
+    dispatch_lag_s: list[float] = field(default_factory=list)  # open loop: late arrivals
+    stopped_by: str = ""  # "requests" | "duration"
+
+
+@dataclass
+class BenchRun:
+    plan: LoadPlan
+    records: list[RequestRecord] = field(default_factory=list)
+    levels: list[LevelRun] = field(default_factory=list)
+    started_at: float = field(default_factory=time.time)  # wall clock, for the report only
+
+
+class ProgressMeter:
+    """Live progress for one level, as a line at most every `every_s` seconds. Sans-I/O."""
+
+    def __init__(self, target: str, label: str, start: float, *, every_s: float = 1.0, window: int = 500) -> None:
+        self.target = target
+        self.label = label
+        self.start = start
+        self.every_s = every_s
+        self.done = 0
+        self.errors = 0
+        self.recent_ttft: list[float] = []
+        self.window = window
+        self._last_line_at: float | None = None
+
+    def add(self, record: RequestRecord) -> None:
+        self.done += 1
+        if not record.ok:
+            self.errors += 1
+        elif record.ttft_s is not None:
+            self.recent_ttft.append(record.ttft_s)
+            if len(self.recent_ttft) > 2 * self.window:
+                del self.recent_ttft[: -self.window]
+
+    def line(self, now: float, *, force: bool = False) -> str | None:
+        if not force and self._last_line_at is not None and now - self._last_line_at < self.every_s:
+            return None
+        self._last_line_at = now
+        elapsed = max(now - self.start, 0.0)
+        p95 = percentile(self.recent_ttft[-self.window:], 95)
+        rate = self.done / elapsed if elapsed > 0 else 0.0
+        ttft = f"{p95 * 1000:.0f} ms" if p95 is not None else "-"
+        return (f"{self.target} {self.label}  {int(elapsed // 60):02d}:{int(elapsed % 60):02d}  "
+                f"done {self.done}  errors {self.errors}  {rate:.1f} req/s  p95 TTFT {ttft}")
+
+
+class _Reporter:
+    """Writes progress lines to a stream: rewritten in place on a terminal, every 10 s otherwise."""
+
+    def __init__(self, out: TextIO | None) -> None:
+        self.out = out
+        self.tty = bool(out is not None and getattr(out, "isatty", lambda: False)())
+        self.every_s = 1.0 if self.tty else 10.0
+
+    def show(self, text: str, *, final: bool = False) -> None:
+        if self.out is None:
+            return
+        if self.tty:
+            self.out.write("\r\x1b[2K" + text + ("\n" if final else ""))
+        else:
+            self.out.write(text + "\n")
+        self.out.flush()
+
+
+async def run_bench(
+    send: SendFn,
+    prompts: Sequence[Prompt],
+    plan: LoadPlan,
+    *,
+    progress: TextIO | None = sys.stderr,
+    clock: Clock = time.perf_counter,
+) -> BenchRun:
+    """Run the whole plan, target after target and level after level."""
+    if not prompts:
+        raise ConfigError("no prompts to send", key="--prompts")
+    run = BenchRun(plan=plan)
+    reporter = _Reporter(progress)
+    for target in plan.targets:
+        cycle = itertools.cycle(prompts)
+        if plan.first_request:
+            prompt = next(cycle)
+            record = await _send_one(send, target, prompt, plan)
+            record = dataclasses.replace(record, target=target, level=0, phase="first", index=0)
+            run.records.append(record)
+            reporter.show(f"{target} first request: " + _first_line(record), final=True)
+        for level in plan.levels():
+            level_run = _Level(send, target, level, plan, cycle, run.records, clock, reporter)
+            run.levels.append(await level_run.run())
+    return run
+
+
+def _first_line(record: RequestRecord) -> str:
+    if not record.ok:
+        return f"failed ({record.error_type})"
+    ttft = f"TTFT {record.ttft_s * 1000:.0f} ms, " if record.ttft_s is not None else ""
+    return f"{ttft}E2E {(record.e2e_s or 0) * 1000:.0f} ms"
+
+
+async def _send_one(send: SendFn, target: str, prompt: Prompt, plan: LoadPlan) -> RequestRecord:
+    return await send(target, prompt, prompt.max_tokens or plan.max_tokens)
+
+
+class _Level:
+    """The warm-up and measured phases of one target at one level."""
+
+    def __init__(self, send: SendFn, target: str, level: float, plan: LoadPlan, prompts: Iterator[Prompt],
+                 sink: list[RequestRecord], clock: Clock, reporter: _Reporter) -> None:
+        self.send = send
+        self.target = target
+        self.level = level
+        self.plan = plan
+        self.prompts = prompts
+        self.sink = sink
+        self.clock = clock
+        self.reporter = reporter
+        self.index = 0
+        self.cancelled = 0
+        self.meter: ProgressMeter | None = None
+
+    async def _one(self, phase: str, queued_since: float | None = None) -> None:
+        prompt = next(self.prompts)
+        self.index += 1
+        index = self.index
+        try:
+            record = await _send_one(self.send, self.target, prompt, self.plan)
+        except asyncio.CancelledError:
+            self.cancelled += phase == "measured"
+            raise
+        queue_s = None if queued_since is None else max(record.start_s - queued_since, 0.0)
+        record = dataclasses.replace(record, target=self.target, level=self.level, phase=phase, index=index,
+                                     queue_s=queue_s)
+        self.sink.append(record)
+        if phase == "measured" and self.meter is not None:
+            self.meter.add(record)
+
+    async def run(self) -> LevelRun:
+        plan = self.plan
+        label = f"c={self.level:g}" if plan.mode == "concurrency" else f"rate={self.level:g}/s"
+        slots = int(self.level) if plan.mode == "concurrency" else plan.max_concurrency
+        warmup = plan.warmup_for(self.level)
+        if warmup:
+            self.reporter.show(f"{self.target} {label}  warm-up: {warmup} requests")
+            await self._closed(phase="warmup", slots=min(slots, warmup), limit=warmup, deadline=None)
+        start = self.clock()
+        self.meter = ProgressMeter(self.target, label, start, every_s=self.reporter.every_s)
+        deadline = None if plan.duration_s is None else start + plan.duration_s
+        ticker = asyncio.create_task(self._tick())
+        lags: list[float] = []
+        try:
+            if plan.mode == "concurrency":
+                body = self._closed(phase="measured", slots=slots, limit=plan.requests, deadline=deadline)
+            else:
+                body = self._open(rate=self.level, limit=plan.requests, deadline=deadline, lags=lags)
+            stopped_by = await self._bounded(body, deadline)
+        finally:
+            ticker.cancel()
+        measured = [r for r in self.sink if r.target == self.target and r.level == self.level and r.phase == "measured"]
+        end = max((r.end_s for r in measured), default=self.clock())
+        line = self.meter.line(self.clock(), force=True)
+        if line:
+            self.reporter.show(line + (f"  ({self.cancelled} cut off at the deadline)" if self.cancelled else ""),
+                               final=True)
+        return LevelRun(target=self.target, mode=plan.mode, level=self.level, window_start_s=start, window_end_s=end,
+                        cancelled=self.cancelled, dispatch_lag_s=lags, stopped_by=stopped_by)
+
+    async def _bounded(self, body: Awaitable[None], deadline: float | None) -> str:
+        """Run the measured phase; past deadline + grace, cancel what is still in flight."""
+        task = asyncio.ensure_future(body)
+        if deadline is None:
+            await task
+            return "requests"
+        timeout = max(deadline - self.clock(), 0.0) + self.plan.grace_s
+        done, _ = await asyncio.wait({task}, timeout=timeout)
+        if not done:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+        else:
+            task.result()
+        count = sum(1 for r in self.sink if r.target == self.target and r.level == self.level and r.phase == "measured")
+        return "requests" if self.plan.requests is not None and count + self.cancelled >= self.plan.requests else "duration"
+
+    async def _tick(self) -> None:
+        while True:
+            await asyncio.sleep(self.reporter.every_s)
+            if self.meter is not None:
+                line = self.meter.line(self.clock())
+                if line:
+                    self.reporter.show(line)
+
+    async def _closed(self, *, phase: str, slots: int, limit: int | None, deadline: float | None) -> None:
+        issued = 0
+
+        async def worker() -> None:
+            nonlocal issued
+            while (limit is None or issued < limit) and (deadline is None or self.clock() < deadline):
+                issued += 1
+                await self._one(phase)
+
+        workers = [asyncio.create_task(worker()) for _ in range(slots)]
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            for w in workers:
+                w.cancel()
+            await asyncio.gather(*workers, return_exceptions=True)
+
+    async def _open(self, *, rate: float, limit: int | None, deadline: float | None, lags: list[float]) -> None:
+        # One rng per (seed, target, rate): the same command gives the same arrival times.
+        rng = random.Random(f"{self.plan.seed}:{self.target}:{rate}")
+        cap = asyncio.Semaphore(self.plan.max_concurrency)
+        tasks: set[asyncio.Task[None]] = set()
+
+        async def arrival(scheduled: float) -> None:
+            async with cap:
+                await self._one("measured", queued_since=scheduled)
+
+        at = self.clock()
+        sent = 0
+        try:
+            while limit is None or sent < limit:
+                at += rng.expovariate(rate)
+                if deadline is not None and at >= deadline:
+                    break
+                delay = at - self.clock()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                lags.append(max(self.clock() - at, 0.0))
+                task = asyncio.create_task(arrival(at))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+                sent += 1
+            if tasks:
+                await asyncio.gather(*tasks)
+        finally:
+            for t in tasks:
+                t.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def error_fields(exc: BaseException) -> dict[str, Any]:
+    """The record fields describing an error: its type (with the cause of a failover), status, text."""
+    name = type(exc).__name__
+    status = getattr(exc, "status", None)
+    if isinstance(exc, AllDeploymentsFailedError) and exc.last_error is not None:
+        last = exc.last_error
+        name = f"{name}({type(last).__name__})"
+        status = getattr(last, "status", None)
+    message = str(exc) if isinstance(exc, LLMRouteError) else f"{name}: {exc}"
+    return {"error_type": name, "status": status if isinstance(status, int) else None,
+            "error_message": message[:500]}
+
+
+def _chunk_text(chunk: Any) -> str | None:
+    choices = getattr(chunk, "choices", None)
+    if not choices:
+        return None
+    delta = getattr(choices[0], "delta", None)
+    if delta is None:
+        return None
+    text = getattr(delta, "content", None) or getattr(delta, "reasoning_content", None) \
+        or getattr(delta, "reasoning", None)
+    return text if isinstance(text, str) else None
+
+
+def _route_fields(response: Any) -> dict[str, Any]:
+    route = getattr(response, "route", None)
+    if route is None:
+        return {}
+    deployment = getattr(route, "deployment", None)
+    deployment = getattr(deployment, "id", deployment)
+    attempts = getattr(route, "attempts", None)
+    connect_s = getattr(route, "connect_s", None)
+    if connect_s is None and attempts:
+        connect_s = getattr(attempts[-1], "connect_s", None)
+    return {
+        "deployment": deployment if isinstance(deployment, str) else None,
+        "attempts": len(attempts) if isinstance(attempts, (list, tuple)) else None,
+        "connect_s": connect_s if isinstance(connect_s, (int, float)) else None,
+    }
+
+
+def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
+    usage = getattr(response, "usage", None)
+    completion = getattr(usage, "completion_tokens", None)
+    prompt_tokens = getattr(usage, "prompt_tokens", None)
+    route = getattr(response, "route", None)
+    if isinstance(completion, int):
+        source = "client_estimate" if getattr(route, "usage_estimated", False) else "usage"
+    else:
+        completion, source = count_text_tokens(text), "tokenizer"
+    if not isinstance(prompt_tokens, int):
+        prompt_tokens = count_message_tokens(prompt.messages)
+    return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
+
+
+def client_send(client: Any, *, stream: bool = True, feature: str = "bench", clock: Clock = time.perf_counter) -> SendFn:
+    """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines."""
+
+    async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
+        start = clock()
+        timing = StreamTiming(start)
+        base = {"target": target, "level": 0, "phase": "", "index": 0, "start_s": start}
+        try:
+            if stream:
+                response_stream = await client.chat.completions.create(
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature)
+                async with response_stream:
+                    async for chunk in response_stream:
+                        timing.on_chunk(clock(), _chunk_text(chunk))
+                timing.on_end(clock())
+                response = response_stream.response
+                text = timing.text
+            else:
+                response = await client.chat.completions.create(
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature)
+                timing.on_end(clock())
+                choices = getattr(response, "choices", None) or []
+                text = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""
+        except _FATAL:
+            raise
+        except Exception as exc:  # every failure becomes a record; CancelledError is not an Exception
+            return RequestRecord(**base, ok=False, e2e_s=clock() - start, ttft_s=timing.ttft_s,
+                                 itl_s=timing.itl_s, **error_fields(exc))
+        return RequestRecord(**base, ok=True, e2e_s=timing.e2e_s, ttft_s=timing.ttft_s, itl_s=timing.itl_s,
+                             **_token_fields(response, text, prompt), **_route_fields(response))
+
+    return send
