@@ -231,9 +231,11 @@ def _key_path(loc: tuple[Any, ...]) -> str:
 
 
 def _raise_validation(exc: ValidationError, source: str, prefix: str = "") -> None:
-    # Report the most specific error: union branches produce one error per branch, keep the first.
+    # Report the most specific error: a union (a string or a table) fails once per branch, and the
+    # branch that got deepest into the value is the one the user meant.
     errors = exc.errors(include_url=False)
-    first = errors[0]
+    first = max(errors, key=lambda e: len(e["loc"]))
+    errors = [e for e in errors if e is first or e["loc"][:2] != first["loc"][:2]]
     loc = tuple(first["loc"])
     msg = first["msg"]
     if first["type"] == "extra_forbidden":

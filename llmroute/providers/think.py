@@ -43,13 +43,18 @@ class ThinkSplitter:
     __slots__ = ("_state", "_held")
 
     def __init__(self) -> None:
-        self._state = "start"  # start -> thinking -> answer, or start -> answer
+        self._state = "start"  # start -> thinking -> after_think -> answer, or start -> answer
         self._held = ""
 
     def feed(self, piece: str) -> Tuple[str, str]:
         text = self._held + piece
         self._held = ""
         if self._state == "answer":
+            return "", text
+        if self._state == "after_think":  # drop the newlines between </think> and the answer
+            text = text.lstrip("\n")
+            if text:
+                self._state = "answer"
             return "", text
         if self._state == "start":
             stripped = text.lstrip()
@@ -68,9 +73,9 @@ class ThinkSplitter:
         # thinking
         end = text.find(CLOSE)
         if end != -1:
-            thought, rest = text[:end], text[end + len(CLOSE) :]
-            self._state = "answer"
-            return thought, rest.lstrip("\n")
+            thought, rest = text[:end], text[end + len(CLOSE) :].lstrip("\n")
+            self._state = "answer" if rest else "after_think"
+            return thought, rest
         keep = _partial_suffix(text, CLOSE)
         if keep:
             self._held = text[-keep:]

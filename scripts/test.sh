@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# The whole test suite (the real llama.cpp server included). CI runs exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh local,dev
+exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

@@ -1,0 +1,46 @@
+"""Inline <think> tags: split the same way whole or streamed, however the pieces are cut."""
+
+from __future__ import annotations
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmroute.providers.think import ThinkSplitter, split_think
+
+TEXT = "<think>Let me add 2 and 2.\nIt is 4.</think>\n\nThe answer is 4."
+
+
+def stream_split(parts):
+    splitter = ThinkSplitter()
+    thought, answer = "", ""
+    for part in parts:
+        t, a = splitter.feed(part)
+        thought += t
+        answer += a
+    t, a = splitter.flush()
+    return thought + t, answer + a
+
+
+def test_whole():
+    assert split_think(TEXT) == ("Let me add 2 and 2.\nIt is 4.", "The answer is 4.")
+    assert split_think("No thinking <think>here</think>") == (None, "No thinking <think>here</think>")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(TEXT)), max_size=10))
+def test_stream_equals_whole(cuts):
+    cuts = sorted(set(cuts))
+    parts, last = [], 0
+    for cut in cuts:
+        parts.append(TEXT[last:cut])
+        last = cut
+    parts.append(TEXT[last:])
+    assert stream_split(parts) == split_think(TEXT)
+
+
+def test_answer_without_think_passes_through():
+    assert stream_split(["Hel", "lo <", "think>"]) == ("", "Hello <think>")
+
+
+def test_unclosed_think_is_all_reasoning():
+    assert stream_split(["<think>still ", "thinking"]) == ("still thinking", "")
