@@ -1,0 +1,511 @@
+"""The difficulty classifier behind `model="auto"`: a conversation in, a score in [0, 1] and a reason out.
+
+The score estimates how likely the request needs the large tier (a 70B-class model rather than a
+7B-class one). It is built from what decides difficulty in practice, not learned from any data set:
+
+* the task type asked for: extraction, classification, intent detection, translation, rewriting,
+  short summaries, short facts and greetings are within a small model's reach; proofs, derivations,
+  multi-step word problems, writing or debugging code, design, in-depth comparison and long-form
+  writing are not;
+* how much output is asked for ("in 1000 words", "写一篇2000字的报告", `max_tokens`);
+* the size of the context, code blocks and math in the prompt, the number of quantities in a word
+  problem (a proxy for its number of steps), the number of constraints and questions, and the
+  conversation's depth.
+
+Each task type has a prior probability; each other feature moves that prior in log-odds, so the
+score is continuous and every feature's effect is bounded. Chinese and English (and mixed text) are
+matched by the same precompiled patterns.
+
+This module must never do I/O, call a tokenizer, read a clock or keep state: it is a pure function
+on the hot path of every `model="auto"` call (budget: p99 < 0.1 ms for a 2,000-character prompt,
+see benchmarks/classifier_latency.py). Lengths are estimated from characters.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["Classification", "classify", "estimate_tokens", "message_text"]
+
+
+@dataclass(frozen=True, slots=True)
+class Classification:
+    """What the classifier concluded about one request.
+
+    `score` is in [0, 1]: at or above the configured threshold the request goes to the large tier.
+    `reason` is short and human-readable ("code request", "long-form writing, ~1500 output tokens
+    asked"); `category` is the task type's id ("code", "translation", ...). The other fields are the
+    features the score was built from, exposed so callers can log or test them.
+    """
+
+    score: float
+    reason: str
+    category: str
+    input_tokens: int
+    requested_output_tokens: int | None
+    code_blocks: int
+    math_signals: int
+    quantities: int
+    constraints: int
+    questions: int
+    user_turns: int
+
+
+# --- Task types -------------------------------------------------------------------------------
+# (prior probability of needing the large tier, reason phrase). Priors encode the common
+# experience with 7B- vs 70B-class models: the small ones do pattern-level tasks well and fail on
+# tasks needing several dependent reasoning steps or long coherent output.
+_CATEGORIES: dict[str, tuple[float, str]] = {
+    "greeting": (0.03, "greeting"),
+    "intent": (0.12, "intent detection"),
+    "classification": (0.14, "classification"),
+    "extraction": (0.17, "extraction"),
+    "translation": (0.22, "translation"),
+    "rewrite": (0.22, "rewrite or proofreading"),
+    "summary": (0.24, "summary"),
+    "fact": (0.20, "short factual question"),
+    "choice": (0.30, "multiple-choice question"),
+    "general": (0.36, "general request"),
+    "word_problem": (0.60, "multi-step word problem"),
+    "comparison": (0.70, "in-depth comparison"),
+    "longform": (0.72, "long-form writing"),
+    "math": (0.78, "math or derivation"),
+    "code": (0.80, "code request"),
+    "design": (0.80, "design request"),
+    "proof": (0.90, "proof"),
+}
+_SMALL_TASKS = frozenset({"intent", "classification", "extraction", "translation", "rewrite", "summary"})
+_LARGE_TASKS = frozenset({"comparison", "longform", "math", "code", "design", "proof"})
+
+# --- Cues -------------------------------------------------------------------------------------
+# Cues are matched on a lower-cased "instruction window": the start and end of the last user
+# message, where instructions sit, so a pasted document's words do not decide the task.
+# Speed shapes how they are matched (a big regex alternation costs milliseconds here):
+# English is split into tokens once and looked up in dicts; Chinese, which has no word breaks,
+# goes through one alternation of plain literals, which the regex engine prefilters by first char.
+# Kinds that are not task types: "code_hint" (mentions code but does not ask for it), "wp_ask"
+# (asks for a quantity), "relation" (a step in a word problem), "constraint", "depth" (asks for
+# reasoning), "brief" (asks for a short answer), "fact_q", "math_token".
+_EN_WORDS: dict[str, tuple[str, ...]] = {}
+_ZH_LITERALS: dict[str, tuple[str, ...]] = {}
+
+
+def _cues(kind: str, en: str = "", zh: str = "") -> None:
+    for word in en.split():
+        _EN_WORDS[word] = _EN_WORDS.get(word, ()) + (kind,)
+    for literal in zh.split():
+        _ZH_LITERALS[literal] = _ZH_LITERALS.get(literal, ()) + (kind,)
+
+
+_cues("intent", "intent intents", "意图 诉求")
+_cues("classification", "classify categorize categorise categorization sentiment spam",
+      "分类 归类 情感倾向 情感分析 属于哪 打标签 正面还是负面 垃圾邮件")
+_cues("extraction", "extract extraction", "提取 抽取 抽出 识别出 找出 列出所有 整理成")
+_cues("translation", "translate translation translated", "翻译 译成 翻成 译为 英文怎么说 中文怎么说 用英语 用英文")
+_cues("rewrite", "rewrite rephrase paraphrase proofread polish reword",
+      "改写 润色 改成 错别字 通顺 委婉 正式一点 礼貌一点")
+_cues("summary", "summarize summarise summary tldr tl;dr recap", "总结 概括 摘要 归纳 要点 一句话")
+_cues("proof", "prove proof", "证明 求证 试证")
+_cues("math", "derive derivation integral differentiate derivative eigenvalue eigenvalues eigenvector "
+      "polynomial theorem lemma calculate compute probability equation equations",
+      "推导 求解 积分 导数 微分 方程 矩阵 特征值 概率 期望值 极限 多项式 定理 计算")
+_cues("code", "debug debugging refactor traceback stacktrace exception segfault",
+      "代码 报错 调试 重构 单元测试 编译 写个程序 写一个程序 实现一个 脚本 函数 异常")
+_cues("code_hint", "sql python javascript typescript golang rust java kotlin c++ bash dockerfile kubernetes "
+      "react regex api bug json yaml html css", "接口 正则")
+_cues("design", "architecture architect", "设计一个 设计一套 架构 技术方案 技术选型 高并发 高可用 迁移方案 系统设计 数据模型")
+_cues("comparison", "compare comparison contrast versus vs tradeoff tradeoffs trade-off trade-offs analyze "
+      "analyse analysis evaluate critique pros", "对比 比较 优缺点 利弊 深入分析 分析 评估 权衡 异同")
+_cues("longform", "essay whitepaper", "写一篇 撰写 报告 论文 文章 演讲稿 策划 白皮书 小说 商业计划")
+_cues("wp_ask", "", "多少 几个 几天 几岁 几元 几块 多长时间 多久 一共 总共")
+_cues("relation", "percent twice half thrice each per every average ratio remaining rest discount profit "
+      "interest total fewer fraction quarter third double triple", "百分之 倍 一半 平均 每 剩下 剩余 打折 折扣 利润 利息 分之")
+_cues("constraint", "must should ensure exactly required without never", "必须 需要 不要 不能 不得 至少 最多 确保 要求 务必 不超过 限制")
+_cues("depth", "justify", "详细 为什么 原理 深入 一步一步 逐步 推理 论证 深入分析")
+_cues("brief", "briefly", "简短 一句话 只返回 只输出 只回答 一个词 简单回答 是或否")
+_cues("fact_q", "", "是什么 是谁 什么时候 在哪 哪里 哪一年")
+_cues("math_token", "sin cos tan log ln sqrt mod lim", "")
+
+# Phrases: first token -> (the phrase, its kinds). Checked with `in` only when the first token occurs.
+_EN_PHRASES: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
+for _phrase, _kinds in (
+    ("pull out", ("extraction",)), ("fill in the", ("extraction",)), ("as json", ("extraction",)),
+    ("key points", ("summary",)), ("in one sentence", ("summary", "brief")), ("show that", ("proof",)),
+    ("closed form", ("math",)), ("solve for", ("math",)), ("expected value", ("math",)),
+    ("stack trace", ("code",)), ("system design", ("design",)), ("high availability", ("design",)),
+    ("pros and cons", ("comparison",)), ("in depth", ("comparison", "depth")), ("in-depth", ("comparison", "depth")),
+    ("which is better", ("comparison",)), ("step by step", ("depth",)), ("step-by-step", ("depth",)),
+    ("explain why", ("depth",)), ("explain how", ("depth",)), ("in detail", ("depth",)),
+    ("walk me through", ("depth",)), ("one word", ("brief",)), ("yes or no", ("brief",)),
+    ("only return", ("brief",)), ("only output", ("brief",)), ("just the", ("brief",)),
+    ("short answer", ("brief",)), ("how many", ("wp_ask",)), ("how much", ("wp_ask",)),
+    ("how long", ("wp_ask",)), ("how far", ("wp_ask",)), ("how old", ("wp_ask",)),
+    ("what percent", ("wp_ask",)), ("more than", ("relation",)), ("less than", ("relation",)),
+    ("times as", ("relation",)), ("at least", ("constraint",)), ("at most", ("constraint",)),
+    ("no more than", ("constraint",)), ("make sure", ("constraint",)), ("do not", ("constraint",)),
+    ("don't", ("constraint",)), ("what does the user want", ("intent",)),
+):
+    _EN_PHRASES.setdefault(_phrase.split()[0], []).append((_phrase, _kinds))
+
+# A verb and an object anywhere in the window make the request: "write ... function" is code.
+_CODE_VERBS = frozenset("write implement create build generate fix optimize optimise convert port add".split())
+_CODE_OBJECTS = frozenset(
+    "function script program class method module endpoint query regex test tests parser decorator "
+    "component cli bug code snippet crash error".split()
+)
+_WRITE_VERBS = frozenset("write draft compose prepare".split())
+_LONGFORM_OBJECTS = frozenset(
+    "report essay article blog post whitepaper proposal story chapter speech letter release plan".split()
+)
+_DESIGN_OBJECTS = frozenset(
+    "system architecture schema api service pipeline database platform backend infrastructure".split()
+)
+
+_EN_KEYS = frozenset(_EN_WORDS) | frozenset(_EN_PHRASES)
+
+
+def _literal_trie(literals: Sequence[str]) -> str:
+    # Alternatives grouped by first character: the engine tries each top-level branch at every
+    # position, so fewer branches is what makes this pattern cheap (1.5x over a flat alternation).
+    groups: dict[str, list[str]] = {}
+    for literal in literals:
+        groups.setdefault(literal[0], []).append(literal[1:])
+    parts = []
+    for head, rests in groups.items():
+        tails = "|".join(re.escape(rest) for rest in sorted(rests, key=len, reverse=True) if rest)
+        if not tails:
+            parts.append(re.escape(head))
+        else:
+            parts.append(re.escape(head) + (f"(?:{tails})?" if "" in rests else f"(?:{tails})"))
+    return "|".join(parts)
+
+
+_ZH_RE = re.compile(_literal_trie(list(_ZH_LITERALS)))
+# Punctuation (and "?", which non-ASCII characters become) turns into a space before splitting.
+_PUNCT = b"!\"$%&()*:;<=>?@[\\]^_`{|}~/"
+_PUNCT_TO_SPACE = bytes.maketrans(_PUNCT, b" " * len(_PUNCT))
+_DIGITS = frozenset("0123456789")
+
+_GREETING_RE = re.compile(
+    r"^\s*(?:hi|hello|hey|thanks|thank you|good (?:morning|afternoon|evening)|你好|您好|谢谢|早上好|晚上好|在吗|哈喽|嗨)"
+)
+_FACT_RE = re.compile(r"^\s*(?:what|who|when|where|which|how|is|are|does|do|did|can|what's|why)\b")
+_LIST_LINE_RE = re.compile(r"\n\s*(?:\d{1,2}[.)、]|[-*•])\s*\S")
+# "in 1000 words", "2000字", "3 pages", "两千字". Units convert to output tokens below.
+_LENGTH_ASK_RE = re.compile(
+    r"(\d{2,6}|[一二两三四五六七八九十]?[百千万])\s*(?:(?:-|~|到|至)\s*\d{2,6}\s*)?(words?|个?字|pages?|页|paragraphs?|段)"
+)
+_ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
+_ZH_MAG = {"百": 100, "千": 1000, "万": 10000}
+_TOKENS_PER_UNIT = {"word": 1.4, "字": 0.75, "page": 700.0, "页": 700.0, "paragraph": 120.0, "段": 120.0}
+_LENGTH_UNITS = ("word", "字", "page", "页", "段", "paragraph")
+
+# The window is sized in characters per script, for about 100 + 60 tokens of instructions: an ask
+# up to (head + tail) long is searched whole; a longer one by its first `head` characters and its
+# last `tail` ones (where "Question: ..." or "Answer:" sit after a pasted text).
+_WINDOW_ASCII = (240, 160)
+_WINDOW_CJK = (110, 70)
+
+
+def message_text(message: Mapping[str, Any]) -> str:
+    """The text of one OpenAI-shaped message: a string, a list of text parts, or nothing.
+
+    Image and audio parts carry no text; tool-call arguments count, since they fill the context.
+    Shapes this does not know contribute no text rather than raising: the request is validated
+    elsewhere and routing must not be the place a call fails.
+    """
+    content = message.get("content")
+    if isinstance(content, str):
+        text = content
+    elif isinstance(content, (list, tuple)):
+        text = "\n".join(
+            part["text"] for part in content
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
+        )
+    else:
+        text = ""
+    tool_calls = message.get("tool_calls")
+    if isinstance(tool_calls, (list, tuple)):
+        for call in tool_calls:
+            fn = call.get("function") if isinstance(call, Mapping) else None
+            args = fn.get("arguments") if isinstance(fn, Mapping) else None
+            if isinstance(args, str):
+                text += "\n" + args
+    return text
+
+
+def _text_tokens(text: str) -> float:
+    # Open-weight tokenizers (Qwen, Llama 3, DeepSeek) spend about 0.6-0.8 tokens per Chinese
+    # character and ~4 characters per English token. Non-ASCII characters are counted as CJK: the
+    # ASCII encoder drops them at C speed, and accented Latin letters are too few to matter.
+    chars = len(text)
+    if text.isascii():
+        return chars / 4.0
+    ascii_chars = len(text.encode("ascii", "ignore"))
+    return ascii_chars / 4.0 + (chars - ascii_chars) * 0.75
+
+
+def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
+    """Estimated input tokens of a conversation, from characters (no tokenizer on the hot path)."""
+    total = 0.0
+    for message in messages:
+        if isinstance(message, Mapping):
+            total += _text_tokens(message_text(message)) + 4  # role and separators
+    return int(total + 0.5)
+
+
+def _requested_length(text: str) -> int | None:
+    """Output tokens the prompt asks for in words ("in 1000 words", "2000字"), or None."""
+    best: float | None = None
+    for match in _LENGTH_ASK_RE.finditer(text):
+        raw, unit = match.group(1), match.group(2)
+        if raw.isdigit():
+            amount = float(raw)
+        else:
+            amount = float(_ZH_NUM.get(raw[:-1], 1) if raw[:-1] else 1) * _ZH_MAG[raw[-1]]
+        key = unit.rstrip("s") if unit[0].isascii() else unit[-1]
+        tokens = amount * _TOKENS_PER_UNIT.get(key, 1.0)
+        if best is None or tokens > best:
+            best = tokens
+    return None if best is None else int(best)
+
+
+def _logit(p: float) -> float:
+    return math.log(p / (1.0 - p))
+
+
+_LOGIT = {name: _logit(prior) for name, (prior, _) in _CATEGORIES.items()}
+
+
+def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
+    """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens).
+
+    Positions are in characters (English ones approximated from the token index) so that "which
+    task is named first" can be compared across scripts.
+    Written for speed: set intersections and C-level str methods instead of a loop per token.
+    """
+    first: dict[str, float] = {}
+    count: dict[str, int] = {}
+    # Bytes are the fast path: non-ASCII becomes "?", punctuation a space (bytes.translate is a
+    # table lookup), and '.' and ',' survive only inside numbers ("45.6", "1,200").
+    raw = (window.encode("ascii", "replace") + b" ").replace(b". ", b" ").replace(b", ", b" ").replace(b".\n", b" ")
+    tokens = raw.translate(_PUNCT_TO_SPACE).decode("ascii").split()
+    if not window.isascii():
+        for match in _ZH_RE.finditer(window):
+            for kind in _ZH_LITERALS[match.group()]:
+                count[kind] = count.get(kind, 0) + 1
+                if kind not in first:
+                    first[kind] = match.start()
+    token_set = set(tokens)
+    for token in token_set & _EN_KEYS:
+        position = tokens.index(token) * 6.0
+        kinds = _EN_WORDS.get(token)
+        if kinds is not None:
+            occurrences = tokens.count(token)
+            for kind in kinds:
+                count[kind] = count.get(kind, 0) + occurrences
+                if kind not in first or first[kind] > position:
+                    first[kind] = position
+        for phrase, phrase_kinds in _EN_PHRASES.get(token, ()):
+            if phrase in window:
+                for kind in phrase_kinds:
+                    count[kind] = count.get(kind, 0) + 1
+                    if kind not in first or first[kind] > position:
+                        first[kind] = position
+    return first, count, token_set
+
+
+def _numbers(tokens: set[str]) -> int:
+    """Distinct numbers among the tokens: the quantities a word problem works with."""
+    return sum(1 for token in tokens if token[0] in _DIGITS)
+
+
+def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
+    """Score how likely this conversation needs the large tier. Pure, deterministic, no I/O."""
+    ask = ""
+    user_turns = 0
+    context_tokens = 0.0
+    fallback = ""
+    for message in messages:
+        if type(message) is not dict and not isinstance(message, Mapping):
+            continue
+        text = message_text(message)
+        if not text:
+            continue
+        context_tokens += _text_tokens(text) + 4
+        fallback = text
+        if message.get("role") == "user":
+            user_turns += 1
+            ask = text
+    if not ask:
+        ask = fallback  # no user turn: judge the last message that has text
+    input_tokens = int(context_tokens + 0.5)
+    ask_tokens = _text_tokens(ask)
+
+    head, tail = _WINDOW_ASCII if ask.isascii() else _WINDOW_CJK
+    if len(ask) > head + tail:
+        window = (ask[:head] + "\n" + ask[-tail:]).lower()
+    else:
+        window = ask.lower()
+
+    # --- features -------------------------------------------------------------------------
+    first, count, tokens = _scan(window)
+    # Only the fences are counted over the whole ask; the rest over the window (the latency budget).
+    fences = ask.count("```") // 2
+    code_blocks = fences
+    if not fences and (window.count("\n    ") + window.count(";\n") + window.count("{\n") + window.count("def ")) >= 3:
+        code_blocks = 1  # unfenced code pasted as text
+    math_signals = window.count("^") + window.count("\\") + count.get("math_token", 0)
+    if not fences:
+        math_signals += window.count("=")
+    if not window.isascii():
+        math_signals += window.count("√") + window.count("∫") + window.count("∑") + window.count("≤") + window.count("≥")
+    constraints = count.get("constraint", 0) + len(_LIST_LINE_RE.findall(window))
+    questions = window.count("?") + window.count("？")
+    text_length = None
+    for unit in _LENGTH_UNITS:
+        if unit in window:
+            text_length = _requested_length(window)
+            break
+    choice = ("\na." in window or "\na)" in window or "\n(a)" in window or "\na、" in window) and (
+        "\nb." in window or "\nb)" in window or "\n(b)" in window or "\nb、" in window
+    )
+
+    # Verb-object pairs turn mentions into requests.
+    if tokens & _CODE_VERBS:
+        if tokens & _CODE_OBJECTS and ("code_hint" in count or "code" in count or tokens & {"function", "script", "program", "regex", "query", "class", "endpoint", "parser", "decorator", "cli"}):
+            first.setdefault("code", first.get("code_hint", 0.0))
+    if tokens & _WRITE_VERBS and tokens & _LONGFORM_OBJECTS:
+        first.setdefault("longform", 0.0)
+    if "design" in tokens and tokens & _DESIGN_OBJECTS:
+        first.setdefault("design", 0.0)
+    if code_blocks and "code" not in first:
+        first["code"] = float(len(window))
+
+    # --- task type --------------------------------------------------------------------------
+    large = [name for name in first if name in _LARGE_TASKS]
+    small = [name for name in first if name in _SMALL_TASKS]
+    if not ask.strip():
+        category = "general"
+    elif len(ask) <= 40 and not large and not small and _GREETING_RE.match(window):
+        category = "greeting"
+    else:
+        category = ""
+        first_small = min(small, key=first.__getitem__) if small else None
+        first_large = min(large, key=first.__getitem__) if large else None
+        # A small task named first ("Summarize this bug report", "把这段代码的注释翻译成英文")
+        # stays small: the large cue is then what it operates on, not what it asks for.
+        if first_small is not None and (
+            first_large is None or first[first_small] < min(first[first_large], 40.0)
+        ):
+            category = first_small
+        elif large:
+            category = max(large, key=lambda name: _CATEGORIES[name][0])
+            if category == "math" and not math_signals and "proof" not in first and _numbers(tokens) < 2:
+                # "calculate"/"计算" with nothing to compute is a lookup, not a derivation.
+                category = "general"
+        elif first_small is not None:
+            category = first_small
+        if not category or category == "general":
+            if _numbers(tokens) >= 2 and ("wp_ask" in count or (questions and "relation" in count)):
+                category = "word_problem"
+            elif choice:
+                category = "math" if math_signals >= 3 else "choice"
+            elif ask_tokens <= 40 and ("fact_q" in count or _FACT_RE.match(window)):
+                category = "fact"
+            else:
+                category = "general"
+
+    numbers = _numbers(tokens) if category in ("word_problem", "math", "choice", "general") else 0
+    # Each effect is (log-odds delta, reason template, value); only the reported one is formatted.
+    effects: list[tuple[float, str, object]] = []
+
+    # How much output is asked for: long coherent output is where small models drift.
+    requested = text_length
+    if text_length is not None:
+        if text_length >= 1500:
+            effects.append((1.4, "~{} output tokens asked", text_length))
+        elif text_length >= 700:
+            effects.append((0.9, "~{} output tokens asked", text_length))
+        elif text_length >= 300:
+            effects.append((0.4, "~{} output tokens asked", text_length))
+        elif text_length < 120:
+            effects.append((-0.4, "short output asked", None))
+    if max_tokens is not None:
+        requested = max_tokens if requested is None else min(requested, max_tokens)
+        if max_tokens <= 256:
+            effects.append((-0.6, "max_tokens={}", max_tokens))
+        elif max_tokens >= 4000 and text_length is None:
+            effects.append((0.3, "max_tokens={}", max_tokens))
+
+    # Context size: a long context is harder to use well, whatever the task.
+    if input_tokens >= 8000:
+        effects.append((0.9, "long context (~{} tokens)", input_tokens))
+    elif input_tokens >= 3000:
+        effects.append((0.5, "long context (~{} tokens)", input_tokens))
+    elif input_tokens >= 1000:
+        effects.append((0.2, "context ~{} tokens", input_tokens))
+
+    # Longer instructions carry more to satisfy; pattern-level tasks scale with length far better.
+    if ask_tokens > 0:
+        length_effect = 0.35 * math.log2(ask_tokens / 60.0) if ask_tokens >= 1.0 else -0.4
+        length_effect = max(-0.4, min(0.8, length_effect))
+        if category in _SMALL_TASKS or category == "greeting":
+            length_effect *= 0.3
+        effects.append((length_effect, "long prompt" if length_effect > 0 else "short prompt", None))
+
+    if code_blocks and category != "code":
+        effects.append((min(0.8, 0.5 * code_blocks), "code in the prompt", None))
+    elif code_blocks > 1:
+        effects.append((min(0.5, 0.2 * (code_blocks - 1)), "{} code blocks", code_blocks))
+    if "code_hint" in count and category not in ("code", "design"):
+        effects.append((0.3, "mentions code", None))
+    if math_signals:
+        effects.append((min(1.2, 0.22 * math_signals), "math in the prompt", None))
+    if category == "word_problem":
+        # Each quantity beyond the first two, and each relation between them, is one more step.
+        if numbers > 2:
+            effects.append((min(1.2, 0.2 * (numbers - 2)), "{} quantities", numbers))
+        relations = count.get("relation", 0) + window.count("%")
+        if relations:
+            effects.append((min(0.8, 0.15 * relations), "chained relations", None))
+    if constraints:
+        effects.append((min(0.8, 0.12 * constraints), "{} constraints", constraints))
+    if questions > 1:
+        effects.append((min(0.6, 0.2 * (questions - 1)), "{} questions", questions))
+    if user_turns > 1:
+        effects.append((min(0.6, 0.12 * (user_turns - 1)), "turn {} of a conversation", user_turns))
+    if "depth" in count:
+        effects.append((0.5, "asks for reasoning", None))
+    if "brief" in count:
+        effects.append((-0.5, "brief answer asked", None))
+    if large and category in _SMALL_TASKS:
+        effects.append((0.3, "on {} material", large[0]))
+
+    logit = _LOGIT[category]
+    top = None
+    for effect in effects:
+        logit += effect[0]
+        if top is None or abs(effect[0]) > abs(top[0]):
+            top = effect
+    score = 1.0 / (1.0 + math.exp(-logit))
+    reason = _CATEGORIES[category][1]
+    if top is not None and abs(top[0]) >= 0.4:
+        reason = f"{reason}, {top[1].format(top[2])}"
+    return Classification(
+        score=score,
+        reason=reason,
+        category=category,
+        input_tokens=input_tokens,
+        requested_output_tokens=requested,
+        code_blocks=code_blocks,
+        math_signals=math_signals,
+        quantities=numbers,
+        constraints=constraints,
+        questions=questions,
+        user_turns=user_turns,
+    )
