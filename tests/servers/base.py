@@ -116,6 +116,7 @@ class HTTPServer:
         self._server: asyncio.base_events.Server | None = None
         self._connections: set[asyncio.Task[None]] = set()
         self.port = 0
+        self.connections_total = 0  # accepted TCP connections (tests check keep-alive reuse)
 
     async def start(self) -> None:
         self._server = await asyncio.start_server(
@@ -137,6 +138,7 @@ class HTTPServer:
         task = asyncio.current_task()
         assert task is not None
         self._connections.add(task)
+        self.connections_total += 1
         sock = writer.get_extra_info("socket")
         if sock is not None:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -328,6 +330,10 @@ class PlatformServer:
     @property
     def root_url(self) -> str:
         return f"http://{HOST}:{self.port}"
+
+    @property
+    def connections_total(self) -> int:
+        return self._http.connections_total if self._http is not None else 0
 
     def url(self, path: str) -> str:
         return self.root_url + path
