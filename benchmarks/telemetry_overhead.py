@@ -31,7 +31,9 @@ from pathlib import Path
 CONFIGS = ["disabled", "api-not-imported", "api-only", "sdk-always-off", "sdk-no-exporter", "sdk-null-exporter"]
 REPEATS = 5
 ITERATIONS = {"disabled": 200_000, "api-not-imported": 200_000, "api-only": 200_000}
-SDK_ITERATIONS = 20_000
+SDK_ITERATIONS = 10_000
+# Each configuration runs in this many fresh processes and keeps the best: the machine is shared and noisy.
+PROCESSES = 3
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing the package
 
@@ -169,8 +171,13 @@ def main() -> None:
     results = []
     for config in CONFIGS:
         args = [sys.executable, __file__, "--child", config] + (["--quick"] if quick else [])
-        out = subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT, env=_env())
-        results.append(json.loads(out.stdout))
+        runs = [
+            json.loads(subprocess.run(args, capture_output=True, text=True, check=True, cwd=ROOT, env=_env()).stdout)
+            for _ in range(PROCESSES)
+        ]
+        best = min(runs, key=lambda run: run["ns_per_call"])
+        best["processes"] = PROCESSES
+        results.append(best)
     imports = import_cost()
 
     print(f"{'configuration':<20} {'ns per call+attempt':>20} {'otel imported':>14}")
@@ -187,7 +194,7 @@ def main() -> None:
 
     report = {
         "benchmark": "telemetry_overhead",
-        "unit": "ns per call (start_call, start_attempt, first_chunk, attempt.end, call.end), best of repeats",
+        "unit": "ns per call (start_call, start_attempt, first_chunk, attempt.end, call.end), best of repeats x processes",
         "python": platform.python_version(),
         "machine": platform.machine(),
         "opentelemetry_api": version("opentelemetry-api"),
