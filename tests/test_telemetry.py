@@ -196,8 +196,8 @@ def test_call_span_name_kind_parent_and_attributes(h):
 
 def test_every_gen_ai_name_we_emit_is_in_the_semconv_registry(h):
     one_good_call(h.telemetry, messages=[{"role": "user", "content": "hi"}])
-    Harness_with_content = Harness(capture_content=True)
-    one_good_call(Harness_with_content.telemetry, messages=[{"role": "user", "content": "hi"}])
+    with_content = Harness(capture_content=True)
+    one_good_call(with_content.telemetry, messages=[{"role": "user", "content": "hi"}])
     registry = {
         getattr(gen_ai_attributes, name)
         for name in dir(gen_ai_attributes)
@@ -205,7 +205,7 @@ def test_every_gen_ai_name_we_emit_is_in_the_semconv_registry(h):
     }
     deprecated = {"gen_ai.system", "gen_ai.prompt", "gen_ai.completion", "gen_ai.usage.prompt_tokens"}
     emitted = set()
-    for harness in (h, Harness_with_content):
+    for harness in (h, with_content):
         for span in harness.exporter.get_finished_spans():
             emitted |= {key for key in span.attributes if key.startswith("gen_ai.")}
     assert "gen_ai.input.messages" in emitted
