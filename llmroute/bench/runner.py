@@ -24,7 +24,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Sequence, TextIO
 
-from ..errors import AllDeploymentsFailedError, ConfigError, LLMRouteError, RoutingError
+from ..errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
 from .stats import RequestRecord, StreamTiming, percentile
 from ..tokens import count_message_tokens, count_text_tokens
 from .workload import Prompt
@@ -38,6 +38,7 @@ __all__ = [
     "run_bench",
     "client_send",
     "error_fields",
+    "poisson_schedule",
 ]
 
 Clock = Callable[[], float]
@@ -46,7 +47,7 @@ SendFn = Callable[[str, Prompt, int], Awaitable[RequestRecord]]
 
 # Errors that no load level can fix (a target naming nothing, a broken config): `client_send`
 # raises them and the run stops at once instead of recording thousands of them.
-_FATAL = (RoutingError, ConfigError)
+_FATAL = (RoutingError, ConfigError, InvalidRequestError)
 
 
 @dataclass
@@ -312,8 +313,6 @@ class _Level:
             await asyncio.gather(*workers, return_exceptions=True)
 
     async def _open(self, *, rate: float, limit: int | None, deadline: float | None, lags: list[float]) -> None:
-        # One rng per (seed, target, rate): the same command gives the same arrival times.
-        rng = random.Random(f"{self.plan.seed}:{self.target}:{rate}")
         cap = asyncio.Semaphore(self.plan.max_concurrency)
         tasks: set[asyncio.Task[None]] = set()
 
@@ -321,13 +320,12 @@ class _Level:
             async with cap:
                 await self._one("measured", queued_since=scheduled)
 
-        at = self.clock()
-        sent = 0
+        begin = self.clock()
+        horizon = None if deadline is None else deadline - begin
         try:
-            while limit is None or sent < limit:
-                at += rng.expovariate(rate)
-                if deadline is not None and at >= deadline:
-                    break
+            for offset in poisson_schedule(rate, seed=f"{self.plan.seed}:{self.target}:{rate}", limit=limit,
+                                           horizon_s=horizon):
+                at = begin + offset
                 delay = at - self.clock()
                 if delay > 0:
                     await asyncio.sleep(delay)
@@ -335,7 +333,6 @@ class _Level:
                 task = asyncio.create_task(arrival(at))
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
-                sent += 1
             if tasks:
                 await asyncio.gather(*tasks)
         finally:
@@ -343,6 +340,23 @@ class _Level:
                 t.cancel()
             if tasks:
                 await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def poisson_schedule(rate: float, *, seed: str, limit: int | None, horizon_s: float | None) -> Iterator[float]:
+    """Arrival offsets (seconds from the start) of a Poisson process: exponential gaps of mean 1/rate.
+
+    Seeded, so the same command sends at the same offsets; stops after `limit` arrivals or at
+    `horizon_s`, whichever comes first.
+    """
+    if limit is None and horizon_s is None:
+        raise ValueError("an open-ended schedule needs a limit or a horizon")
+    rng = random.Random(seed)
+    at = 0.0
+    for _ in itertools.count() if limit is None else range(limit):
+        at += rng.expovariate(rate)
+        if horizon_s is not None and at >= horizon_s:
+            return
+        yield at
 
 
 def error_fields(exc: BaseException) -> dict[str, Any]:
@@ -401,8 +415,12 @@ def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
     return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
 
 
-def client_send(client: Any, *, stream: bool = True, feature: str = "bench", clock: Clock = time.perf_counter) -> SendFn:
-    """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines."""
+def client_send(client: Any, *, stream: bool = True, feature: str = "bench", keep_text: bool = False,
+                clock: Clock = time.perf_counter) -> SendFn:
+    """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines.
+
+    `keep_text` stores each answer in its record (for smoke checks; a load run would hold them all).
+    """
 
     async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         start = clock()
@@ -430,6 +448,7 @@ def client_send(client: Any, *, stream: bool = True, feature: str = "bench", clo
             return RequestRecord(**base, ok=False, e2e_s=clock() - start, ttft_s=timing.ttft_s,
                                  itl_s=timing.itl_s, **error_fields(exc))
         return RequestRecord(**base, ok=True, e2e_s=timing.e2e_s, ttft_s=timing.ttft_s, itl_s=timing.itl_s,
+                             text=text if keep_text else None,
                              **_token_fields(response, text, prompt), **_route_fields(response))
 
     return send

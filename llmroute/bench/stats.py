@@ -69,6 +69,7 @@ class RequestRecord:
     attempts: int | None = None
     connect_s: float | None = None  # connection set-up, when the transport reports it
     queue_s: float | None = None  # open loop: time an arrival waited for the concurrency cap
+    text: str | None = None  # the answer, only when the sender was asked to keep it (smoke)
 
     @property
     def end_s(self) -> float:
