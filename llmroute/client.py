@@ -7,7 +7,6 @@ only code written twice is the loop that moves bytes (blocking here, awaiting th
 
 from __future__ import annotations
 
-import asyncio
 import os
 import time
 from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Union
@@ -48,15 +47,20 @@ _NETWORK_ERRORS = (httpx.HTTPError, OSError)
 
 
 def _network_errors() -> tuple:
-    try:  # only when the aiohttp transport is in use is aiohttp imported at all
-        import sys
+    """What the async transports raise. asyncio is imported here, not at `import llmroute`."""
+    import asyncio
+    import sys
 
-        aiohttp = sys.modules.get("aiohttp")
-        if aiohttp is not None:
-            return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
-    except Exception:  # pragma: no cover
-        pass
+    aiohttp = sys.modules.get("aiohttp")  # imported only when the aiohttp transport is in use
+    if aiohttp is not None:
+        return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
     return _NETWORK_ERRORS + (asyncio.TimeoutError,)
+
+
+async def _asleep(seconds: float) -> None:
+    import asyncio
+
+    await asyncio.sleep(seconds)
 
 
 # --------------------------------------------------------------------------------------------------
@@ -280,7 +284,7 @@ class AsyncStream:
         while True:
             step = run.next_step(time.monotonic())
             if isinstance(step, Wait):
-                await asyncio.sleep(step.seconds)
+                await _asleep(step.seconds)
                 continue
             ctx = step.attempt
             state = StreamState(run, ctx)
@@ -431,7 +435,7 @@ class AsyncClient:
         while True:
             step = run.next_step(time.monotonic())
             if isinstance(step, Wait):
-                await asyncio.sleep(step.seconds)
+                await _asleep(step.seconds)
                 continue
             ctx = step.attempt
             try:

@@ -40,7 +40,8 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 
 class _Section(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # Schemas are built on first use, not at import: `import llmroute` stays light.
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
 
 class ProviderConfig(_Section):

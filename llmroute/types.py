@@ -32,7 +32,7 @@ __all__ = [
 
 class _OpenAIModel(BaseModel):
     # Platforms add fields of their own (Together `warnings`, llama.cpp `timings`); keep them readable.
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(extra="allow", defer_build=True)
 
 
 class PromptTokensDetails(_OpenAIModel):
@@ -110,7 +110,7 @@ class ChunkChoice(_OpenAIModel):
 class Attempt(BaseModel):
     """One try at one deployment: what was sent where, how it ended, how long it took."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     deployment: str
     provider: str
@@ -140,7 +140,7 @@ class Attempt(BaseModel):
 class Route(BaseModel):
     """What llmroute did for a call: which tier and deployment served it, and every attempt on the way."""
 
-    model_config = ConfigDict(arbitrary_types_allowed=True)
+    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     provider: Optional[str] = None
     deployment: Optional[str] = None
