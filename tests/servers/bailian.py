@@ -24,7 +24,7 @@ import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
-from tests.servers.base import RESET, Reset, Response, sleep_until
+from tests.servers.base import RESET, Flush, Reset, Response, wait_until
 from tests.servers.openai_compat import (
     SSE_HEADERS,
     ErrorSpec,
@@ -237,10 +237,11 @@ class BailianServer(OpenAICompatServer):
         data = json.dumps(payload, ensure_ascii=False, separators=(",", ":"))
         return f"id:{event_id}\nevent:{event}\n:HTTP_STATUS/{status}\ndata:{data}\n\n".encode()
 
-    async def native_frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset]:
+    async def native_frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset | Flush]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + reply.ttft_s
-        await sleep_until(loop, deadline)
+        async for flush in wait_until(loop, deadline):
+            yield flush
         incremental = plan.request.get("incremental_output") is True
         n = len(plan.items)
         self.running += 1
@@ -248,7 +249,8 @@ class BailianServer(OpenAICompatServer):
             for i in range(n + 1):
                 if 0 < i < n:
                     deadline += reply.gap_after(i - 1)
-                    await sleep_until(loop, deadline)
+                    async for flush in wait_until(loop, deadline):
+                        yield flush
                 if reply.reset_after_chunks == i:
                     yield RESET
                     return

@@ -50,7 +50,14 @@ class Reset:
 
 RESET = Reset()
 
-StreamBody = AsyncIterator["bytes | Reset"]
+
+class Flush:
+    """Yielded by a streamed body before it waits: send everything buffered so far now."""
+
+
+FLUSH = Flush()
+
+StreamBody = AsyncIterator["bytes | Reset | Flush"]
 
 
 @dataclass
@@ -219,27 +226,41 @@ class HTTPServer:
             await writer.drain()
             return True
         out.append("Transfer-Encoding: chunked\r\n\r\n")
-        writer.write("".join(out).encode("latin-1"))
-        await writer.drain()
+        # Frames produced back to back are coalesced into one send; a FLUSH (yielded before
+        # every wait) pushes them out, so scripted timings are exact and idle streams cheap.
+        pending = ["".join(out).encode("latin-1")]
         try:
             async for piece in response.stream:
-                if isinstance(piece, Reset):
+                if isinstance(piece, Flush):
+                    if pending:
+                        writer.write(b"".join(pending))
+                        pending.clear()
+                        await writer.drain()
+                elif isinstance(piece, Reset):
+                    if pending:
+                        writer.write(b"".join(pending))
+                        await writer.drain()
+                        # Give the client time to read what was sent: an RST can make the
+                        # peer drop data it has not read yet, and "N chunks then reset" means N arrive.
+                        await asyncio.sleep(0.01)
                     _abort_with_rst(writer)
                     return False
-                if piece:
-                    writer.write(b"%x\r\n%s\r\n" % (len(piece), piece))
-                    await writer.drain()
+                elif piece:
+                    pending.append(b"%x\r\n%s\r\n" % (len(piece), piece))
         finally:
             await response.stream.aclose()  # type: ignore[attr-defined]
-        writer.write(b"0\r\n\r\n")
+        pending.append(b"0\r\n\r\n")
+        writer.write(b"".join(pending))
         await writer.drain()
         return True
 
 
-async def sleep_until(loop: asyncio.AbstractEventLoop, deadline: float) -> None:
-    """Sleep to an absolute loop time, so scripted gaps do not accumulate write latency."""
+async def wait_until(loop: asyncio.AbstractEventLoop, deadline: float) -> AsyncIterator[Flush]:
+    """In a streamed body: `async for f in wait_until(loop, t): yield f`. Flushes, then sleeps
+    to an absolute loop time, so scripted gaps do not accumulate write latency."""
     delay = deadline - loop.time()
     if delay > 0:
+        yield FLUSH
         await asyncio.sleep(delay)
 
 

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from tests.servers.base import RESET, PlatformServer, Reset, Response, now_unix, sleep_until
+from tests.servers.base import RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
 from tests.servers.script import RecordedRequest, Reply
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -390,7 +390,7 @@ class OpenAICompatServer(PlatformServer):
         """Extra top-level fields on the finish_reason chunk (e.g. Fireworks perf_metrics)."""
         return {}
 
-    async def stream_frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset]:
+    async def stream_frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset | Flush]:
         self.running += 1
         try:
             async for frame in self._frames(plan, reply):
@@ -398,10 +398,11 @@ class OpenAICompatServer(PlatformServer):
         finally:
             self.running -= 1
 
-    async def _frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset]:
+    async def _frames(self, plan: Plan, reply: Reply) -> AsyncIterator[bytes | Reset | Flush]:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + reply.ttft_s
-        await sleep_until(loop, deadline)
+        async for flush in wait_until(loop, deadline):
+            yield flush
         where = self.stream_usage(plan)
         base = self.chunk_base(plan)
 
@@ -425,7 +426,8 @@ class OpenAICompatServer(PlatformServer):
         for i in range(n + 1):
             if 0 < i < n:
                 deadline += reply.gap_after(i - 1)
-                await sleep_until(loop, deadline)
+                async for flush in wait_until(loop, deadline):
+                    yield flush
             if reply.reset_after_chunks == i:
                 yield RESET
                 return

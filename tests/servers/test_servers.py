@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from typing import Any
 
 import httpx
@@ -25,6 +26,14 @@ ALL = sorted(SERVERS)
 AUTHED = ["openai", "together", "fireworks", "siliconflow", "bailian"]
 MODEL_CHECKED = [p for p in ALL if p not in ("tgi", "fault")]
 MESSAGES = [{"role": "user", "content": "say hello to me"}]  # 4 words -> prompt_tokens 4
+# One shared client: a new httpx client per call costs ~50 ms (TLS context setup) and dominated the run.
+HTTP = httpx.Client(timeout=10)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_shared_client() -> Iterator[None]:
+    yield
+    HTTP.close()
 
 
 @pytest.fixture(params=ALL)
@@ -40,7 +49,7 @@ def post(srv: OpenAICompatServer, body: dict[str, Any], *, key: str | None = Non
          path: str = "/chat/completions", headers: dict[str, str] | None = None) -> httpx.Response:
     token = key if key is not None else (srv.api_key or "anything")
     hdrs = {"Authorization": f"Bearer {token}", **(headers or {})}
-    return httpx.post(srv.base_url + path, json=body, headers=hdrs, timeout=10)
+    return HTTP.post(srv.base_url + path, json=body, headers=hdrs, timeout=10)
 
 
 def body_for(srv: OpenAICompatServer, **extra: Any) -> dict[str, Any]:
@@ -138,7 +147,7 @@ def test_reset_during_stream(server: OpenAICompatServer) -> None:
     server.push(Reply(pieces=["x", "y", "z"], reset_after_chunks=2))
     got = []
     with pytest.raises(httpx.TransportError):
-        with httpx.stream("POST", server.base_url + "/chat/completions", json=body_for(server, stream=True),
+        with HTTP.stream("POST", server.base_url + "/chat/completions", json=body_for(server, stream=True),
                           headers={"Authorization": f"Bearer {server.api_key or 'k'}"}, timeout=10) as r:
             for line in r.iter_lines():
                 got.append(line)
@@ -189,7 +198,7 @@ def stream_ok(client: httpx.Client, srv: OpenAICompatServer) -> bool:
 
 def test_chunked_request_body_is_accepted(server: OpenAICompatServer) -> None:
     data = json.dumps(body_for(server)).encode()
-    r = httpx.post(server.base_url + "/chat/completions", content=iter([data[:10], data[10:]]),
+    r = HTTP.post(server.base_url + "/chat/completions", content=iter([data[:10], data[10:]]),
                    headers={"Authorization": f"Bearer {server.api_key or 'k'}", "Content-Type": "application/json"})
     assert r.status_code == 200 and r.json()["usage"]["prompt_tokens"] == 4
 
@@ -378,7 +387,7 @@ def native(srv: OpenAICompatServer, body: dict[str, Any], sse: bool = False, key
     headers = {"Authorization": f"Bearer {key or srv.api_key}"}
     if sse:
         headers.update({"X-DashScope-SSE": "enable", "Accept": "text/event-stream"})
-    return httpx.post(srv.url(NATIVE_PATH), json=body, headers=headers, timeout=10)
+    return HTTP.post(srv.url(NATIVE_PATH), json=body, headers=headers, timeout=10)
 
 
 def native_events(text: str) -> list[dict[str, Any]]:
@@ -453,12 +462,12 @@ def test_vllm_errors_reasoning_and_endpoints(vllm_server: OpenAICompatServer, ma
     r = post(vllm_server, {"model": model_of(vllm_server), "messages": long})
     assert r.status_code == 400 and r.json()["error"]["code"] == 400
     assert r.json()["error"]["message"] == "Input length (40000) exceeds model's maximum context length (32768)."
-    assert httpx.get(vllm_server.url("/health")).status_code == 200
+    assert HTTP.get(vllm_server.url("/health")).status_code == 200
     vllm_server.engine_dead = True
-    assert httpx.get(vllm_server.url("/health")).status_code == 503
-    card = httpx.get(vllm_server.base_url + "/models").json()["data"][0]
+    assert HTTP.get(vllm_server.url("/health")).status_code == 503
+    card = HTTP.get(vllm_server.base_url + "/models").json()["data"][0]
     assert card["max_model_len"] == 32_768
-    assert "vllm:num_requests_running" in httpx.get(vllm_server.url("/metrics")).text
+    assert "vllm:num_requests_running" in HTTP.get(vllm_server.url("/metrics")).text
     old = make_server("vllm", legacy_errors=True, api_key="secret")
     r = post(old, {"model": "nope", "messages": MESSAGES}, key="secret")
     assert r.json()["object"] == "error" and r.json()["code"] == 404
@@ -478,7 +487,7 @@ def test_sglang_usage_off_by_default_abort_and_flat_errors(sglang_server: OpenAI
     assert events[-2]["choices"][0]["finish_reason"] == "abort"
     r = post(sglang_server, {"model": "nope", "messages": MESSAGES})
     assert r.json()["object"] == "error" and r.json()["code"] == 404
-    assert httpx.get(sglang_server.url("/health_generate")).status_code == 200
+    assert HTTP.get(sglang_server.url("/health_generate")).status_code == 200
 
 
 # -- §7 TGI ------------------------------------------------------------------------------------
@@ -497,7 +506,7 @@ def test_tgi_any_model_errors_and_health(tgi_server: OpenAICompatServer) -> None
               if isinstance(e, dict)]
     assert events[-1]["usage"] == {"prompt_tokens": 4, "completion_tokens": 3, "total_tokens": 7}
     tgi_server.healthy = False
-    r = httpx.get(tgi_server.url("/health"))
+    r = HTTP.get(tgi_server.url("/health"))
     assert (r.status_code, r.json()) == (503, {"error": "unhealthy", "error_type": "healthcheck"})
 
 
@@ -512,7 +521,7 @@ def test_ollama_reasoning_usage_and_root(ollama_server: OpenAICompatServer) -> N
     assert events[-1]["choices"] == [] and all("usage" not in e for e in events[:-1])
     r = post(ollama_server, {"model": "nope:1b", "messages": MESSAGES})
     assert r.json()["error"]["type"] == "not_found_error"
-    assert httpx.get(ollama_server.url("/")).text == "Ollama is running"
+    assert HTTP.get(ollama_server.url("/")).text == "Ollama is running"
 
 
 # -- fault server ----------------------------------------------------------------------------------
@@ -538,7 +547,7 @@ def test_fault_timed_stream_never_early(fault_server: OpenAICompatServer) -> Non
     fault_server.push(timed(0.05, gaps))
     start = time.perf_counter()
     arrivals = []
-    with httpx.stream("POST", fault_server.base_url + "/chat/completions", timeout=10,
+    with HTTP.stream("POST", fault_server.base_url + "/chat/completions", timeout=10,
                       json={"model": "m", "messages": MESSAGES, "stream": True}) as r:
         for line in r.iter_lines():
             if '"content":" tok"' in line:
@@ -551,5 +560,5 @@ def test_fault_timed_stream_never_early(fault_server: OpenAICompatServer) -> Non
 
 def test_run_module_serves_in_a_separate_process() -> None:
     with spawn("fault", tokens=2) as url:
-        r = httpx.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10)
+        r = HTTP.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10)
         assert r.json()["choices"][0]["message"]["content"] == " tok tok"
