@@ -562,3 +562,11 @@ def test_run_module_serves_in_a_separate_process() -> None:
     with spawn("fault", tokens=2) as url:
         r = HTTP.post(url + "/chat/completions", json={"model": "m", "messages": MESSAGES}, timeout=10)
         assert r.json()["choices"][0]["message"]["content"] == " tok tok"
+
+
+def test_bare_status_uses_the_platform_catalog(together_server: OpenAICompatServer) -> None:
+    together_server.push(Reply(status=402), Reply(status=503, headers={"Retry-After": "3"}))
+    r = post(together_server, body_for(together_server))
+    assert r.status_code == 402 and r.json()["error"]["code"] == "credit_limit"
+    r = post(together_server, body_for(together_server))
+    assert r.status_code == 503 and r.headers["retry-after"] == "3" and "overloaded" in r.json()["error"]["message"]
