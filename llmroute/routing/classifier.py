@@ -111,21 +111,28 @@ _cues("rewrite", "rewrite rephrase paraphrase proofread polish reword",
 _cues("summary", "summarize summarise summary tldr tl;dr recap", "总结 概括 摘要 归纳 要点 一句话")
 _cues("proof", "prove proof", "证明 求证 试证")
 _cues("math", "derive derivation integral differentiate derivative eigenvalue eigenvalues eigenvector "
-      "polynomial theorem lemma calculate compute probability equation equations",
-      "推导 求解 积分 导数 微分 方程 矩阵 特征值 概率 期望值 极限 多项式 定理 计算")
-_cues("code", "debug debugging refactor traceback stacktrace exception segfault",
-      "代码 报错 调试 重构 单元测试 编译 写个程序 写一个程序 实现一个 脚本 函数 异常")
+      "polynomial theorem lemma probability equation equations",
+      "推导 求解 积分 导数 微分 方程 矩阵 特征值 概率 期望值 极限 多项式 定理")
+# "calculate"/"计算" alone is as often a lookup ("calculate my shipping fee") as math.
+_cues("math_weak", "calculate compute", "计算")
+_cues("code", "debug debugging refactor traceback stacktrace exception segfault outofmemoryerror oom deadlock coredump",
+      "代码 调试 重构 单元测试 编译 写个程序 写一个程序 脚本 函数 段错误 内存泄漏 死锁")
+# Mentions of code; with a verb that makes something or fixes something they become a code request.
 _cues("code_hint", "sql python javascript typescript golang rust java kotlin c++ bash dockerfile kubernetes "
-      "react regex api bug json yaml html css", "接口 正则")
-_cues("design", "architecture architect", "设计一个 设计一套 架构 技术方案 技术选型 高并发 高可用 迁移方案 系统设计 数据模型")
+      "react regex api bug json yaml html css node.js nodejs heap leak useeffect cache", "接口 正则 报错 异常 内存 线上 缓存 并发")
+_cues("code_verb", "write implement create build generate fix optimize optimise convert port",
+      "写一个 写个 实现 编写 开发 解决 修复 排查 定位 优化")
+_cues("write_verb", "write draft compose prepare")
+_cues("design_verb", "design")
+_cues("design", "architecture architect microservices monolith", "设计一个 设计一套 架构 技术方案 技术选型 高并发 高可用 迁移方案 系统设计 数据模型 表结构 微服务")
 _cues("comparison", "compare comparison contrast versus vs tradeoff tradeoffs trade-off trade-offs analyze "
       "analyse analysis evaluate critique pros", "对比 比较 优缺点 利弊 深入分析 分析 评估 权衡 异同")
-_cues("longform", "essay whitepaper", "写一篇 撰写 报告 论文 文章 演讲稿 策划 白皮书 小说 商业计划")
-_cues("wp_ask", "", "多少 几个 几天 几岁 几元 几块 多长时间 多久 一共 总共")
+_cues("longform", "essay whitepaper", "写一篇 写一份 撰写 报告 论文 文章 演讲稿 策划 白皮书 小说 商业计划 求职信")
+_cues("wp_ask", "", "多少 几个 几天 几岁 几元 几块 几点 多远 多长时间 多久 一共 总共")
 _cues("relation", "percent twice half thrice each per every average ratio remaining rest discount profit "
       "interest total fewer fraction quarter third double triple", "百分之 倍 一半 平均 每 剩下 剩余 打折 折扣 利润 利息 分之")
 _cues("constraint", "must should ensure exactly required without never", "必须 需要 不要 不能 不得 至少 最多 确保 要求 务必 不超过 限制")
-_cues("depth", "justify", "详细 为什么 原理 深入 一步一步 逐步 推理 论证 深入分析")
+_cues("depth", "justify detailed", "详细 为什么 原理 深入 一步一步 逐步 推理 论证 深入分析")
 _cues("brief", "briefly", "简短 一句话 只返回 只输出 只回答 一个词 简单回答 是或否")
 _cues("fact_q", "", "是什么 是谁 什么时候 在哪 哪里 哪一年")
 _cues("math_token", "sin cos tan log ln sqrt mod lim", "")
@@ -136,7 +143,9 @@ for _phrase, _kinds in (
     ("pull out", ("extraction",)), ("fill in the", ("extraction",)), ("as json", ("extraction",)),
     ("key points", ("summary",)), ("in one sentence", ("summary", "brief")), ("show that", ("proof",)),
     ("closed form", ("math",)), ("solve for", ("math",)), ("expected value", ("math",)),
-    ("stack trace", ("code",)), ("system design", ("design",)), ("high availability", ("design",)),
+    ("stack trace", ("code",)), ("core dump", ("code",)), ("memory leak", ("code",)),
+    ("system design", ("design",)), ("high availability", ("design",)), ("migration plan", ("design",)),
+    ("what time", ("wp_ask",)),
     ("pros and cons", ("comparison",)), ("in depth", ("comparison", "depth")), ("in-depth", ("comparison", "depth")),
     ("which is better", ("comparison",)), ("step by step", ("depth",)), ("step-by-step", ("depth",)),
     ("explain why", ("depth",)), ("explain how", ("depth",)), ("in detail", ("depth",)),
@@ -152,14 +161,13 @@ for _phrase, _kinds in (
     _EN_PHRASES.setdefault(_phrase.split()[0], []).append((_phrase, _kinds))
 
 # A verb and an object anywhere in the window make the request: "write ... function" is code.
-_CODE_VERBS = frozenset("write implement create build generate fix optimize optimise convert port add".split())
 _CODE_OBJECTS = frozenset(
     "function script program class method module endpoint query regex test tests parser decorator "
     "component cli bug code snippet crash error".split()
 )
-_WRITE_VERBS = frozenset("write draft compose prepare".split())
 _LONGFORM_OBJECTS = frozenset(
-    "report essay article blog post whitepaper proposal story chapter speech letter release plan".split()
+    "report essay article blog post whitepaper proposal story chapter speech letter release plan guide "
+    "handbook manual tutorial documentation".split()
 )
 _DESIGN_OBJECTS = frozenset(
     "system architecture schema api service pipeline database platform backend infrastructure".split()
@@ -375,14 +383,16 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         "\nb." in window or "\nb)" in window or "\n(b)" in window or "\nb、" in window
     )
 
-    # Verb-object pairs turn mentions into requests.
-    if tokens & _CODE_VERBS:
-        if tokens & _CODE_OBJECTS and ("code_hint" in count or "code" in count or tokens & {"function", "script", "program", "regex", "query", "class", "endpoint", "parser", "decorator", "cli"}):
-            first.setdefault("code", first.get("code_hint", 0.0))
-    if tokens & _WRITE_VERBS and tokens & _LONGFORM_OBJECTS:
-        first.setdefault("longform", 0.0)
-    if "design" in tokens and tokens & _DESIGN_OBJECTS:
-        first.setdefault("design", 0.0)
+    # Verb-object pairs turn mentions into requests ("write ... function", "写一个正则", "fix ... bug");
+    # the request is placed where its verb is.
+    if "code_verb" in first and ("code_hint" in first or tokens & _CODE_OBJECTS):
+        first.setdefault("code", first["code_verb"])
+    if "write_verb" in first and tokens & _LONGFORM_OBJECTS:
+        first.setdefault("longform", first["write_verb"])
+    if "design_verb" in first and tokens & _DESIGN_OBJECTS:
+        first.setdefault("design", first["design_verb"])
+    if "math_weak" in first and (math_signals or _numbers(tokens) >= 2):
+        first.setdefault("math", first["math_weak"])
     if code_blocks and "code" not in first:
         first["code"] = float(len(window))
 
@@ -405,9 +415,6 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
             category = first_small
         elif large:
             category = max(large, key=lambda name: _CATEGORIES[name][0])
-            if category == "math" and not math_signals and "proof" not in first and _numbers(tokens) < 2:
-                # "calculate"/"计算" with nothing to compute is a lookup, not a derivation.
-                category = "general"
         elif first_small is not None:
             category = first_small
         if not category or category == "general":
@@ -487,10 +494,12 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         effects.append((0.3, "on {} material", large[0]))
 
     logit = _LOGIT[category]
-    top = None
     for effect in effects:
         logit += effect[0]
-        if top is None or abs(effect[0]) > abs(top[0]):
+    # The reason names the strongest effect that pushed the way the score ended up.
+    top = None
+    for effect in effects:
+        if (effect[0] > 0) == (logit >= 0) and (top is None or abs(effect[0]) > abs(top[0])):
             top = effect
     score = 1.0 / (1.0 + math.exp(-logit))
     reason = _CATEGORIES[category][1]
