@@ -1,0 +1,222 @@
+"""The shipped price table, the [pricing] config section and the lookup over both."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import tomllib
+from decimal import Decimal
+
+import pydantic
+import pytest
+
+from llmroute.accounting.prices import (
+    DeploymentRef,
+    ExchangeRates,
+    PriceBook,
+    PricingConfig,
+    load_price_table,
+    normalize_region,
+    parse_price_table,
+)
+from llmroute.errors import ConfigError
+
+ISSUE_EXAMPLE = """
+[pricing]
+strict = true
+reporting_currency = "USD"
+
+[pricing.exchange_rates]
+CNY = 0.14
+
+[pricing."together:my-finetune"]       # provider name from [providers], then the model id
+input_per_million = 0.88
+output_per_million = 0.88
+cached_input_per_million = 0.44        # optional; absent means cached tokens cost the input price
+currency = "USD"                       # USD | CNY
+"""
+
+
+def pricing(text: str) -> PricingConfig:
+    return PricingConfig.model_validate(tomllib.loads(text)["pricing"])
+
+
+def test_shipped_table_has_version_dates_and_sources():
+    table = load_price_table()
+    assert table.version and table.read_on
+    assert len(table.entries) >= 10
+    for p in table.entries:
+        assert p.source, p.model
+        assert p.version == table.version
+        assert p.currency in ("USD", "CNY")
+        assert p.input_per_million >= 0 and p.output_per_million >= 0
+
+
+def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
+    table = load_price_table()
+    # providers.md: every Together and SiliconFlow figure is unconfirmed on the official page.
+    for p in table.entries:
+        if p.kind in ("together", "siliconflow"):
+            assert not p.confirmed, p.model
+    assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
+    assert table.get("bailian", "singapore", "qwen-plus").confirmed
+    assert not table.get("bailian", "cn-beijing", "qwen-plus").confirmed
+
+
+def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
+    table = load_price_table()
+    sf = table.get("siliconflow", "cn", "Qwen/Qwen2.5-72B-Instruct")
+    assert sf.currency == "CNY" and sf.input_per_million == Decimal("4.13")
+    # International SiliconFlow prices are unconfirmed, so nothing is shipped for them.
+    assert table.get("siliconflow", "intl", "Qwen/Qwen2.5-72B-Instruct") is None
+    assert table.get("bailian", "singapore", "qwen-max").currency == "USD"
+    assert table.get("bailian", "cn-beijing", "qwen-max").currency == "CNY"
+    assert table.get("bailian", "us", "qwen-max") is None
+
+
+def test_bailian_cached_rate_is_forty_percent_of_input():
+    for p in load_price_table().entries:
+        if p.kind == "bailian":
+            assert p.cached_input_per_million == p.input_per_million * Decimal("0.4"), p.model
+
+
+def test_self_hosted_kinds_have_no_shipped_price():
+    kinds = {p.kind for p in load_price_table().entries}
+    assert kinds == {"together", "fireworks", "siliconflow", "bailian"}
+
+
+def test_issue_example_parses_exactly():
+    cfg = pricing(ISSUE_EXAMPLE)
+    assert cfg.strict is True and cfg.reporting_currency == "USD"
+    assert cfg.exchange_rates == {"CNY": Decimal("0.14")}
+    ov = cfg.prices["together:my-finetune"]
+    # 0.88 typed in TOML is the decimal 0.88, not the binary float.
+    assert ov.input_per_million == Decimal("0.88") and ov.cached_input_per_million == Decimal("0.44")
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '[pricing]\nstrcit = true',  # typo of a scalar key
+        '[pricing."together:x"]\ninput_per_million = 1\noutput_per_million = 1\nprice = 3',
+        '[pricing."together:x"]\ninput_per_million = 1',  # output price missing
+        '[pricing."together:x"]\ninput_per_million = -1\noutput_per_million = 1',
+        '[pricing."together:x"]\ninput_per_million = 1\noutput_per_million = 1\ncurrency = "EUR"',
+        '[pricing.":x"]\ninput_per_million = 1\noutput_per_million = 1',
+        '[pricing]\nreporting_currency = "USD"\n[pricing.exchange_rates]\nCNY = 0',
+        '[pricing.exchange_rates]\nCNY = 0.14',  # rates with no reporting currency
+    ],
+)
+def test_bad_pricing_sections_are_rejected(text):
+    with pytest.raises(pydantic.ValidationError):
+        pricing(text)
+
+
+def test_lookup_order_override_then_wildcard_then_region_then_plain():
+    cfg = pricing(
+        """
+[pricing."sf-cn:Qwen/Qwen2.5-72B-Instruct"]
+input_per_million = 3
+output_per_million = 5
+currency = "CNY"
+[pricing."gpu-box:*"]
+input_per_million = 0
+output_per_million = 0
+"""
+    )
+    book = PriceBook(cfg)
+    assert book.lookup("sf-cn", "siliconflow", "cn", "Qwen/Qwen2.5-72B-Instruct").input_per_million == 3
+    assert book.lookup("sf-other", "siliconflow", "cn", "Qwen/Qwen2.5-72B-Instruct").input_per_million == Decimal("4.13")
+    assert book.lookup("sf-other", "siliconflow", "china", "Qwen/Qwen2.5-72B-Instruct").origin == "table"
+    assert book.lookup("gpu-box", "vllm", None, "anything/at-all").output_per_million == 0
+    assert book.lookup("other-box", "vllm", None, "anything/at-all") is None
+    # Region-less table entries match whatever the region.
+    assert book.lookup("tg", "together", "whatever", "meta-llama/Llama-3.3-70B-Instruct-Turbo") is not None
+    # Ollama model ids hold a colon: the key splits on the first one only.
+    cfg2 = pricing('[pricing."ollama:qwen2.5:7b"]\ninput_per_million = 0\noutput_per_million = 0')
+    assert PriceBook(cfg2).lookup("ollama", "ollama", None, "qwen2.5:7b") is not None
+
+
+def test_override_version_follows_its_figures():
+    a = PriceBook(pricing('[pricing."p:m"]\ninput_per_million = 1\noutput_per_million = 2'))
+    b = PriceBook(pricing('[pricing."p:m"]\ninput_per_million = 1\noutput_per_million = 3'))
+    va, vb = (x.lookup("p", "vllm", None, "m").version for x in (a, b))
+    assert va.startswith("config:") and va != vb
+
+
+def test_region_aliases():
+    assert normalize_region("bailian", "cn") == "cn-beijing"
+    assert normalize_region("bailian", "ap-southeast-1") == "singapore"
+    assert normalize_region("siliconflow", "com") == "intl"
+    assert normalize_region("together", None) is None
+
+
+DEPS = [
+    DeploymentRef("tg:meta-llama/Llama-3.3-70B-Instruct-Turbo", "tg", "together", None,
+                  "meta-llama/Llama-3.3-70B-Instruct-Turbo", "tiers.large.deployments[0]"),
+    DeploymentRef("local:Qwen/Qwen2.5-7B-Instruct", "local", "vllm", None, "Qwen/Qwen2.5-7B-Instruct",
+                  "tiers.small.deployments[1]"),
+]  # fmt: skip
+
+
+def test_strict_refuses_an_unpriced_deployment_naming_it():
+    book = PriceBook()
+    with pytest.raises(ConfigError) as e:
+        book.check_priced(DEPS)
+    assert e.value.key == "tiers.small.deployments[1]"
+    assert "local:Qwen/Qwen2.5-7B-Instruct" in str(e.value)
+    assert '[pricing."local:Qwen/Qwen2.5-7B-Instruct"]' in str(e.value)
+
+
+def test_not_strict_allows_it_and_priced_self_hosted_passes_strict():
+    PriceBook(pricing("[pricing]\nstrict = false")).check_priced(DEPS)
+    book = PriceBook(pricing('[pricing."local:*"]\ninput_per_million = 0\noutput_per_million = 0'))
+    book.check_priced(DEPS)
+
+
+def test_override_for_unknown_provider_is_a_config_error():
+    book = PriceBook(pricing('[pricing."tgg:x"]\ninput_per_million = 1\noutput_per_million = 1'))
+    with pytest.raises(ConfigError) as e:
+        book.check_priced(DEPS)
+    assert e.value.key == 'pricing."tgg:x"'
+
+
+def test_exchange_rates_convention():
+    rates = ExchangeRates("USD", {"CNY": Decimal("0.14")})
+    assert rates.convert(Decimal("100"), "CNY") == Decimal("14.00")
+    assert rates.convert(Decimal("14"), "USD", "CNY") == Decimal("100")
+    assert rates.convert(Decimal("5"), "USD") == Decimal("5")
+    assert ExchangeRates("USD").convert(Decimal(1), "CNY") is None
+
+
+def test_model_classes_and_price_for_class():
+    book = PriceBook()
+    assert book.class_of("meta-llama/Llama-3.3-70B-Instruct-Turbo") == "70b"
+    assert book.class_of("Qwen/Qwen2.5-7B-Instruct") == "7b"
+    assert book.class_of("qwen-plus") is None
+    fw = book.price_for_class("fireworks", "70b")
+    assert fw.model == "accounts/fireworks/models/llama-v3p3-70b-instruct"  # confirmed entry first
+    assert book.price_for_class("siliconflow", "7b", "intl") is None
+    assert book.price_for_class("siliconflow", "70b").currency == "CNY"
+
+
+def test_bad_table_entries_name_the_entry():
+    with pytest.raises(ConfigError) as e:
+        parse_price_table('version = "x"\n[[price]]\nkind = "a"\nmodel = "m"\ncurrency = "USD"\ninput_per_million = 1')
+    assert e.value.key == "price[0]"
+    with pytest.raises(ConfigError):
+        parse_price_table("[[price]]\nkind = 'a'")
+
+
+def test_import_has_no_side_effects():
+    code = (
+        "import sys, threading\n"
+        "import llmroute.accounting.prices as p, llmroute.accounting.cost, llmroute.accounting.ledger, "
+        "llmroute.accounting.budgets, llmroute.accounting.report, llmroute.accounting.tokens\n"
+        "assert threading.active_count() == 1, threading.enumerate()\n"
+        "assert p.load_price_table.cache_info().currsize == 0\n"
+        "assert 'tiktoken' not in sys.modules\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.stdout.strip() == "ok", out.stderr
