@@ -103,13 +103,17 @@ def test_sticky_values_pin_a_caller_to_one_arm():
     assert 0.85 < arms[A] / 1000 < 0.95
 
 
-def test_sticky_hash_is_stable_across_processes():
-    code = "from llmroute.resilience.failover import sticky_point; print(repr(sticky_point('user-42', 'large')))"
+def test_sticky_choice_is_stable_across_processes():
+    code = (
+        "import random; from tests.resilience.test_failover import first_choice; "
+        "print([first_choice(0, sticky=f'user-{i}') for i in range(64)])"
+    )
     outs = set()
-    for seed in ("1", "2"):
+    for seed in ("1", "2", "3"):  # Python's own str hash differs under each of these
         env = {**os.environ, "PYTHONHASHSEED": seed}
         outs.add(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True).stdout.strip())
-    assert outs == {repr(sticky_point("user-42", "large"))}
+    assert outs == {str([first_choice(0, sticky=f"user-{i}") for i in range(64)])}
+    assert sticky_point("user-42", "large") == sticky_point("user-42", "large") != sticky_point("user-42", "small")
 
 
 def test_retries_then_failover_then_success():
@@ -312,6 +316,14 @@ def test_client_side_limits_queue_within_the_timeout_or_move_on():
     plan2 = w2.plan()
     assert plan2.next_step(0.0).deployment_id == B
     assert "requests-per-minute" in plan2.attempts[0].note
+
+
+def test_skipping_an_open_deployment_spends_none_of_its_limits():
+    w = World(consecutive_failures=1, rpm=1, queue_timeout_s=0.0)
+    w.breakers.record(A, 0.0, server_error(A))
+    plan = w.plan()
+    assert plan.next_step(0.0).deployment_id == B
+    assert w.limits.try_acquire(0.0, A).granted  # A's one request per minute is still there
 
 
 def test_a_bulkhead_slot_is_released_when_the_attempt_ends():
