@@ -130,12 +130,15 @@ _cues("comparison", "compare comparison contrast versus vs tradeoff tradeoffs tr
 _cues("longform", "essay whitepaper", "写一篇 写一份 撰写 报告 论文 文章 演讲稿 策划 白皮书 小说 商业计划 求职信")
 _cues("wp_ask", "", "多少 几个 几天 几岁 几元 几块 几点 多远 多长时间 多久 一共 总共")
 _cues("relation", "percent twice half thrice each per every average ratio remaining rest discount profit "
-      "interest total fewer fraction quarter third double triple", "百分之 倍 一半 平均 每 剩下 剩余 打折 折扣 利润 利息 分之")
+      "interest total fewer fraction quarter third double triple sum difference ago older younger faster slower",
+      "百分之 倍 一半 平均 每 剩下 剩余 打折 折扣 利润 利息 分之 之和 之差 年前 年后")
 _cues("constraint", "must should ensure exactly required without never", "必须 需要 不要 不能 不得 至少 最多 确保 要求 务必 不超过 限制")
 _cues("depth", "justify detailed", "详细 为什么 原理 深入 一步一步 逐步 推理 论证 深入分析")
 _cues("brief", "briefly", "简短 一句话 只返回 只输出 只回答 一个词 简单回答 是或否")
 _cues("fact_q", "", "是什么 是谁 什么时候 在哪 哪里 哪一年")
 _cues("math_token", "sin cos tan log ln sqrt mod lim", "")
+# In a multiple-choice question: find the exception (every option must be checked).
+_cues("negation", "except", "不正确 错误的是 不属于 不包括 不是")
 
 # Phrases: first token -> (the phrase, its kinds). Checked with `in` only when the first token occurs.
 _EN_PHRASES: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
@@ -157,6 +160,8 @@ for _phrase, _kinds in (
     ("times as", ("relation",)), ("at least", ("constraint",)), ("at most", ("constraint",)),
     ("no more than", ("constraint",)), ("make sure", ("constraint",)), ("do not", ("constraint",)),
     ("don't", ("constraint",)), ("what does the user want", ("intent",)),
+    ("is not", ("negation",)), ("not true", ("negation",)), ("least likely", ("negation",)),
+    ("statement 1", ("statements",)),
 ):
     _EN_PHRASES.setdefault(_phrase.split()[0], []).append((_phrase, _kinds))
 
@@ -196,7 +201,11 @@ _ZH_RE = re.compile(_literal_trie(list(_ZH_LITERALS)))
 # Punctuation (and "?", which non-ASCII characters become) turns into a space before splitting.
 _PUNCT = b"!\"$%&()*:;<=>?@[\\]^_`{|}~/"
 _PUNCT_TO_SPACE = bytes.maketrans(_PUNCT, b" " * len(_PUNCT))
-_DIGITS = frozenset("0123456789")
+_DIGITS = frozenset("0123456789.")
+_NUMBER_WORDS = frozenset(
+    "two three four five six seven eight nine ten eleven twelve fifteen twenty thirty forty fifty "
+    "hundred thousand million dozen".split()
+)
 
 _GREETING_RE = re.compile(
     r"^\s*(?:hi|hello|hey|thanks|thank you|good (?:morning|afternoon|evening)|你好|您好|谢谢|早上好|晚上好|在吗|哈喽|嗨)"
@@ -211,6 +220,9 @@ _ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
 _ZH_MAG = {"百": 100, "千": 1000, "万": 10000}
 _TOKENS_PER_UNIT = {"word": 1.4, "字": 0.75, "page": 700.0, "页": 700.0, "paragraph": 120.0, "段": 120.0}
 _LENGTH_UNITS = ("word", "字", "page", "页", "段", "paragraph")
+# Word problems and exam questions are judged on their whole text (their quantities sit anywhere),
+# up to this many characters.
+_WHOLE_PROBLEM_CHARS = 1200
 
 # The window is sized in characters per script, for about 100 + 60 tokens of instructions: an ask
 # up to (head + tail) long is searched whole; a longer one by its first `head` characters and its
@@ -328,8 +340,8 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
 
 
 def _numbers(tokens: set[str]) -> int:
-    """Distinct numbers among the tokens: the quantities a word problem works with."""
-    return sum(1 for token in tokens if token[0] in _DIGITS)
+    """Distinct numbers among the tokens (digits or number words): a word problem's quantities."""
+    return sum(1 for token in tokens if token[0] in _DIGITS) + len(tokens & _NUMBER_WORDS)
 
 
 def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
@@ -354,7 +366,11 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     input_tokens = int(context_tokens + 0.5)
     ask_tokens = _text_tokens(ask)
 
-    head, tail = _WINDOW_ASCII if ask.isascii() else _WINDOW_CJK
+    # Window size by script: mostly-CJK text is denser. A stray curly quote must not shrink it.
+    if ask.isascii() or len(ask.encode("ascii", "ignore")) * 5 >= len(ask) * 4:
+        head, tail = _WINDOW_ASCII
+    else:
+        head, tail = _WINDOW_CJK
     if len(ask) > head + tail:
         window = (ask[:head] + "\n" + ask[-tail:]).lower()
     else:
@@ -379,8 +395,10 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         if unit in window:
             text_length = _requested_length(window)
             break
-    choice = ("\na." in window or "\na)" in window or "\n(a)" in window or "\na、" in window) and (
-        "\nb." in window or "\nb)" in window or "\n(b)" in window or "\nb、" in window
+    # The options' format is checked on the whole ask (C-speed `in`): whether a question is
+    # multiple-choice must not depend on where the window cuts.
+    choice = ("\nA." in ask or "\nA)" in ask or "\n(A)" in ask or "\nA、" in ask) and (
+        "\nB." in ask or "\nB)" in ask or "\n(B)" in ask or "\nB、" in ask
     )
 
     # Verb-object pairs turn mentions into requests ("write ... function", "写一个正则", "fix ... bug");
@@ -391,18 +409,22 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         first.setdefault("longform", first["write_verb"])
     if "design_verb" in first and tokens & _DESIGN_OBJECTS:
         first.setdefault("design", first["design_verb"])
-    if "math_weak" in first and (math_signals or _numbers(tokens) >= 2):
-        first.setdefault("math", first["math_weak"])
     if code_blocks and "code" not in first:
         first["code"] = float(len(window))
 
     # --- task type --------------------------------------------------------------------------
     large = [name for name in first if name in _LARGE_TASKS]
     small = [name for name in first if name in _SMALL_TASKS]
+    formal = 0  # distinct kinds of formal content (math, proof, code, analysis) in an exam question
     if not ask.strip():
         category = "general"
     elif len(ask) <= 40 and not large and not small and _GREETING_RE.match(window):
         category = "greeting"
+    elif choice and not code_blocks:
+        # Multiple choice: the answer is one option, so task words in the question ("translate
+        # into predicate logic", "which proof...") describe its content, not a deliverable.
+        category = "choice"
+        formal = len(large)
     else:
         category = ""
         first_small = min(small, key=first.__getitem__) if small else None
@@ -418,16 +440,26 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         elif first_small is not None:
             category = first_small
         if not category or category == "general":
-            if _numbers(tokens) >= 2 and ("wp_ask" in count or (questions and "relation" in count)):
+            # A question about quantities, without formal notation, is a word problem
+            # ("calculate" in it does not make it a derivation).
+            if (
+                not math_signals
+                and _numbers(tokens) >= 2
+                and ("wp_ask" in count or "math_weak" in count or (questions and ("relation" in count or "%" in window)))
+            ):
                 category = "word_problem"
-            elif choice:
-                category = "math" if math_signals >= 3 else "choice"
+            elif "math_weak" in first and (math_signals or _numbers(tokens) >= 2):
+                category = "math"
             elif ask_tokens <= 40 and ("fact_q" in count or _FACT_RE.match(window)):
                 category = "fact"
             else:
                 category = "general"
+    if category in ("word_problem", "choice") and len(ask) > len(window) and len(ask) <= _WHOLE_PROBLEM_CHARS:
+        first, count, tokens = _scan(ask.lower())
 
     numbers = _numbers(tokens) if category in ("word_problem", "math", "choice", "general") else 0
+    if category == "choice":
+        math_signals = ask.count("^") + ask.count("\\") + ask.count("=") + count.get("math_token", 0)
     # Each effect is (log-odds delta, reason template, value); only the reported one is formatted.
     effects: list[tuple[float, str, object]] = []
 
@@ -460,7 +492,7 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     # Longer instructions carry more to satisfy; pattern-level tasks scale with length far better.
     if ask_tokens > 0:
         length_effect = 0.35 * math.log2(ask_tokens / 60.0) if ask_tokens >= 1.0 else -0.4
-        length_effect = max(-0.4, min(0.8, length_effect))
+        length_effect = max(-0.4, min(1.2, length_effect))
         if category in _SMALL_TASKS or category == "greeting":
             length_effect *= 0.3
         effects.append((length_effect, "long prompt" if length_effect > 0 else "short prompt", None))
@@ -474,12 +506,20 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     if math_signals:
         effects.append((min(1.2, 0.22 * math_signals), "math in the prompt", None))
     if category == "word_problem":
-        # Each quantity beyond the first two, and each relation between them, is one more step.
-        if numbers > 2:
-            effects.append((min(1.2, 0.2 * (numbers - 2)), "{} quantities", numbers))
-        relations = count.get("relation", 0) + window.count("%")
-        if relations:
-            effects.append((min(0.8, 0.15 * relations), "chained relations", None))
+        # Steps: each quantity after the first is combined once, each relation ("twice", "per",
+        # "20% off") is half a step more. A chain fails if any step fails, so risk keeps growing
+        # with the steps, with diminishing log-odds; 4 steps is the typical problem (effect 0).
+        steps = max(1.0, numbers - 1 + 0.5 * (count.get("relation", 0) + window.count("%")))
+        effects.append((0.7 * math.log2(steps / 4.0), "~{} reasoning steps", int(steps + 0.5)))
+    elif category == "choice":
+        if formal:
+            effects.append((min(0.8, 0.4 * formal), "formal content", None))
+        if numbers >= 2:
+            effects.append((0.3 * math.log2(numbers), "computation", None))
+        if "negation" in count:
+            effects.append((0.3, "asks for the exception", None))
+        if "statements" in count:
+            effects.append((0.4, "judges several statements", None))
     if constraints:
         effects.append((min(0.8, 0.12 * constraints), "{} constraints", constraints))
     if questions > 1:
