@@ -170,8 +170,9 @@ class LedgerRecord:
     def from_row(cls, row: Mapping[str, Any]) -> "LedgerRecord":
         """Inverse of `to_row` / `to_json`: accepts a SQLite row mapping or a parsed JSON line."""
         kw: dict[str, Any] = {}
+        present = set(row.keys())
         for name in COLUMNS:
-            if name not in row.keys():
+            if name not in present:
                 continue
             v = row[name]
             if name == "metadata":
