@@ -1,0 +1,211 @@
+"""`llmroute calibrate`: choose `routing.threshold` so that a given share of traffic goes large.
+
+As RouteLLM does, the threshold is a quantile of the classifier's scores on real prompts: with
+`--large-share 0.3`, 30% of those prompts score at or above it. Prompts come from a JSONL file
+(`{"prompt": "..."}` or `{"messages": [...]}` per line) or from the SQLite ledger, whose
+`router_score` column holds the score of every routed call (no re-classification needed).
+
+`threshold_for_share` is pure; the file handling lives in `load_prompts`, `load_scores` and
+`write_threshold`, which only touch the files named on the command line. `write_threshold` edits
+the TOML text in place (stdlib tomllib cannot write) so comments and layout survive. Nothing here
+loads or validates the full config: calibration only reads and writes `[routing]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import re
+import sqlite3
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .classifier import classify
+
+__all__ = ["threshold_for_share", "load_prompts", "load_scores", "write_threshold", "main"]
+
+_SQLITE_MAGIC = b"SQLite format 3\x00"
+
+
+def threshold_for_share(scores: Sequence[float], large_share: float) -> float:
+    """The threshold t such that the share of `scores` with score >= t is as close to `large_share`
+    as ties allow, never above it when it can be met exactly.
+
+    t is the k-th highest score with k = round(large_share * n); a share of 1 gives the lowest score
+    and a share of 0 a value just above the highest, capped at 1.0 (routing.threshold's range;
+    classifier scores are a logistic and stay below 1). Raises ValueError on empty input or a share
+    outside [0, 1].
+    """
+    if not 0.0 <= large_share <= 1.0 or math.isnan(large_share):
+        raise ValueError(f"large_share must be in [0, 1], got {large_share}")
+    if not scores:
+        raise ValueError("no scores to calibrate on")
+    ranked = sorted((float(s) for s in scores), reverse=True)
+    k = round(large_share * len(ranked))
+    if k <= 0:
+        return min(1.0, math.nextafter(ranked[0], math.inf))
+    if k >= len(ranked):
+        return ranked[-1]
+    threshold = ranked[k - 1]
+    if ranked[k] == threshold:
+        # A tie straddles the cut: choose the side closer to the asked share.
+        above = sum(1 for s in ranked if s > threshold)
+        at_or_above = sum(1 for s in ranked if s >= threshold)
+        if abs(above - k) < abs(at_or_above - k):
+            return min(1.0, math.nextafter(threshold, math.inf))
+    return threshold
+
+
+def _is_sqlite(path: Path) -> bool:
+    try:
+        with path.open("rb") as f:
+            return f.read(16) == _SQLITE_MAGIC
+    except OSError as exc:
+        raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
+
+
+def load_prompts(path: str | Path) -> list[list[dict[str, Any]]]:
+    """Conversations from a JSONL file, one per line: {"prompt": str} or {"messages": [...]}.
+
+    Raises ConfigError naming the file and line on a line it cannot use.
+    """
+    path = Path(path)
+    conversations: list[list[dict[str, Any]]] = []
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
+    except UnicodeDecodeError:
+        raise ConfigError("prompts file is not UTF-8 text (JSONL or an SQLite ledger expected)", path=str(path)) from None
+    for number, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"line {number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ConfigError(f"{where}: not JSON ({exc.msg})", path=str(path)) from None
+        if not isinstance(row, Mapping):
+            raise ConfigError(f"{where}: expected an object with \"prompt\" or \"messages\"", path=str(path))
+        if isinstance(row.get("prompt"), str):
+            conversations.append([{"role": "user", "content": row["prompt"]}])
+        elif isinstance(row.get("messages"), list) and all(isinstance(m, Mapping) for m in row["messages"]):
+            conversations.append([dict(m) for m in row["messages"]])
+        else:
+            raise ConfigError(
+                f"{where}: needs \"prompt\" (a string) or \"messages\" (a list of objects)", path=str(path)
+            )
+    if not conversations:
+        raise ConfigError("no prompts in file", path=str(path))
+    return conversations
+
+
+def load_scores(path: str | Path) -> list[float]:
+    """Classifier scores for the prompts in `path`: read from an SQLite ledger's `router_score`
+    column (rows where it is NULL, i.e. calls not routed by the classifier, are skipped), or
+    computed by classifying each conversation of a JSONL file."""
+    path = Path(path)
+    if not _is_sqlite(path):
+        return [classify(messages).score for messages in load_prompts(path)]
+    try:
+        with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(ledger)")}
+            if "router_score" not in columns:
+                raise ConfigError("SQLite file has no table ledger with a router_score column", path=str(path))
+            scores = [float(row[0]) for row in db.execute("SELECT router_score FROM ledger WHERE router_score IS NOT NULL")]
+    except sqlite3.Error as exc:
+        raise ConfigError(f"cannot read ledger: {exc}", path=str(path)) from None
+    if not scores:
+        raise ConfigError("ledger has no routed calls with a router_score", path=str(path))
+    return scores
+
+
+_SECTION_RE = re.compile(r"^\s*\[\s*([^\[\]]+?)\s*\]\s*(?:#.*)?$")
+_ARRAY_SECTION_RE = re.compile(r"^\s*\[\[")
+_THRESHOLD_RE = re.compile(r"^(\s*threshold\s*=\s*)([^#\n]*?)(\s*(?:#.*)?)$")
+
+
+def write_threshold(config_path: str | Path, value: float) -> None:
+    """Set `threshold = value` under `[routing]` in a TOML file, editing only that line.
+
+    Adds the key (or the section, at the end) when missing; comments and the rest of the file stay
+    byte-for-byte as they were. A dotted key (`routing.threshold = ...` at top level) is not
+    supported and raises ConfigError rather than writing a second, conflicting value.
+    """
+    path = Path(config_path)
+    try:
+        text = path.read_text(encoding="utf-8") if path.exists() else ""
+    except OSError as exc:
+        raise ConfigError(f"cannot read config: {exc.strerror}", path=str(path)) from None
+    if re.search(r"(?m)^\s*routing\.threshold\s*=", text):
+        raise ConfigError("routing.threshold is set as a dotted key; edit it by hand", path=str(path), key="routing.threshold")
+    formatted = repr(float(value))
+    lines = text.splitlines(keepends=True)
+    in_routing = False
+    routing_header = None
+    insert_at = None
+    for index, line in enumerate(lines):
+        section = _SECTION_RE.match(line)
+        if section or _ARRAY_SECTION_RE.match(line):
+            if in_routing and insert_at is None:
+                insert_at = index
+            in_routing = bool(section) and section.group(1) == "routing"
+            if in_routing:
+                routing_header = index
+            continue
+        if in_routing:
+            match = _THRESHOLD_RE.match(line.rstrip("\r\n"))
+            if match:
+                ending = line[len(line.rstrip("\r\n")):]
+                lines[index] = f"{match.group(1)}{formatted}{match.group(3)}{ending}"
+                path.write_text("".join(lines), encoding="utf-8")
+                return
+    if routing_header is None:
+        prefix = "" if not text or text.endswith("\n") else "\n"
+        path.write_text(f"{text}{prefix}\n[routing]\nthreshold = {formatted}\n", encoding="utf-8")
+        return
+    if insert_at is None:
+        insert_at = len(lines)
+        if lines and not lines[-1].endswith("\n"):
+            lines[-1] += "\n"
+    # Right after the header keeps the key in [routing] even if the section ends in comments.
+    lines.insert(routing_header + 1, f"threshold = {formatted}\n")
+    path.write_text("".join(lines), encoding="utf-8")
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`llmroute calibrate --prompts FILE --large-share 0.3 [--config FILE] [--write]`."""
+    parser = argparse.ArgumentParser(
+        prog="llmroute calibrate",
+        description="Print the routing.threshold that sends a given share of these prompts to the large tier.",
+    )
+    parser.add_argument("--prompts", required=True, help="JSONL of prompts, or the SQLite ledger")
+    parser.add_argument("--large-share", type=float, required=True, help="share of requests for the large tier, 0..1")
+    parser.add_argument("--config", default="llmroute.toml", help="config file to write with --write (default llmroute.toml)")
+    parser.add_argument("--write", action="store_true", help="also set threshold under [routing] in --config")
+    args = parser.parse_args(argv)
+    if not 0.0 <= args.large_share <= 1.0:
+        print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
+        return 2
+    try:
+        scores = load_scores(args.prompts)
+        # Floor to 6 decimals: printing must not push the prompt at the cut out of the large share.
+        threshold = math.floor(threshold_for_share(scores, args.large_share) * 1e6) / 1e6
+        share = sum(1 for s in scores if s >= threshold) / len(scores)
+        print(f"threshold={threshold:.6g}")
+        print(f"# {len(scores)} prompts, {share:.1%} at or above it (asked {args.large_share:.1%})", file=sys.stderr)
+        if args.write:
+            write_threshold(args.config, threshold)
+            print(f"# wrote threshold to [routing] in {args.config}", file=sys.stderr)
+    except ConfigError as exc:
+        print(f"llmroute calibrate: {exc}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
