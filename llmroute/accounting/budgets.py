@@ -290,6 +290,16 @@ class BudgetBook:
     def _usage(self, b: BudgetConfig, amount: Decimal | None, currency: str | None, tokens: int) -> Decimal | int | None:
         return self._amount_in(b, amount, currency) if b.max_cost is not None else int(tokens)
 
+    def _matching(self, feature: str | None, metadata: Mapping[str, Any], amount: Decimal | None,
+                  currency: str | None, tokens: int):  # fmt: skip
+        """(budget, counter key, what this call adds) for each budget that counts it. Budgets a money
+        figure cannot judge (unpriced, no exchange rate) are skipped."""
+        for b in self.budgets:
+            if b.when.matches(feature, metadata):
+                value = self._usage(b, amount, currency, tokens)
+                if value is not None:
+                    yield b, (b.name, b.group_of(feature, metadata)), value
+
     def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None):
         """What budget `name` has spent in the window holding `now` (for the group of feature/metadata)."""
         b = next((x for x in self.budgets if x.name == name), None)
@@ -321,13 +331,8 @@ class BudgetBook:
         metadata = metadata or {}
         downgrade: BudgetVerdict | None = None
         with self._lock:
-            for b in self.budgets:
-                if not b.when.matches(feature, metadata):
-                    continue
-                need = self._usage(b, estimated_cost, currency, estimated_tokens)
-                if need is None:
-                    continue  # unpriced or unconvertible: a money cap cannot judge it
-                spent = self._current(b, (b.name, b.group_of(feature, metadata)), now)
+            for b, key, need in self._matching(feature, metadata, estimated_cost, currency, estimated_tokens):
+                spent = self._current(b, key, now)
                 if spent + need <= b.limit:  # type: ignore[operator]
                     continue
                 group = ", ".join(f"{d}={v}" for d, v in zip(b.per, b.group_of(feature, metadata)))
@@ -355,13 +360,7 @@ class BudgetBook:
         """Add what an attempt cost (ts: when it ended, unix seconds)."""
         metadata = metadata or {}
         with self._lock:
-            for b in self.budgets:
-                if not b.when.matches(feature, metadata):
-                    continue
-                add = self._usage(b, amount, currency, tokens)
-                if add is None:
-                    continue
-                key = (b.name, b.group_of(feature, metadata))
+            for b, key, add in self._matching(feature, metadata, amount, currency, tokens):
                 window = window_of(b.period, ts)
                 got = self._spent.get(key)
                 if got is None or got[0] < window:

@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
+from ..tokens import normalize_usage
 from .prices import MILLION, ExchangeRates, Price
 
 __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED"]
@@ -92,15 +93,6 @@ class Cost:
         return f"{text} ({', '.join(flags)})" if flags else text
 
 
-def _int(value: Any) -> int:
-    if value is None or isinstance(value, bool):
-        return 0
-    try:
-        return max(0, int(value))
-    except (TypeError, ValueError):
-        return 0
-
-
 def _as_mapping(obj: Any) -> Mapping[str, Any]:
     if obj is None:
         return {}
@@ -121,42 +113,16 @@ def read_usage(
     """Normalize any platform's usage object (dict or pydantic model) into a `TokenUsage`.
 
     `timings` is llama.cpp's top-level `timings` object, `perf_metrics` Fireworks' (both sit beside
-    `usage` in the response, not inside it). Cached tokens are read from the first place that has
-    a value: `prompt_tokens_details.cached_tokens`, `input_tokens_details.cached_tokens`, flat
-    `cached_tokens` (Together), `perf_metrics["cached-prompt-tokens"]`, `timings.cache_n`.
+    `usage` in the response, not inside it). The reading itself is `llmroute.tokens.normalize_usage`
+    (one place knows where each platform puts its counts).
     """
-    u = _as_mapping(usage)
-    prompt = _int(u.get("prompt_tokens", u.get("input_tokens")))
-    completion = _int(u.get("completion_tokens", u.get("output_tokens")))
-
-    cached = None
-    for details_key in ("prompt_tokens_details", "input_tokens_details"):
-        details = _as_mapping(u.get(details_key))
-        if details.get("cached_tokens") is not None:
-            cached = _int(details["cached_tokens"])
-            break
-    # A zero in the details but a count elsewhere: Together fills one or the other (providers.md §1).
-    if not cached and u.get("cached_tokens"):
-        cached = _int(u.get("cached_tokens"))
-    if not cached and perf_metrics and perf_metrics.get("cached-prompt-tokens") is not None:
-        cached = _int(perf_metrics["cached-prompt-tokens"])
-    if not cached and timings and timings.get("cache_n") is not None:
-        cached = _int(timings["cache_n"])
-
-    reasoning = None
-    for details_key in ("completion_tokens_details", "output_tokens_details"):
-        details = _as_mapping(u.get(details_key))
-        if details.get("reasoning_tokens") is not None:
-            reasoning = _int(details["reasoning_tokens"])
-            break
-    if not reasoning and u.get("reasoning_tokens") is not None:  # SGLang: top level, inside completion
-        reasoning = _int(u["reasoning_tokens"])
-
+    extra = {k: v for k, v in (("timings", timings), ("perf_metrics", perf_metrics)) if v is not None}
+    u = normalize_usage(_as_mapping(usage), extra=extra or None)
     return TokenUsage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        cached_tokens=min(cached or 0, prompt),
-        reasoning_tokens=reasoning or 0,
+        prompt_tokens=u.prompt_tokens,
+        completion_tokens=u.completion_tokens,
+        cached_tokens=u.cached_tokens,
+        reasoning_tokens=u.reasoning_tokens,
     )
 
 
@@ -179,19 +145,9 @@ def compute_cost(
     cached = min(max(0, int(cached_tokens)), prompt)
     reasoning = max(0, int(reasoning_tokens))
     output = max(0, int(completion_tokens)) + (0 if reasoning_in_completion else reasoning)
+    tokens = dict(input_tokens=prompt, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning)
     if price is None:
-        return Cost(
-            amount=None,
-            currency=None,
-            input_tokens=prompt,
-            output_tokens=output,
-            cached_tokens=cached,
-            reasoning_tokens=reasoning,
-            estimated=estimated,
-            priced=False,
-            price_version=None,
-            price_confirmed=False,
-        )
+        return Cost(amount=None, currency=None, estimated=estimated, priced=False, price_confirmed=False, **tokens)
     input_amount = Decimal(prompt - cached) * price.input_per_million / MILLION
     cached_amount = Decimal(cached) * price.cached_rate / MILLION
     output_amount = Decimal(output) * price.output_per_million / MILLION
@@ -199,10 +155,6 @@ def compute_cost(
     return Cost(
         amount=amount,
         currency=price.currency,
-        input_tokens=prompt,
-        output_tokens=output,
-        cached_tokens=cached,
-        reasoning_tokens=reasoning,
         input_amount=input_amount,
         cached_amount=cached_amount,
         output_amount=output_amount,
@@ -211,6 +163,7 @@ def compute_cost(
         price_version=price.version,
         price_confirmed=price.confirmed,
         by_currency={price.currency: amount},
+        **tokens,
     )
 
 

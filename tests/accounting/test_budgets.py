@@ -20,7 +20,6 @@ from llmroute.accounting.budgets import (
 )
 from llmroute.accounting.ledger import LedgerRecord, SQLiteSink
 from llmroute.accounting.prices import ExchangeRates, Price
-from llmroute.accounting.tokens import count_prompt_tokens
 from llmroute.errors import BudgetExceededError, ConfigError, RequestGuardError
 
 NOON = float(calendar.timegm((2026, 12, 2, 12, 0, 0)))
@@ -187,10 +186,3 @@ def test_estimate_is_an_upper_bound():
     assert est.amount == D("0.002") and est.estimated  # 1000 x 1 + 500 x 2, nothing assumed cached
     assert estimate_cost(p, prompt_tokens=0, max_tokens=None, default_max_tokens=100).amount == D("0.0002")
     assert estimate_cost(None, prompt_tokens=10, max_tokens=10).amount is None
-
-
-def test_prompt_token_estimate():
-    n = count_prompt_tokens([{"role": "user", "content": "hello world"}])
-    assert n == 3 + 3 + 1 + 2  # priming + per-message + "user" + "hello world"
-    parts = [{"role": "user", "content": [{"type": "text", "text": "hello world"}, {"type": "image_url"}]}]
-    assert count_prompt_tokens(parts) == n

@@ -212,7 +212,7 @@ def test_import_has_no_side_effects():
     code = (
         "import sys, threading\n"
         "import llmroute.accounting.prices as p, llmroute.accounting.cost, llmroute.accounting.ledger, "
-        "llmroute.accounting.budgets, llmroute.accounting.report, llmroute.accounting.tokens\n"
+        "llmroute.accounting.budgets, llmroute.accounting.report\n"
         "assert threading.active_count() == 1, threading.enumerate()\n"
         "assert p.load_price_table.cache_info().currsize == 0\n"
         "assert 'tiktoken' not in sys.modules\n"
