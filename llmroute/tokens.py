@@ -95,8 +95,9 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
     details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details")
     if isinstance(details, Mapping):
         cached = _int(details.get("cached_tokens"))
-    if cached is None:
-        cached = _int(raw.get("cached_tokens"))  # Together, flat
+    if not cached:
+        # Together puts it flat on `usage` for some models, sometimes beside a details object of 0.
+        cached = _int(raw.get("cached_tokens")) or cached
     if cached is None and extra:
         perf = extra.get("perf_metrics")
         if isinstance(perf, Mapping):
