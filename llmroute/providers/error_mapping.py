@@ -68,7 +68,9 @@ def parse_error_body(body: Any) -> Optional[ErrorBody]:
 _CONTEXT_RE = re.compile(
     r"context[ _-]?length|context window|maximum context|context size|exceeds the available context"
     r"|prompt is too long|input length|range of input length|too many tokens|must be less than the context"
-    r"|max_total_tokens|`inputs` must have less than|inputs` tokens \+ `max_new_tokens",
+    r"|max_total_tokens|`inputs` must have less than|inputs` tokens \+ `max_new_tokens"
+    # SiliconFlow (shape unconfirmed, providers.md §3): "... must be less than max_seq_len (N)".
+    r"|max_seq_len",
     re.IGNORECASE,
 )
 _CONTENT_FILTER_RE = re.compile(
