@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
 from .. import errors as E
-from .outcome import describe_error
+from .outcome import describe_error, retry_after_of
 from .policy import ResiliencePolicy
 
 __all__ = ["BreakerState", "Permit", "Transition", "BreakerSnapshot", "CircuitBreaker", "percentile"]
@@ -417,11 +417,5 @@ _FATAL_HINTS = {
 
 
 def _retry_after(error: Optional[BaseException]) -> Optional[float]:
-    value = getattr(error, "retry_after", None) if isinstance(error, E.ProviderError) else None
-    if value is None:
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    return value if value > 0 and math.isfinite(value) else None
+    value = retry_after_of(error) if isinstance(error, E.ProviderError) else None
+    return value if value else None  # a zero Retry-After asks for no pause

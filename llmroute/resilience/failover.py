@@ -34,7 +34,6 @@ No I/O, no clock, no sleeping: every method takes `now`; randomness comes from t
 from __future__ import annotations
 
 import hashlib
-import math
 import random
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional, Sequence, Union

@@ -18,12 +18,13 @@ deployments of the tier can still serve the call.
 from __future__ import annotations
 
 import builtins
+import math
 from typing import Literal
 
 from .. import errors as E
 from ..secrets import scrub
 
-__all__ = ["Outcome", "classify_failure", "is_retryable_here", "describe_error"]
+__all__ = ["Outcome", "classify_failure", "is_retryable_here", "describe_error", "retry_after_of"]
 
 Outcome = Literal["success", "failure", "caller", "fatal"]
 
@@ -86,3 +87,17 @@ def describe_error(error: BaseException | None, *, limit: int = 200) -> str | No
         return None
     text = scrub(f"{type(error).__name__}: {error}").replace("\n", " ")
     return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def retry_after_of(error: BaseException | None) -> float | None:
+    """The platform's Retry-After on this very error, in seconds (finite, >= 0), or None."""
+    value = getattr(error, "retry_after", None)
+    if value is None:
+        return None
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    if not math.isfinite(value) or value < 0:
+        return None
+    return value

@@ -23,7 +23,7 @@ from typing import Callable, Optional
 
 import tenacity
 
-from .outcome import is_retryable_here
+from .outcome import is_retryable_here, retry_after_of
 from .policy import ResiliencePolicy
 
 __all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "retry_after_of"]
@@ -48,20 +48,6 @@ class Backoff:
 
     def wait_s(self, retry_number: int, rng: random.Random) -> float:
         return rng.uniform(0.0, self.ceiling_s(retry_number))
-
-
-def retry_after_of(error: BaseException | None) -> Optional[float]:
-    """The platform's Retry-After on this very error, in seconds, or None."""
-    value = getattr(error, "retry_after", None)
-    if value is None:
-        return None
-    try:
-        value = float(value)
-    except (TypeError, ValueError):
-        return None
-    if not math.isfinite(value) or value < 0:
-        return None
-    return value
 
 
 @dataclass(frozen=True)
