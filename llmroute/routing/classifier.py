@@ -140,7 +140,8 @@ _cues("math_token", "sin cos tan log ln sqrt mod lim", "")
 # In a multiple-choice question: find the exception (every option must be checked).
 _cues("negation", "except", "不正确 错误的是 不属于 不包括 不是")
 
-# Phrases: first token -> (the phrase, its kinds). Checked with `in` only when the first token occurs.
+# Phrases: longest word -> (the phrase, its kinds), checked with `in` only when that word occurs.
+# Keying on the longest word, not the first, keeps "in", "is", "how" from triggering lookups.
 _EN_PHRASES: dict[str, list[tuple[str, tuple[str, ...]]]] = {}
 for _phrase, _kinds in (
     ("pull out", ("extraction",)), ("fill in the", ("extraction",)), ("as json", ("extraction",)),
@@ -163,7 +164,7 @@ for _phrase, _kinds in (
     ("is not", ("negation",)), ("not true", ("negation",)), ("least likely", ("negation",)),
     ("statement 1", ("statements",)),
 ):
-    _EN_PHRASES.setdefault(_phrase.split()[0], []).append((_phrase, _kinds))
+    _EN_PHRASES.setdefault(max(_phrase.split(), key=len), []).append((_phrase, _kinds))
 
 # A verb and an object anywhere in the window make the request: "write ... function" is code.
 _CODE_OBJECTS = frozenset(
@@ -179,6 +180,7 @@ _DESIGN_OBJECTS = frozenset(
 )
 
 _EN_KEYS = frozenset(_EN_WORDS) | frozenset(_EN_PHRASES)
+_COUNTED_KINDS = frozenset({"constraint", "relation", "math_token"})  # kinds whose number of hits matters
 
 
 def _literal_trie(literals: Sequence[str]) -> str:
@@ -279,9 +281,18 @@ def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
 
 
 def _requested_length(text: str) -> int | None:
-    """Output tokens the prompt asks for in words ("in 1000 words", "2000字"), or None."""
+    """Output tokens the prompt asks for in words ("in 1000 words", "2000字"), or None.
+
+    The pattern runs only on short slices ending at each unit word (a regex over the whole
+    window costs more than the rest of the classifier here)."""
     best: float | None = None
-    for match in _LENGTH_ASK_RE.finditer(text):
+    matches = []
+    for unit in _LENGTH_UNITS:
+        at = text.find(unit)
+        while at >= 0:
+            matches.extend(_LENGTH_ASK_RE.finditer(text, max(0, at - 16), at + len(unit) + 1))
+            at = text.find(unit, at + 1)
+    for match in matches:
         raw, unit = match.group(1), match.group(2)
         if raw.isdigit():
             amount = float(raw)
@@ -322,18 +333,23 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
                     first[kind] = match.start()
     token_set = set(tokens)
     for token in token_set & _EN_KEYS:
-        position = tokens.index(token) * 6.0
+        position = -1.0  # looked up only when a kind is new
         kinds = _EN_WORDS.get(token)
         if kinds is not None:
-            occurrences = tokens.count(token)
+            occurrences = tokens.count(token) if len(kinds) > 1 or kinds[0] in _COUNTED_KINDS else 1
             for kind in kinds:
                 count[kind] = count.get(kind, 0) + occurrences
-                if kind not in first or first[kind] > position:
-                    first[kind] = position
+                if kind not in first or first[kind] > 0.0:
+                    if position < 0.0:
+                        position = tokens.index(token) * 6.0
+                    if kind not in first or first[kind] > position:
+                        first[kind] = position
         for phrase, phrase_kinds in _EN_PHRASES.get(token, ()):
             if phrase in window:
                 for kind in phrase_kinds:
                     count[kind] = count.get(kind, 0) + 1
+                    if position < 0.0:
+                        position = tokens.index(token) * 6.0
                     if kind not in first or first[kind] > position:
                         first[kind] = position
     return first, count, token_set
@@ -390,15 +406,12 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         math_signals += window.count("√") + window.count("∫") + window.count("∑") + window.count("≤") + window.count("≥")
     constraints = count.get("constraint", 0) + len(_LIST_LINE_RE.findall(window))
     questions = window.count("?") + window.count("？")
-    text_length = None
-    for unit in _LENGTH_UNITS:
-        if unit in window:
-            text_length = _requested_length(window)
-            break
+    text_length = _requested_length(window)
     # The options' format is checked on the whole ask (C-speed `in`): whether a question is
     # multiple-choice must not depend on where the window cuts.
-    choice = ("\nA." in ask or "\nA)" in ask or "\n(A)" in ask or "\nA、" in ask) and (
-        "\nB." in ask or "\nB)" in ask or "\n(B)" in ask or "\nB、" in ask
+    choice = ("\nB" in ask or "\n(B" in ask) and (
+        ("\nA." in ask or "\nA)" in ask or "\n(A)" in ask or "\nA、" in ask)
+        and ("\nB." in ask or "\nB)" in ask or "\n(B)" in ask or "\nB、" in ask)
     )
 
     # Verb-object pairs turn mentions into requests ("write ... function", "写一个正则", "fix ... bug");

@@ -1,0 +1,117 @@
+"""Latency of `classify()` on ~2,000-character prompts, English, Chinese and mixed.
+
+The budget (issue 3) is p99 < 0.1 ms for a 2,000-character prompt. Each prompt kind is timed with
+time.perf_counter_ns over `--calls` calls after a warm-up; calls are interleaved across kinds so
+machine noise spreads evenly. Prints p50/p90/p99/max per kind and overall, writes JSON.
+
+    python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO_ROOT))
+
+from llmroute.routing.classifier import classify  # noqa: E402
+
+TARGET_CHARS = 2000
+
+
+def _fit(text: str) -> str:
+    while len(text) < TARGET_CHARS:
+        text += " " + text
+    return text[:TARGET_CHARS]
+
+
+PROMPTS: dict[str, list[dict]] = {
+    "en-support-summary": [{"role": "user", "content": _fit(
+        "Customer wrote: I ordered the blue jacket (order #55120) on May 3 and it still shows 'processing'. "
+        "I contacted support twice, the first agent said it would ship in 2 days, the second one said the "
+        "warehouse has no stock. I need it before May 20 for a trip, otherwise I want a full refund to my card."
+    )[:-60] + " Summarize the customer's problem for the handover."}],
+    "en-code-debug": [{"role": "user", "content": "Why does this crash with KeyError on the second request?\n```python\n" + _fit(
+        "def handle(request, cache={}):\n    key = request.args['id']\n    if key not in cache:\n        cache[key] = load(key)\n    "
+        "return cache.pop(key)\n"
+    )[:-160] + "\n```\nThe stack trace points at the last line."}],
+    "en-word-problem": [{"role": "user", "content": _fit(
+        "A warehouse ships 1,200 orders a day and 15% need a second box costing $0.80; volume grows 8% per month. "
+    )[:-90] + " How much will the extra boxes cost in total over the next 6 months?"}],
+    "zh-report": [{"role": "user", "content": "以下是我们上个季度的客服工单摘要：" + _fit(
+        "用户反映物流太慢，部分订单超过七天才送达，退款流程复杂，客服响应时间长，会员权益说明不清楚。"
+    )[:-40] + "请根据这些内容写一篇2000字的分析报告。"}],
+    "zh-extraction": [{"role": "user", "content": _fit(
+        "您好，我的订单20240312889还没到，收货地址是上海市浦东新区张江路88号，联系电话13800138000，麻烦尽快处理。"
+    )[:-20] + "请提取订单号和电话。"}],
+    "mixed-code": [{"role": "user", "content": _fit(
+        "这个 useEffect 为什么会无限循环？我们的 React 项目里 data 每次 fetch 完都会触发 re-render，怎么 fix？"
+    )}],
+}
+
+
+def _percentile(sorted_ns: list[int], q: float) -> float:
+    index = min(len(sorted_ns) - 1, max(0, int(round(q * (len(sorted_ns) - 1)))))
+    return sorted_ns[index] / 1000.0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--calls", type=int, default=5000, help="timed calls per prompt kind")
+    parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out")
+    args = parser.parse_args(argv)
+    kinds = list(PROMPTS)
+    for messages in PROMPTS.values():
+        for _ in range(500):
+            classify(messages)
+    timings: dict[str, list[int]] = {kind: [] for kind in kinds}
+    clock = time.perf_counter_ns
+    for _ in range(args.calls):
+        for kind in kinds:
+            messages = PROMPTS[kind]
+            started = clock()
+            classify(messages)
+            timings[kind].append(clock() - started)
+    rows = []
+    everything: list[int] = []
+    for kind in kinds:
+        ns = sorted(timings[kind])
+        everything.extend(ns)
+        result = classify(PROMPTS[kind])
+        rows.append({
+            "kind": kind,
+            "chars": sum(len(m["content"]) for m in PROMPTS[kind]),
+            "category": result.category,
+            "p50_us": _percentile(ns, 0.50),
+            "p90_us": _percentile(ns, 0.90),
+            "p99_us": _percentile(ns, 0.99),
+            "max_us": ns[-1] / 1000.0,
+        })
+    everything.sort()
+    overall = {"kind": "all", "chars": TARGET_CHARS, "category": "-", "p50_us": _percentile(everything, 0.5),
+               "p90_us": _percentile(everything, 0.9), "p99_us": _percentile(everything, 0.99), "max_us": everything[-1] / 1000.0}
+    print(f"{'kind':20s} {'chars':>5s} {'category':12s} {'p50 us':>7s} {'p90 us':>7s} {'p99 us':>7s} {'max us':>8s}")
+    for row in rows + [overall]:
+        print(f"{row['kind']:20s} {row['chars']:5d} {row['category']:12s} {row['p50_us']:7.1f} {row['p90_us']:7.1f} "
+              f"{row['p99_us']:7.1f} {row['max_us']:8.1f}")
+    budget_ok = overall["p99_us"] < 100.0
+    print(f"p99 over all kinds: {overall['p99_us']:.1f} us ({'within' if budget_ok else 'OVER'} the 100 us budget); "
+          f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    args.out.mkdir(parents=True, exist_ok=True)
+    out_file = args.out / "classifier_latency.json"
+    out_file.write_text(json.dumps({
+        "calls_per_kind": args.calls, "python": platform.python_version(), "cpus": os.cpu_count(),
+        "load_average_1m": os.getloadavg()[0], "rows": rows, "overall": overall, "p99_within_budget": budget_ok,
+    }, indent=2))
+    print(f"wrote {out_file}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
