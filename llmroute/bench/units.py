@@ -59,13 +59,9 @@ def parse_rates(text: str, *, option: str = "--rate") -> list[float]:
 
 
 def format_ms(value_ms: float | None) -> str:
-    """A latency for a table cell: `412`, `3.1`, `1.25 s`, or `-` when there is none."""
+    """A latency in milliseconds for a table cell: `2290`, `412`, `3.1`, or `-` when there is none."""
     if value_ms is None:
         return "-"
-    if value_ms >= 10_000:
-        return f"{value_ms / 1000:.1f} s"
-    if value_ms >= 1000:
-        return f"{value_ms / 1000:.2f} s"
     if value_ms >= 10:
         return f"{value_ms:.0f}"
     return f"{value_ms:.1f}"

@@ -40,5 +40,5 @@ def test_format_ms():
     assert format_ms(None) == "-"
     assert format_ms(3.14159) == "3.1"
     assert format_ms(412.4) == "412"
-    assert format_ms(1250) == "1.25 s"
-    assert format_ms(12500) == "12.5 s"
+    assert format_ms(1250.4) == "1250"
+    assert format_ms(9.96) == "10.0"
