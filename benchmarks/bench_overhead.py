@@ -143,7 +143,8 @@ async def _measure(kind: str, base_url: str, model: str, c: int, requests: int) 
     else:
         # kind "vllm": OpenAI wire format without a key; the fault server accepts any model
         cfg = {"providers": {"srv": {"kind": "vllm", "base_url": base_url, "max_connections": 1000}},
-               "tiers": {"small": {"deployments": [f"srv:{model}"]}}}
+               "tiers": {"small": {"deployments": [f"srv:{model}"]}},
+               "pricing": {"srv:*": {"input_per_million": 0, "output_per_million": 0}}}
         client = AsyncClient(config=cfg, transport=kind.split()[1])
         try:
             run = await run_bench(client_send(client), PROMPTS, plan, progress=None)

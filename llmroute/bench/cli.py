@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import ConfigError, LLMRouteError
+from .report import load_report
 from .units import format_ms, parse_duration_s, parse_levels, parse_rates
 
 __all__ = ["main", "build_parser"]
@@ -133,23 +134,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
 
 
-def _read_json(path: str, option: str) -> dict[str, Any]:
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", path=path, key=option) from None
-    except ValueError as exc:
-        raise ConfigError(f"not JSON: {exc}", path=path, key=option) from None
-    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
-        raise ConfigError("not a bench result (no 'results' list)", path=path, key=option)
-    return data
-
-
 def _apply_rules(report: dict[str, Any], rule_texts: Sequence[str], baseline_path: str | None) -> int:
     from .regress import check, parse_rule
 
     rules = [parse_rule(t) for t in rule_texts]
-    baseline = _read_json(baseline_path, "--baseline") if baseline_path else None
+    baseline = load_report(baseline_path, option="--baseline") if baseline_path else None
     verdict = check(report, rules, baseline)
     for note in verdict.notes:
         print(f"note: {note}", file=sys.stderr)
@@ -162,7 +151,7 @@ def _apply_rules(report: dict[str, Any], rule_texts: Sequence[str], baseline_pat
 
 
 def _compare(ns: argparse.Namespace) -> int:
-    return _apply_rules(_read_json(ns.result, "result"), ns.fail_if, ns.baseline)
+    return _apply_rules(load_report(ns.result, option="result"), ns.fail_if, ns.baseline)
 
 
 def _check_positive(value: int | None, option: str) -> None:
@@ -188,7 +177,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         if any(r.relative for r in rules) and not ns.baseline:
             raise ConfigError("relative rules (with %) need --baseline", key="--fail-if")
         if ns.baseline:
-            _read_json(ns.baseline, "--baseline")
+            load_report(ns.baseline, option="--baseline")
     duration_s = parse_duration_s(ns.duration, option="--duration") if ns.duration else None
     requests = ns.requests if ns.requests is not None or duration_s is not None else DEFAULT_REQUESTS
     plan = LoadPlan(

@@ -91,16 +91,25 @@ def _legend(names: Sequence[str]) -> list[str]:
     return parts
 
 
+def _open_chart(title: str, x_label: str, y_label: str,
+                series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> str | tuple[list[str], Any, Any]:
+    """Axes and grid for the points of `series`, with their scales; or a "no data" paragraph."""
+    xs = [x for _, pts in series for x, _ in pts]
+    ys = [y for _, pts in series for _, y in pts]
+    if not xs:
+        return f'<p class="empty">{escape(title)}: no data</p>'
+    xt, yt, sx, sy = _scales(xs, ys)
+    return _frame(title, x_label, y_label, xt, yt, sx, sy), sx, sy
+
+
 def line_chart(title: str, x_label: str, y_label: str,
                series: Sequence[tuple[str, Sequence[tuple[float, float | None]]]]) -> str:
     """An SVG line chart; points whose y is None are skipped."""
     clean = [(name, sorted((x, y) for x, y in pts if y is not None)) for name, pts in series]
-    xs = [x for _, pts in clean for x, _ in pts]
-    ys = [y for _, pts in clean for _, y in pts]
-    if not xs:
-        return f'<p class="empty">{escape(title)}: no data</p>'
-    xt, yt, sx, sy = _scales(xs, ys)
-    parts = _frame(title, x_label, y_label, xt, yt, sx, sy)
+    opened = _open_chart(title, x_label, y_label, clean)
+    if isinstance(opened, str):
+        return opened
+    parts, sx, sy = opened
     for i, (_, pts) in enumerate(clean):
         color = _COLORS[i % len(_COLORS)]
         if len(pts) > 1:
@@ -116,13 +125,11 @@ def line_chart(title: str, x_label: str, y_label: str,
 
 def scatter_chart(title: str, x_label: str, y_label: str,
                   series: Sequence[tuple[str, Sequence[tuple[float, float]]]]) -> str:
-    """An SVG scatter chart; long series are thinned to every k-th point (the caption says so)."""
-    xs = [x for _, pts in series for x, _ in pts]
-    ys = [y for _, pts in series for _, y in pts]
-    if not xs:
-        return f'<p class="empty">{escape(title)}: no data</p>'
-    xt, yt, sx, sy = _scales(xs, ys)
-    parts = _frame(title, x_label, y_label, xt, yt, sx, sy)
+    """An SVG scatter chart; long series are thinned to every k-th point."""
+    opened = _open_chart(title, x_label, y_label, series)
+    if isinstance(opened, str):
+        return opened
+    parts, sx, sy = opened
     for i, (_, pts) in enumerate(series):
         color = _COLORS[i % len(_COLORS)]
         step = max(1, math.ceil(len(pts) / _MAX_POINTS))

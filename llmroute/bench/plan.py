@@ -186,14 +186,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _plan(ns: argparse.Namespace) -> int:
-    try:
-        report = json.loads(Path(ns.bench).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read: {exc.strerror or exc}", path=ns.bench, key="--bench") from None
-    except ValueError as exc:
-        raise ConfigError(f"not JSON: {exc}", path=ns.bench, key="--bench") from None
-    if not isinstance(report, dict) or not isinstance(report.get("results"), list):
-        raise ConfigError("not a bench result (no 'results' list)", path=ns.bench, key="--bench")
+    from .report import load_report
+
+    report = load_report(ns.bench, option="--bench")
     choice = choose_level(report, target=ns.target, level=ns.level, min_success_rate=ns.min_success_rate)
     mean_rps = ns.mean_rps if ns.mean_rps is not None else ns.peak_rps
     if mean_rps <= 0 or mean_rps > ns.peak_rps:

@@ -4,12 +4,17 @@
 level, every figure of stats.level_figures plus per-interval figures), `first_requests`,
 `knees`, `definitions` and the per-request `records`. `summary_text` renders it for a terminal.
 
-Pure: no I/O, no clock; the caller writes the files.
+`load_report` reads a saved one back (for baselines and plans), checking it is one.
+Otherwise pure: no clock, and the caller writes the files.
 """
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any, Mapping, Sequence
+
+from ..errors import ConfigError
 
 from .runner import BenchRun
 from .stats import (
@@ -22,7 +27,7 @@ from .stats import (
 )
 from .units import format_ms
 
-__all__ = ["DEFINITIONS", "REPORT_VERSION", "build_report", "summary_text", "level_key"]
+__all__ = ["DEFINITIONS", "REPORT_VERSION", "build_report", "summary_text", "level_key", "load_report"]
 
 REPORT_VERSION = 1
 
@@ -39,6 +44,19 @@ DEFINITIONS = {
     "percentiles": "linear interpolation between closest ranks; the first request and warm-up are excluded",
     "intervals": "requests placed by the time they ended",
 }
+
+
+def load_report(path: str, *, option: str) -> dict[str, Any]:
+    """A saved `--out` file; a missing file or one that is not a bench result names `option`."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read: {exc.strerror or exc}", path=path, key=option) from None
+    except ValueError as exc:
+        raise ConfigError(f"not JSON: {exc}", path=path, key=option) from None
+    if not isinstance(data, dict) or not isinstance(data.get("results"), list):
+        raise ConfigError("not a bench result (no 'results' list)", path=path, key=option)
+    return data
 
 
 def level_key(result: Mapping[str, Any]) -> tuple[str, str, float]:

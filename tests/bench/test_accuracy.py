@@ -25,7 +25,8 @@ NO_RETRIES = {"max_retries": 0, "consecutive_failures": 10_000, "min_calls": 10_
 def config(server, **resilience):
     return {"providers": {"f": {"kind": "vllm", "base_url": server.base_url}},
             "tiers": {"small": {"deployments": ["f:fault-model"]}},
-            "resilience": resilience}
+            "resilience": resilience,
+            "pricing": {"f:*": {"input_per_million": 0, "output_per_million": 0}}}
 
 
 async def bench(cfg, plan):

@@ -25,6 +25,10 @@ base_url = "{fault_server.base_url}"
 [tiers.small]
 deployments = ["f:fault-model", "f:backup-model"]
 
+[pricing."f:*"]
+input_per_million = 0
+output_per_million = 0
+
 [resilience]
 max_retries = 0
 consecutive_failures = 10000

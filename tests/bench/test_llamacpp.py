@@ -12,19 +12,24 @@ import json
 import pytest
 
 from llmroute.bench.cli import main
-from tests.servers.llamacpp import llama_config
+from tests.servers.llamacpp import MODEL_ALIAS
 
 
 @pytest.fixture
 def llama_toml(llama_server, tmp_path):
-    cfg = llama_config(llama_server.base_url)
-    lines = []
-    for name, provider in cfg["providers"].items():
-        lines += [f"[providers.{name}]"] + [f'{k} = "{v}"' for k, v in provider.items()]
-    for name, tier in cfg["tiers"].items():
-        lines += [f"[tiers.{name}]", "deployments = [" + ", ".join(f'"{d}"' for d in tier["deployments"]) + "]"]
     path = tmp_path / "llmroute.toml"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    path.write_text(f"""
+[providers.local]
+kind = "llamacpp"
+base_url = "{llama_server.base_url}"
+
+[tiers.small]
+deployments = ["local:{MODEL_ALIAS}"]
+
+[pricing."local:*"]
+input_per_million = 0
+output_per_million = 0
+""", encoding="utf-8")
     return path
 
 
