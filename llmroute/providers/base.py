@@ -286,26 +286,38 @@ class StreamDecoder:
         self.done = False  # the platform's end marker ([DONE]) was seen
         self.finished = False  # a finish_reason was seen
         self.think_splitters: Dict[int, ThinkSplitter] = {}
+        # An error event that came in the same read as chunks before it: those chunks are handed
+        # out first (they are part of what the caller saw and was billed for), the error next time.
+        self.pending_error: Optional[E.ProviderError] = None
 
     @property
     def complete(self) -> bool:
         return self.done or self.finished
 
-    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
-        out = []
-        for event in self.sse.feed(data):
-            chunk = self.adapter.decode_event(event, self)
+    def _decode(self, events: Sequence[SSEEvent]) -> List[ChatCompletionChunk]:
+        if self.pending_error is not None:
+            error, self.pending_error = self.pending_error, None
+            raise error
+        out: List[ChatCompletionChunk] = []
+        for event in events:
+            try:
+                chunk = self.adapter.decode_event(event, self)
+            except E.ProviderError as error:
+                if not out:
+                    raise
+                # Platforms close the stream after an error event, so the next feed() or close()
+                # comes at once and raises it; nothing after the error is decoded.
+                self.pending_error = error
+                return out
             if chunk is not None:
                 out.append(chunk)
         return out
 
+    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+        return self._decode(self.sse.feed(data))
+
     def close(self) -> List[ChatCompletionChunk]:
-        out = []
-        for event in self.sse.close():
-            chunk = self.adapter.decode_event(event, self)
-            if chunk is not None:
-                out.append(chunk)
-        return out
+        return self._decode(self.sse.close())
 
 
 def chunk_has_content(chunk: ChatCompletionChunk) -> bool:
