@@ -140,6 +140,7 @@ class AttemptContext:
     deadline: float
     record: Attempt
     usage_reported: bool = False
+    trace: Any = None
 
 
 @dataclass(frozen=True)
@@ -163,28 +164,31 @@ class CallRun:
         self.engine = engine
         self.prepared = prepared
         self.started = now
+        self.extras: Any = None
         self.target = prepared.target or engine.resolve_target(prepared)
-        self.route = Route(
-            tier=self.target.tier,
-            reason=self.target.reason,
-            score=self.target.score,
-            pool=prepared.pool,
-            feature=prepared.feature,
-            request_id=prepared.request_id,
-        )
-        budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(self.target)
+        self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
+        engine.admit(self, now)  # guards and budgets: may refuse, or downgrade the tier
+        target = self.target
+        self.route.tier, self.route.reason, self.route.score = target.tier, target.reason, target.score
+        if target.pool:
+            self.route.pool = target.pool
+        budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
         self.plan = engine.plan_for(self, now)
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
+        self._ended = False
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
+        from .resilience.failover import Exhausted, Wait as PlanWait
+
         step = self.plan.next_step(now)
-        if step.kind == "wait":
+        self.engine.on_plan_progress(self)
+        if isinstance(step, PlanWait):
             return Wait(step.seconds, step.deployment_id)
-        if step.kind == "exhausted":
-            raise self._exhausted(step.reason)
-        return Send(self._begin(step.deployment, now, is_fallback=step.is_fallback))
+        if isinstance(step, Exhausted):
+            raise self._exhausted(step, now)
+        return Send(self._begin(step, now))
 
     def _adapter(self, deployment: Deployment) -> OpenAICompatAdapter:
         adapter = self._adapters.get(deployment.id)
@@ -193,14 +197,19 @@ class CallRun:
             adapter = self._adapters[deployment.id] = cls(deployment)
         return adapter
 
-    def _begin(self, deployment: Deployment, now: float, *, is_fallback: bool) -> AttemptContext:
+    def _begin(self, step: Any, now: float) -> AttemptContext:
+        deployment = self.engine.deployment(step.deployment_id)
         adapter = self._adapter(deployment)
-        request = adapter.build_request(self.prepared.call, stream=self.prepared.stream)
-        total = deployment.timeout_s
-        if self.prepared.timeout_s is not None:
-            total = self.prepared.timeout_s
-        remaining = max(0.001, self.deadline - now)
-        total = min(total, remaining)
+        try:
+            request = adapter.build_request(self.prepared.call, stream=self.prepared.stream)
+        except E.ProviderError as error:
+            # A parameter this platform cannot take: nothing was sent; the caller must change the call.
+            self.plan.record(deployment.id, now, error, latency_s=0.0)
+            error.attempts = list(self.route.attempts)
+            self._end(None, error, now)
+            raise
+        total = self.prepared.timeout_s if self.prepared.timeout_s is not None else deployment.timeout_s
+        total = max(0.001, min(total, step.timeout_s, self.deadline - now))
         if self.prepared.stream and deployment.ttft_timeout_s < total:
             read_s, read_kind = deployment.ttft_timeout_s, "ttft"
         else:
@@ -209,23 +218,29 @@ class CallRun:
             connect_s=min(deployment.connect_timeout_s, total), ttft_s=deployment.ttft_timeout_s, total_s=total,
             read_s=read_s, read_kind=read_kind,
         )
+        notes = [n for n, on in (("retry", step.is_retry), ("fallback tier", step.is_fallback),
+                                 ("hedge", step.is_hedge)) if on]
         record = Attempt(
             deployment=deployment.id,
             provider=deployment.provider.name,
             model=deployment.model,
-            tier=deployment.tier or self.target.tier,
+            tier=step.tier or deployment.tier or self.target.tier,
             number=len(self.route.attempts) + 1,
             started_at=time.time(),
-            note="fallback tier" if is_fallback else None,
+            note=", ".join(notes) or None,
         )
         self.route.attempts.append(record)
-        return AttemptContext(deployment, adapter, request, timeouts, now, now + total, record)
+        ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record)
+        kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
+        self.engine.on_attempt_start(self, ctx, now, kind)
+        return ctx
 
     def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
                partial: Optional["StreamState"] = None) -> None:
-        """Record a failed attempt. Errors the caller must see at once (bad request) are re-raised."""
+        """Record a failed attempt; the plan decides what happens next (`next_step`)."""
         rec = ctx.record
-        rec.status = "interrupted" if content_started else "error"
+        if rec.status != "cancelled":
+            rec.status = "interrupted" if content_started else "error"
         rec.error = error
         rec.error_type = type(error).__name__
         rec.error_message = str(error)
@@ -233,15 +248,19 @@ class CallRun:
         if isinstance(error, E.ProviderError):
             rec.http_status = error.status
             rec.request_id = error.request_id
+        partial_text = ""
         if partial is not None:
             rec.ttft_s = partial.ttft_s
             usage, estimated = partial.usage_so_far()
             rec.usage, rec.usage_estimated = usage, estimated
             # A stream that delivered tokens was billed for them, even if it broke afterwards.
             rec.billed = partial.content_started or partial.decoder.usage is not None
+            partial_text = partial.assembler.all_text()
         self.engine.on_attempt_end(self, ctx, error, now)
         self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
-                         content_started=content_started)
+                         content_started=content_started, partial_text=partial_text)
+        if content_started:
+            self._end(None, error, now)
 
     def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
                   ttft_s: Optional[float]) -> ChatCompletion:
@@ -250,12 +269,11 @@ class CallRun:
         rec.duration_s = now - ctx.started
         rec.ttft_s = ttft_s
         if not usage_reported:
-            message = completion.choices[0].message if completion.choices else None
             completion.usage = estimate_usage(
                 self.prepared.messages,
                 "".join((c.message.content or "") for c in completion.choices),
                 "".join((c.message.reasoning_content or "") for c in completion.choices),
-                prompt_tokens=self.input_tokens() if message is not None else None,
+                prompt_tokens=self.input_tokens(),
             )
         rec.usage = completion.usage
         rec.usage_estimated = not usage_reported
@@ -266,35 +284,44 @@ class CallRun:
         route.deployment = ctx.deployment.id
         route.model = ctx.deployment.model
         route.usage_estimated = not usage_reported
-        if ctx.deployment.tier and ctx.deployment.tier != route.tier and route.tier is not None:
-            route.reason = f"{route.reason}; fell back to tier {ctx.deployment.tier}"
-            route.tier = ctx.deployment.tier
+        if rec.tier and rec.tier != route.tier and route.tier is not None:
+            route.reason = f"{route.reason}; fell back to tier {rec.tier}"
+            route.tier = rec.tier
         completion.route = route
         self.engine.on_attempt_end(self, ctx, None, now)
         self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
-        self.engine.on_call_end(self, completion, None, now)
+        self._end(completion, None, now)
         return completion
+
+    def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        if not self._ended:
+            self._ended = True
+            self.engine.on_call_end(self, completion, error, now)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
             self.prepared.input_tokens = count_message_tokens(self.prepared.messages)
         return self.prepared.input_tokens
 
-    def _exhausted(self, reason: str) -> BaseException:
-        attempts = [a for a in self.route.attempts if a.status != "skipped"]
-        last = attempts[-1].error if attempts else None
-        if len(attempts) == 1 and isinstance(last, E.ProviderError) and not self.plan.had_choice:
-            # One deployment, one try: its own typed error says the most.
-            error: BaseException = last
-        else:
-            lines = "; ".join(f"{a.deployment}: {a.error_type or a.status}: {a.error_message or a.note or ''}".strip()
-                              for a in self.route.attempts)
-            error = E.AllDeploymentsFailedError(
-                f"all deployments failed for {self.prepared.model!r} ({reason}): {lines}",
-                attempts=self.route.attempts,
-                tier=self.target.tier,
-            )
-        self.engine.on_call_end(self, None, error, time.monotonic())
+    def _exhausted(self, step: Any, now: float) -> BaseException:
+        """The error the caller gets when the plan gives up, carrying the route's attempts."""
+        error = step.error
+        sent = [a for a in self.route.attempts if a.status not in ("skipped",)]
+        if step.reason in ("all_failed", "deadline"):
+            deployments = {a.deployment for a in sent}
+            last = sent[-1].error if sent else None
+            if len(deployments) == 1 and isinstance(last, E.ProviderError) and step.reason == "all_failed":
+                # Every try went to one deployment: its own typed error says the most (a 401 stays
+                # an AuthenticationError); the attempts ride along.
+                error = last
+            elif isinstance(error, E.AllDeploymentsFailedError):
+                error.attempts = list(self.route.attempts)
+        if hasattr(error, "attempts") or isinstance(error, E.ProviderError):
+            try:
+                error.attempts = list(self.route.attempts)
+            except AttributeError:  # pragma: no cover - a foreign exception type
+                pass
+        self._end(None, error, now)
         return error
 
 
@@ -323,6 +350,7 @@ class StreamState:
             if not self.content_started and chunk_has_content(chunk):
                 self.content_started = True
                 self.ttft_s = now - self.ctx.started
+                self.note_first_chunk(now)
             if self.content_started:
                 if self.held:
                     out.extend(self.held)
@@ -368,6 +396,9 @@ class StreamState:
             ),
             True,
         )
+
+    def note_first_chunk(self, now: float) -> None:
+        self.run.engine.on_first_chunk(self.ctx, now)
 
     def interrupted(self, error: BaseException) -> E.StreamInterruptedError:
         """After content reached the caller: no failover, no replay; say what arrived."""

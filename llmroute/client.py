@@ -22,7 +22,6 @@ from .types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
-_READ_SIZE = 65536
 
 
 def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike, None]) -> Config:
@@ -93,7 +92,7 @@ class Stream:
             state = StreamState(run, ctx)
             try:
                 self._response = self._client._send(ctx)
-                self._bytes = self._response.iter_raw(_READ_SIZE)
+                self._bytes = self._response.iter_raw()
                 for data in self._bytes:
                     self._ready.extend(state.feed(data, time.monotonic()))
                     if state.content_started:
@@ -290,7 +289,7 @@ class AsyncStream:
             state = StreamState(run, ctx)
             try:
                 self._response = await self._client._send(ctx)
-                self._bytes = self._response.aiter_raw(_READ_SIZE)
+                self._bytes = self._response.aiter_raw()
                 finished = True
                 async for data in self._bytes:
                     self._ready.extend(state.feed(data, time.monotonic()))

@@ -67,7 +67,12 @@ class ProviderConfig(_Section):
         return value
 
 
-class DeploymentConfig(_Section):
+class _Overridable(BaseModel):
+    # Any `[resilience]` key may be set inline on a tier or a deployment; `_build` checks the names.
+    model_config = ConfigDict(extra="allow", defer_build=True)
+
+
+class DeploymentConfig(_Overridable):
     id: str
     weight: Optional[float] = Field(default=None, gt=0)
     connect_timeout_s: Optional[float] = Field(default=None, gt=0)
@@ -78,10 +83,9 @@ class DeploymentConfig(_Section):
     resilience: Dict[str, Any] = Field(default_factory=dict)
 
 
-class TierConfig(_Section):
+class TierConfig(_Overridable):
     deployments: List[Union[str, DeploymentConfig]] = Field(min_length=1)
     fallback_tier: Optional[str] = None
-    hedge_after_ms: Optional[float] = Field(default=None, gt=0)
     sticky_key: Optional[str] = None
     resilience: Dict[str, Any] = Field(default_factory=dict)
 
@@ -89,6 +93,7 @@ class TierConfig(_Section):
 class _RawConfig(_Section):
     providers: Dict[str, ProviderConfig] = Field(default_factory=dict)
     tiers: Dict[str, TierConfig] = Field(default_factory=dict)
+    # Sections owned by other modules: validated by their own models in `_sections`.
     routing: Dict[str, Any] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
     pricing: Dict[str, Any] = Field(default_factory=dict)
@@ -96,7 +101,6 @@ class _RawConfig(_Section):
     budgets: List[Dict[str, Any]] = Field(default_factory=list)
     guards: Dict[str, Any] = Field(default_factory=dict)
     telemetry: Dict[str, Any] = Field(default_factory=dict)
-    pools: Dict[str, Any] = Field(default_factory=dict)
 
 
 # Timeouts when neither the deployment nor its provider sets one: connect, first token, whole call.
@@ -147,9 +151,23 @@ class Tier:
     name: str
     deployments: List[Deployment]
     fallback_tier: Optional[str] = None
-    hedge_after_ms: Optional[float] = None
     sticky_key: Optional[str] = None
     resilience: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Sections:
+    """The validated sections other modules own (their models live beside their code)."""
+
+    routing: Any
+    resilience: Any  # ResiliencePolicy: the [resilience] defaults
+    policies: Dict[str, Any]  # deployment id -> ResiliencePolicy with tier and deployment overrides
+    pricing: Any
+    prices: Any  # PriceBook
+    ledger: Any
+    budgets: List[Any]
+    guards: Dict[str, Any]
+    telemetry: Any
 
 
 @dataclass
@@ -159,6 +177,7 @@ class Config:
     providers: Dict[str, Provider]
     tiers: Dict[str, Tier]
     raw: _RawConfig
+    sections: Sections
     source: str = "<dict>"
     base_dir: Path = field(default_factory=Path.cwd)
 
@@ -169,10 +188,6 @@ class Config:
     @classmethod
     def from_file(cls, path: str | os.PathLike[str]) -> "Config":
         return load_config(path)
-
-    @property
-    def routing(self) -> Dict[str, Any]:
-        return self.raw.routing
 
     def deployment(self, deployment_id: str) -> Optional[Deployment]:
         """A deployment by its "provider:model" id, from a tier if one lists it, else built on demand."""
@@ -289,6 +304,7 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
                     f"unknown provider {provider_name!r} (known providers: {known})", path=source, key=key
                 )
             deps.append(_make_deployment(provider, model, dep_cfg, tier_name, key))
+            _check_overrides(dep_cfg, source, key)
         ids = [d.id for d in deps]
         dup = next((d for d in ids if ids.count(d) > 1), None)
         if dup:
@@ -297,9 +313,8 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             name=tier_name,
             deployments=deps,
             fallback_tier=tier_cfg.fallback_tier,
-            hedge_after_ms=tier_cfg.hedge_after_ms,
             sticky_key=tier_cfg.sticky_key,
-            resilience=tier_cfg.resilience,
+            resilience=_check_overrides(tier_cfg, source, f"tiers.{tier_name}"),
         )
     for tier in tiers.values():
         if tier.fallback_tier is not None and tier.fallback_tier not in tiers:
@@ -313,20 +328,83 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
         if name in reserved or ":" in name:
             raise ConfigError(f"tier name {name!r} is reserved or contains ':'", path=source, key=f"tiers.{name}")
 
-    config = Config(providers=providers, tiers=tiers, raw=raw, source=source, base_dir=base_dir)
-    for check in _SECTION_CHECKS:
-        check(config)
-    return config
+    sections = _sections(raw, providers, tiers, source)
+    return Config(providers=providers, tiers=tiers, raw=raw, sections=sections, source=source, base_dir=base_dir)
 
 
-# Sections owned by other modules register a check here (see `register_section_check`).
-_SECTION_CHECKS: List[Any] = []
+def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
+    """Inline resilience keys on a tier or deployment table, merged with its `resilience` subtable."""
+    from .resilience.policy import ResiliencePolicy
+
+    extras = dict(cfg.model_extra or {})
+    for name in extras:
+        if name not in ResiliencePolicy.model_fields:
+            raise ConfigError("unknown key", path=source, key=f"{key}.{name}")
+    merged = {**getattr(cfg, "resilience", {}), **extras}
+    if isinstance(cfg, DeploymentConfig):
+        object.__setattr__(cfg, "resilience", merged)
+    return merged
 
 
-def register_section_check(check: Any) -> Any:
-    """Register `check(config) -> None` run at the end of every load; it raises `ConfigError`."""
-    _SECTION_CHECKS.append(check)
-    return check
+def _validated(model: Any, data: Any, source: str, key: str) -> Any:
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        _raise_validation(exc, source, key)
+
+
+def _with_path(source: str, check: Any, *args: Any, **kwargs: Any) -> Any:
+    """Run a section's cross-check; its ConfigError names the key, we add the file."""
+    try:
+        return check(*args, **kwargs)
+    except ConfigError as exc:
+        if exc.path is None:
+            raise ConfigError(exc.detail, path=source, key=exc.key) from None
+        raise
+
+
+def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, Tier], source: str) -> Sections:
+    # Imported here, at load, so that `import llmroute` stays light.
+    from .accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
+    from .accounting.ledger import LedgerConfig
+    from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
+    from .resilience.policy import merge, policy_from_config
+    from .routing.rules import RoutingConfig, check_routing
+    from .telemetry import TelemetryConfig
+
+    routing = _validated(RoutingConfig, raw.routing, source, "routing")
+    if raw.routing:  # without a [routing] section, model="auto" says so at the call
+        deployment_ids = {d.id for t in tiers.values() for d in t.deployments}
+        _with_path(source, check_routing, routing, set(tiers), deployment_ids)
+    base = _with_path(source, policy_from_config, raw.resilience, key="resilience")
+    policies: Dict[str, Any] = {}
+    for tier in tiers.values():
+        tier_policy = _with_path(source, merge, base, tier.resilience, key=f"tiers.{tier.name}")
+        for dep in tier.deployments:
+            if dep.id not in policies:
+                policies[dep.id] = _with_path(source, merge, tier_policy, dep.resilience, key=dep.key_path)
+
+    pricing = _validated(PricingConfig, raw.pricing, source, "pricing")
+    prices = PriceBook(pricing)
+    refs = []
+    for tier in tiers.values():
+        for dep in tier.deployments:
+            p = dep.provider
+            refs.append(DeploymentRef(dep.id, p.name, p.kind, p.region, dep.model, dep.key_path))
+    _with_path(source, prices.check_priced, refs, providers=set(providers))
+
+    ledger = _validated(LedgerConfig, raw.ledger, source, "ledger")
+    budgets = [_validated(BudgetConfig, b, source, f"budgets[{i}]") for i, b in enumerate(raw.budgets)]
+    currencies = set()
+    for ref in refs:
+        price = prices.lookup(ref.provider, ref.kind, ref.region, ref.model)
+        if price is not None:
+            currencies.add(price.currency)
+    _with_path(source, check_budget_config, budgets, tiers=set(tiers), currencies=currencies, rates=pricing.rates())
+    guards = {name: _validated(GuardConfig, g, source, f'guards."{name}"') for name, g in raw.guards.items()}
+    telemetry = _validated(TelemetryConfig, raw.telemetry, source, "telemetry")
+    return Sections(routing=routing, resilience=base, policies=policies, pricing=pricing, prices=prices,
+                    ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
 
 
 def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:

@@ -1,59 +1,73 @@
 """The state a client keeps between calls, shared by `Client` and `AsyncClient`. Sans-I/O.
 
-It resolves `model=` to a target, makes each call's attempt plan, and takes every attempt's end
-(for breakers, the ledger, telemetry). The sync and async clients each own one `Engine` and a
-transport; everything that is not moving bytes lives here or below.
+It holds what outlives one call: the breakers and retry budgets of every deployment, client-side
+limits, the price book, the ledger sink, the budget counters and the telemetry hooks. For each
+call it resolves `model=` to a target (routing rules and the classifier for `"auto"`), applies the
+feature's guards and budgets, builds the failover plan, and takes every attempt's end: breaker
+outcome, cost, one ledger record, a span. The clients own an `Engine` and a transport; nothing
+here opens a socket (the ledger's own writer thread does the file writes, off the request path).
 """
 
 from __future__ import annotations
 
+import random
+import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import errors as E
 from .config import Config, Deployment
+from .types import Attempt
 
 if TYPE_CHECKING:
     from .call import AttemptContext, CallRun, PreparedCall, Target
     from .types import ChatCompletion
 
-__all__ = ["Engine", "PlanStep"]
-
-DEFAULT_DEADLINE_S = 120.0
+__all__ = ["Engine", "CallExtras"]
 
 
-@dataclass(frozen=True)
-class PlanStep:
-    kind: str  # "send" | "wait" | "exhausted"
-    deployment: Optional[Deployment] = None
-    deployment_id: str = ""
-    seconds: float = 0.0
-    reason: str = ""
-    is_fallback: bool = False
+@dataclass
+class CallExtras:
+    """Per-call state the engine keeps on a `CallRun`: its telemetry trace and its attempts' costs."""
 
-
-class FirstDeploymentPlan:
-    """One attempt at the target's first deployment (what a call does before failover is configured)."""
-
-    def __init__(self, deployments: List[Deployment]) -> None:
-        self._deployments = deployments
-        self._sent = False
-        self.had_choice = False
-
-    def next_step(self, now: float) -> PlanStep:
-        if self._sent or not self._deployments:
-            return PlanStep("exhausted", reason="the attempt failed" if self._sent else "no deployment")
-        self._sent = True
-        dep = self._deployments[0]
-        return PlanStep("send", deployment=dep, deployment_id=dep.id)
-
-    def record(self, deployment_id: str, now: float, error: Optional[BaseException], **_: Any) -> None:
-        pass
+    trace: Any
+    costs: List[Any]
+    synced_plan_attempts: int = 0
 
 
 class Engine:
     def __init__(self, config: Config) -> None:
+        from .accounting.budgets import BudgetBook
+        from .accounting.ledger import SQLiteSink, open_sink
+        from .resilience.health import BreakerRegistry
+        from .resilience.limits import DeploymentLimits
+        from .resilience.retry import BudgetRegistry
+        from .telemetry import Telemetry
+
         self.config = config
+        sections = config.sections
+        self.sections = sections
+        self._base_policy = sections.resilience
+        self.breakers = BreakerRegistry(self.policy)
+        self.breakers.register(d.id for d in config.all_deployments())
+        self.retry_budgets = BudgetRegistry(self.policy)
+        uses_limits = any(
+            p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
+        )
+        self.limits = DeploymentLimits(lambda pool, dep: self.policy(dep)) if uses_limits else None
+        self.rng = random.Random()
+        self.prices = sections.prices
+        self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)
+        self.budget_book = None
+        if sections.budgets:
+            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())
+            if isinstance(self.ledger, SQLiteSink) and self.ledger.path.exists():
+                self.budget_book.seed_from_ledger(self.ledger.path, time.time())
+        self.telemetry = Telemetry(sections.telemetry)
+        self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+
+    def policy(self, deployment_id: str) -> Any:
+        return self.sections.policies.get(deployment_id, self._base_policy)
 
     # -- targets ---------------------------------------------------------------------------------
     def resolve_target(self, prepared: "PreparedCall") -> "Target":
@@ -65,10 +79,11 @@ class Engine:
             return self.route_auto(prepared)
         tier = tiers.get(model)
         if tier is not None:
-            return Target(list(tier.deployments), tier.name, f"tier: {tier.name}")
+            return self._tier_target(tier.name, f"tier: {tier.name}")
         if ":" in model:
             dep = self.config.deployment(model)
             if dep is not None:
+                self._deployments.setdefault(dep.id, dep)
                 return Target([dep], dep.tier, f"deployment: {dep.id}")
             provider = model.partition(":")[0]
             known = ", ".join(sorted(self.config.providers)) or "none"
@@ -78,22 +93,255 @@ class Engine:
             f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', and not 'provider:model-id'"
         )
 
+    def _tier_target(self, name: str, reason: str, score: Optional[float] = None, pool: Optional[str] = None) -> "Target":
+        from .call import Target
+
+        tier = self.config.tiers[name]
+        fallback = []
+        if tier.fallback_tier is not None:
+            fallback = list(self.config.tiers[tier.fallback_tier].deployments)
+        return Target(list(tier.deployments), tier.name, reason, score=score, pool=pool,
+                      fallback=fallback, fallback_tier=tier.fallback_tier)
+
     def route_auto(self, prepared: "PreparedCall") -> "Target":
-        raise E.RoutingError("model 'auto' needs a [routing] section and tiers to route between")
+        from .call import Target
+        from .routing.rules import RouteQuery, decide
+
+        if not self.config.raw.routing and not {"small", "large"} <= set(self.config.tiers):
+            raise E.RoutingError(
+                "model 'auto' needs tiers to route between: add a [routing] section, or tiers named small and large"
+            )
+        params = prepared.call.params
+        response_format = params.get("response_format")
+        query = RouteQuery(
+            messages=prepared.messages,
+            feature=prepared.feature,
+            metadata=prepared.metadata,
+            input_tokens=prepared.input_tokens,
+            max_tokens=params.get("max_tokens") or params.get("max_completion_tokens"),
+            has_tools=bool(params.get("tools") or params.get("functions")),
+            has_json_schema=isinstance(response_format, dict) and response_format.get("type") == "json_schema",
+        )
+        decision = decide(self.sections.routing, query)
+        if decision.tier in self.config.tiers:
+            return self._tier_target(decision.tier, decision.reason, decision.score, decision.pool)
+        dep = self.config.deployment(decision.tier)  # a rule may name a "provider:model" deployment
+        if dep is None:  # check_routing made this impossible at load
+            raise E.RoutingError(f"routing chose {decision.tier!r}, which is not configured")
+        self._deployments.setdefault(dep.id, dep)
+        return Target([dep], dep.tier, decision.reason, score=decision.score, pool=decision.pool)
+
+    # -- before the first attempt ----------------------------------------------------------------
+    def admit(self, run: "CallRun", now: float) -> None:
+        """Guards and budgets, checked before anything is sent. May downgrade the target's tier."""
+        prepared = run.prepared
+        sections = self.sections
+        params = prepared.call.params
+        if sections.guards:
+            from .accounting.budgets import check_guards
+
+            requested = params.get("max_tokens") or params.get("max_completion_tokens")
+            capped = check_guards(sections.guards, prepared.feature, input_tokens=run.input_tokens(),
+                                  max_tokens=requested)
+            if capped is not None and requested is None:
+                params["max_tokens"] = capped
+        if self.budget_book is None:
+            return
+        from .accounting.budgets import estimate_cost
+
+        first = run.target.deployments[0] if run.target.deployments else None
+        price = self._price(first) if first is not None else None
+        max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+        estimate = estimate_cost(price, prompt_tokens=run.input_tokens(), max_tokens=max_tokens)
+        verdict = self.budget_book.check(
+            time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,
+            estimated_cost=estimate.amount, currency=estimate.currency,
+            estimated_tokens=estimate.input_tokens + estimate.output_tokens,
+        )
+        if verdict.action == "downgrade" and verdict.tier:
+            run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", pool=run.target.pool)
 
     def call_deadline_s(self, target: "Target") -> float:
-        return DEFAULT_DEADLINE_S
+        deps = target.deployments or target.fallback
+        return self.policy(deps[0].id).deadline_s if deps else self._base_policy.deadline_s
 
     def plan_for(self, run: "CallRun", now: float) -> Any:
-        return FirstDeploymentPlan(run.target.deployments)
+        from .resilience.failover import Candidate, FailoverPlan
+
+        target = run.target
+
+        def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Candidate]:
+            return [Candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
+
+        for dep in [*target.deployments, *target.fallback]:
+            self._deployments.setdefault(dep.id, dep)
+        tier = self.config.tiers.get(target.tier) if target.tier else None
+        sticky_value = None
+        if tier is not None and tier.sticky_key:
+            sticky_value = run.prepared.metadata.get(tier.sticky_key)
+        needs_context = any(d.context_window for d in [*target.deployments, *target.fallback])
+        params = run.prepared.call.params
+        max_tokens = params.get("max_tokens") or params.get("max_completion_tokens") or 0
+        required = run.input_tokens() + max_tokens if needs_context else None
+        request_tokens = run.input_tokens() + max_tokens if self.limits is not None else 0
+        run.extras = CallExtras(trace=self._start_trace(run, now), costs=[])
+        return FailoverPlan(
+            candidates(target.deployments, target.tier),
+            breakers=self.breakers,
+            budgets=self.retry_budgets,
+            policies=self.policy,
+            deadline_at=run.deadline,
+            now=now,
+            rng=self.rng,
+            sticky_value=sticky_value,
+            required_context_tokens=required,
+            fallback=candidates(target.fallback, target.fallback_tier),
+            fallback_tier=target.fallback_tier,
+            limits=self.limits,
+            pool=run.prepared.pool if target.pool is None else target.pool,
+            request_tokens=request_tokens,
+        )
+
+    def deployment(self, deployment_id: str) -> Deployment:
+        return self._deployments[deployment_id]
+
+    # -- telemetry ---------------------------------------------------------------------------------
+    def _start_trace(self, run: "CallRun", now: float) -> Any:
+        target = run.target
+        first = (target.deployments or target.fallback or [None])[0]
+        return self.telemetry.start_call(
+            request_model=first.model if first is not None else run.prepared.model,
+            now=now,
+            stream=run.prepared.stream,
+            provider_name=first.provider.kind if first is not None else None,
+            tier=target.tier,
+            feature=run.prepared.feature,
+            pool=run.route.pool,
+            route_reason=target.reason,
+            requested_model=run.prepared.model,
+            request_params=run.prepared.call.params,
+            messages=run.prepared.messages,
+        )
+
+    def on_plan_progress(self, run: "CallRun") -> None:
+        """Copy breaker skips the plan made into the route (and the trace)."""
+        extras: CallExtras = run.extras
+        planned = run.plan.attempts
+        for planned_attempt in planned[extras.synced_plan_attempts:]:
+            if planned_attempt.status == "skipped":
+                provider, _, model = planned_attempt.deployment.partition(":")
+                run.route.attempts.append(Attempt(
+                    deployment=planned_attempt.deployment, provider=provider, model=model,
+                    tier=planned_attempt.tier, number=len(run.route.attempts) + 1, status="skipped",
+                    note=planned_attempt.note, started_at=time.time(),
+                ))
+                extras.trace.skip(deployment=planned_attempt.deployment, reason=planned_attempt.note or "skipped",
+                                  provider_name=self._kind_of(planned_attempt.deployment),
+                                  breaker_state=self.breakers.breaker(planned_attempt.deployment).state)
+        extras.synced_plan_attempts = len(planned)
+
+    def _kind_of(self, deployment_id: str) -> Optional[str]:
+        dep = self._deployments.get(deployment_id)
+        return dep.provider.kind if dep is not None else None
+
+    def on_attempt_start(self, run: "CallRun", ctx: "AttemptContext", now: float, kind: str) -> None:
+        from urllib.parse import urlsplit
+
+        url = urlsplit(ctx.request.url)
+        ctx.trace = run.extras.trace.start_attempt(
+            now=now, attempt_number=ctx.record.number, provider_name=ctx.deployment.provider.kind,
+            deployment=ctx.deployment.id, request_model=ctx.deployment.model, server_address=url.hostname,
+            server_port=url.port, breaker_state=self.breakers.breaker(ctx.deployment.id).state, kind=kind,
+        )
+
+    def on_first_chunk(self, ctx: "AttemptContext", now: float) -> None:
+        if ctx.trace is not None:
+            ctx.trace.first_chunk(now)
 
     # -- outcomes --------------------------------------------------------------------------------
+    def _price(self, dep: Deployment) -> Any:
+        p = dep.provider
+        return self.prices.lookup(p.name, p.kind, p.region, dep.model)
+
     def on_attempt_end(self, run: "CallRun", ctx: "AttemptContext", error: Optional[BaseException], now: float) -> None:
-        pass
+        """Price the attempt, write its ledger record, close its span. Never raises for the ledger."""
+        from .accounting.cost import compute_cost
+        from .accounting.ledger import LedgerRecord
+
+        rec = ctx.record
+        usage = rec.usage if rec.billed else None
+        cost = compute_cost(
+            self._price(ctx.deployment),
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cached_tokens=usage.prompt_tokens_details.cached_tokens if usage else 0,
+            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens if usage else 0,
+            estimated=rec.usage_estimated,
+        )
+        rec.cost = cost
+        if rec.billed:
+            run.extras.costs.append(cost)
+        status = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cancelled"}.get(rec.status, "error")
+        record = LedgerRecord.from_cost(
+            cost,
+            ts=time.time(),
+            request_id=run.prepared.request_id,
+            attempt=rec.number,
+            feature=run.prepared.feature,
+            metadata=dict(run.prepared.metadata),
+            tier=rec.tier,
+            pool=run.route.pool,
+            provider=ctx.deployment.provider.name,
+            provider_kind=ctx.deployment.provider.kind,
+            deployment=ctx.deployment.id,
+            model=ctx.deployment.model,
+            status=status,
+            error_type=type(error).__name__ if error is not None else None,
+            ttft_ms=rec.ttft_s * 1000 if rec.ttft_s is not None else None,
+            latency_ms=rec.duration_s * 1000,
+            router_score=run.route.score,
+            usage_estimated=rec.usage_estimated,
+        )
+        if self.ledger is not None:
+            self.ledger.write(record)
+        if self.budget_book is not None:
+            self.budget_book.record_ledger(record)
+        trace = getattr(ctx, "trace", None)
+        if trace is not None:
+            trace.end(now=now, response_model=ctx.deployment.model,
+                      input_tokens=usage.prompt_tokens if usage else None,
+                      output_tokens=usage.completion_tokens if usage else None, error=error,
+                      cancelled=rec.status == "cancelled")
 
     def on_call_end(self, run: "CallRun", completion: Optional["ChatCompletion"], error: Optional[BaseException],
                     now: float) -> None:
-        pass
+        from .accounting.cost import sum_costs
+
+        extras: CallExtras = run.extras
+        total = sum_costs(extras.costs, rates=self.sections.pricing.rates()) if extras.costs else None
+        if completion is not None:
+            completion.cost = total
+        usage = completion.usage if completion is not None else None
+        extras.trace.end(
+            now=now,
+            response_model=run.route.model,
+            input_tokens=usage.prompt_tokens if usage else None,
+            output_tokens=usage.completion_tokens if usage else None,
+            cache_read_input_tokens=usage.prompt_tokens_details.cached_tokens if usage else None,
+            reasoning_output_tokens=usage.completion_tokens_details.reasoning_tokens if usage else None,
+            cost=total.amount if total is not None else None,
+            currency=total.currency if total is not None else None,
+            cost_estimated=total.estimated if total is not None else None,
+            error=error,
+            finish_reasons=[c.finish_reason for c in completion.choices if c.finish_reason] if completion else None,
+            response_id=completion.id if completion is not None else None,
+            output_messages=[c.message for c in completion.choices] if completion is not None else None,
+        )
+
+    def health(self, now: float) -> Dict[str, Any]:
+        return self.breakers.health(now)
 
     def close(self) -> None:
-        pass
+        if self.ledger is not None:
+            self.ledger.close()
+

@@ -82,6 +82,7 @@ class ConfigError(LLMRouteError):
     def __init__(self, message: str, *, path: str | None = None, key: str | None = None) -> None:
         self.path = path
         self.key = key
+        self.detail = message  # the message without the file and key prefix
         where = ""
         if path and key:
             where = f"{path}: {key}: "
@@ -152,6 +153,8 @@ class ProviderError(LLMRouteError):
         self.retry_after = retry_after
         self.provider_message = scrub(provider_message) if provider_message else provider_message
         self.code = code
+        if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
+            self.attempts: list = []  # the route's attempts, when the error ends a call
         super().__init__(message)
 
     def __str__(self) -> str:

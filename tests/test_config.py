@@ -34,6 +34,15 @@ deployments = ["sf:Qwen/Qwen2.5-7B-Instruct", "together:Qwen/Qwen2.5-7B-Instruct
 
 [tiers.large]
 deployments = ["together:meta-llama/Llama-3.3-70B-Instruct-Turbo", "bailian:qwen2.5-72b-instruct"]
+
+[pricing."bailian:qwen2.5-72b-instruct"]
+input_per_million = 4
+output_per_million = 12
+currency = "CNY"
+
+[pricing."local:*"]
+input_per_million = 0
+output_per_million = 0
 """
 
 
@@ -144,6 +153,8 @@ def test_deployment_table_and_bailian_native_root(tmp_path, monkeypatch):
         kind = "bailian"
         region = "singapore"
         protocol = "native"
+        [pricing]
+        strict = false
         [tiers.small]
         deployments = [{ id = "sf:Qwen/Qwen2.5-7B-Instruct", ttft_timeout_s = 10, timeout_s = 120, context_window = 32768, extra_body = { top_k = 20 } }, "ds:qwen-plus"]
     """))
@@ -164,6 +175,9 @@ def test_model_ids_with_colons(tmp_path):
     config = load_config(write(tmp_path, """
         [providers.ol]
         kind = "ollama"
+        [pricing."ol:*"]
+        input_per_million = 0
+        output_per_million = 0
         [tiers.small]
         deployments = ["ol:qwen2.5:7b"]
     """))

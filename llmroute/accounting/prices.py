@@ -382,18 +382,21 @@ class PriceBook:
             return hit
         return self.table.get(provider_kind, region, model)
 
-    def check_priced(self, deployments: Iterable[DeploymentRef], strict: bool | None = None) -> None:
+    def check_priced(
+        self, deployments: Iterable[DeploymentRef], strict: bool | None = None, *, providers: Iterable[str] | None = None
+    ) -> None:
         """Raise ConfigError naming the first unpriced deployment (when strict), or an override
-        naming no configured provider. `strict` defaults to `pricing.strict`."""
+        naming no configured provider (`providers`: all configured provider names; default: those
+        the deployments use). `strict` defaults to `pricing.strict`."""
         strict = self.strict if strict is None else strict
         deployments = list(deployments)
-        providers = {d.provider for d in deployments}
+        known = set(providers) if providers is not None else {d.provider for d in deployments}
         for key in self.config.prices:
             provider = key.partition(":")[0]
-            if providers and provider not in providers:
+            if (known or providers is not None) and provider not in known:
                 raise ConfigError(
-                    f"names provider {provider!r}, which no tier or deployment uses "
-                    f"(known: {', '.join(sorted(providers))})",
+                    f"names provider {provider!r}, which is not configured "
+                    f"(known: {', '.join(sorted(known)) or 'none'})",
                     key=f'pricing."{key}"',
                 )
         if not strict:

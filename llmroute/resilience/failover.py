@@ -536,8 +536,9 @@ class FailoverPlan:
             detail = "; ".join(self._context.skipped) or "no other deployment configured"
             base = self._context.error
             required = f" (~{self.required_context_tokens} tokens)" if self.required_context_tokens else ""
+            said = f"{base.message}; " if base is not None else ""
             exc: BaseException = E.ContextLengthError(
-                f"no deployment of tier {self.tier!r} fits the request{required}: {detail}",
+                f"{said}no deployment of tier {self.tier!r} fits the request{required}: {detail}",
                 provider=getattr(base, "provider", None),
                 deployment=getattr(base, "deployment", None),
                 status=getattr(base, "status", None),

@@ -60,7 +60,9 @@ def test_scripted_ttft_and_gaps_are_measured(fault_server):
 def test_errors_from_a_fault_server_are_counted_by_type(fault_server):
     fault_server.default_reply = timed(0.0, [0.0] * 3)
     fault_server.push(timed(0.0, [0.0] * 3))  # the first request succeeds
-    fault_server.push(status(429), status(429), status(503), status(500), reset_before(), status(401))
+    fault_server.push(status(429), status(429), status(503), status(500), reset_before())
+    # A 401 takes the deployment out of rotation (a configuration fault), so it comes last.
+    fault_server.push(*[timed(0.0, [0.0] * 3)] * 4, status(401))
     plan = LoadPlan(targets=["f:fault-model"], concurrency=[1], requests=10, warmup=0)
     run = asyncio.run(bench(config(fault_server, **NO_RETRIES), plan))
     (res,) = build_report(run)["results"]

@@ -28,4 +28,7 @@ def llama_config(base_url: str, *, kind: str = "llamacpp", name: str = "local") 
             "small": {"deployments": [f"{name}:{MODEL_ALIAS}"]},
             "large": {"deployments": [f"{name}:{MODEL_ALIAS}"]},
         },
+        # Self-hosted: priced at what the user says their hardware costs (here: nominal rates).
+        "pricing": {f"{name}:*": {"input_per_million": 0.05, "output_per_million": 0.10, "currency": "USD"}},
+        "ledger": {"sink": "memory"},
     }
