@@ -1,0 +1,202 @@
+"""Broken streams through llmroute's client, against the fault server (OpenAI wire format): resets
+before and after content, malformed SSE, a body cut before its end marker, mid-stream error events,
+and streams that must hand chunks over as they arrive. Before content a failure is an ordinary typed
+error (the call may fail over); after content it is `StreamInterruptedError` with `.partial_text`."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import llmroute as L
+from tests.providers.helpers import (
+    MESSAGES, TIER, adrain, assert_clean_error, call_error, drain, make_client, make_config, run, with_async_client,
+)
+from tests.servers.fault import error_event, malformed, reset_before, reset_during
+from tests.servers.script import Reply
+
+MODEL = "fault-model"
+DEP = f"fault:{MODEL}"
+PIECES = ["one", " two", " three", " four"]
+
+CLOSE_AFTER_INTERRUPT = (
+    "client.py Stream.close / AsyncStream.aclose call run.failed() a second time after the stream was "
+    "already interrupted (state.ended stays False), and the failover plan raises "
+    "ValueError('no attempt outstanding'); `with stream:` around an interrupted stream then fails."
+)
+
+
+def config(server, **deployment):
+    return make_config("openai-compatible", server.base_url, MODEL, name="fault", deployment=deployment or None)
+
+
+@pytest.fixture
+def client(fault_server):
+    with L.Client(config=config(fault_server)) as c:
+        yield c
+
+
+def chunk(content=None, finish=None):
+    delta = {"content": content} if content is not None else {}
+    body = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": MODEL,
+            "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]}
+    return f"data: {json.dumps(body)}\n\n"
+
+
+def test_chunks_reach_the_caller_before_the_stream_ends(make_server):
+    # The server holds the last piece back for a long while; the first must arrive before it ends.
+    # (A server of its own: `running` counts this stream only.)
+    server = make_server("fault")
+    server.push(Reply(pieces=["first", " last"], gap_s=1.0))
+    with L.Client(config=config(server)) as client:
+        stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        for c in stream:
+            if c.choices and c.choices[0].delta.content:
+                assert server.running == 1, "the first piece came only after the server had finished"
+                break
+        stream.close()
+
+
+def test_async_chunks_reach_the_caller_before_the_stream_ends(make_server):
+    fault_server = make_server("fault")
+    fault_server.push(Reply(pieces=["first", " last"], gap_s=1.0))
+
+    async def body(client):
+        stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        running = None
+        async for c in stream:
+            if c.choices and c.choices[0].delta.content:
+                running = fault_server.running
+                break
+        await stream.aclose()
+        return running
+
+    assert run(with_async_client(config(fault_server), body)) == 1
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_reset_before_the_status_line_is_connection_error(client, fault_server, stream):
+    fault_server.push(reset_before())
+    err = call_error(client, L.ConnectionError, stream=stream)
+    assert_clean_error(err, DEP)
+
+
+def test_reset_before_content_is_connection_error(client, fault_server):
+    fault_server.push(reset_during(0))
+    err = call_error(client, L.ConnectionError, stream=True)
+    assert_clean_error(err, DEP)
+
+
+def test_reset_after_content_is_stream_interrupted_with_partial_text(client, fault_server):
+    fault_server.push(reset_during(2, PIECES, gap_s=0.05))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    with pytest.raises(L.StreamInterruptedError) as info:
+        drain(stream)
+    assert info.value.partial_text == "one two"
+    assert isinstance(info.value.__cause__, L.ConnectionError)
+    assert_clean_error(info.value, DEP)
+
+
+def test_async_reset_after_content_is_stream_interrupted(fault_server):
+    fault_server.push(reset_during(3, PIECES, gap_s=0.05))
+
+    async def body(client):
+        stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        with pytest.raises(L.StreamInterruptedError) as info:
+            await adrain(stream)
+        return info.value
+
+    err = run(with_async_client(config(fault_server), body))
+    assert err.partial_text == "one two three"
+
+
+def test_malformed_sse_before_content_is_server_error(client, fault_server):
+    fault_server.push(malformed(0, PIECES))
+    err = call_error(client, L.ServerError, stream=True)
+    assert "malformed" in str(err)
+    assert_clean_error(err, DEP)
+
+
+def test_malformed_sse_after_content_interrupts(client, fault_server):
+    fault_server.push(malformed(2, PIECES))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    with pytest.raises(L.StreamInterruptedError) as info:
+        drain(stream)
+    assert info.value.partial_text == "one two" and isinstance(info.value.__cause__, L.ServerError)
+
+
+def test_malformed_plain_body_is_server_error(client, fault_server):
+    fault_server.push(malformed(1, PIECES))
+    err = call_error(client, L.ServerError)
+    assert "not JSON" in str(err)
+
+
+def test_body_cut_before_end_marker_is_not_a_short_answer(client, fault_server):
+    # A clean end of body, but neither a finish_reason nor [DONE]: the answer was cut.
+    fault_server.push(Reply(body=chunk("partial") + chunk(" answer")))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    with pytest.raises(L.StreamInterruptedError) as info:
+        drain(stream)
+    assert info.value.partial_text == "partial answer" and isinstance(info.value.__cause__, L.ConnectionError)
+
+
+def test_body_cut_before_any_content_is_connection_error(client, fault_server):
+    fault_server.push(Reply(body=chunk("")))
+    call_error(client, L.ConnectionError, stream=True)
+
+
+def test_finish_reason_without_done_is_a_complete_stream(client, fault_server):
+    fault_server.push(Reply(body=chunk("whole") + chunk(None, "stop")))
+    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+        _, text, _ = drain(stream)
+    assert text == "whole" and stream.response.choices[0].finish_reason == "stop"
+
+
+def test_error_event_before_content_is_typed(client, fault_server):
+    fault_server.push(error_event(0, PIECES, message="engine failed"))
+    err = call_error(client, L.ServerError, stream=True)
+    assert "engine failed" in str(err)
+
+
+def test_error_event_after_content_interrupts(client, fault_server):
+    fault_server.push(error_event(1, PIECES, message="engine failed"))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    with pytest.raises(L.StreamInterruptedError) as info:
+        drain(stream)
+    assert info.value.partial_text == "one" and "engine failed" in str(info.value)
+
+
+@pytest.mark.xfail(strict=True, reason=CLOSE_AFTER_INTERRUPT)
+def test_closing_an_interrupted_stream_is_quiet(client, fault_server):
+    fault_server.push(error_event(1, PIECES))
+    with pytest.raises(L.StreamInterruptedError):
+        with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+            drain(stream)
+
+
+@pytest.mark.xfail(strict=True, reason=CLOSE_AFTER_INTERRUPT)
+def test_async_closing_an_interrupted_stream_is_quiet(fault_server):
+    fault_server.push(error_event(1, PIECES))
+
+    async def body(client):
+        stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        async with stream:
+            await adrain(stream)
+
+    with pytest.raises(L.StreamInterruptedError):
+        run(with_async_client(config(fault_server), body))
+
+
+def test_stream_closed_early_by_the_caller_keeps_its_text(client, fault_server):
+    fault_server.push(Reply(pieces=PIECES))
+    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+        first = next(c for c in stream if c.choices and c.choices[0].delta.content)
+    assert first.choices[0].delta.content == "one"
+    assert stream.route.attempts[-1].status == "cancelled"
+
+
+def test_refused_connection(fault_server):
+    with make_client("openai-compatible", "http://127.0.0.1:9/v1", MODEL, name="fault") as c:
+        err = call_error(c, L.ConnectionError)
+    assert_clean_error(err, DEP)
