@@ -37,9 +37,20 @@ from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
 
+
+def __getattr__(name: str):
+    # `llmroute.report(...)`: the cost report, imported only when used.
+    if name == "report":
+        from .accounting.report import report
+
+        return report
+    raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
+
+
 __all__ = [
     "Client",
     "AsyncClient",
+    "report",
     "Stream",
     "AsyncStream",
     "Config",

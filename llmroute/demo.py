@@ -22,6 +22,10 @@ from .local import LocalServer
 
 __all__ = ["main", "demo_config"]
 
+# The model has no chat template of its own: llama.cpp falls back to ChatML, whose markers the
+# model then writes out as text. Stopping on them is what a user of this model would do.
+STOP = ["<|im_end|>", "<|im_start|>"]
+
 NOTE = (
     "Note: both tiers serve Gemma 3 270M, a tiny *base* model with no chat template, so its answers are poor.\n"
     "What you see working is the real machinery: routing, streaming, usage, errors, against real servers."
@@ -36,8 +40,20 @@ def demo_config(small_url: str, large_url: str, ledger_path: Optional[str] = Non
         },
         "tiers": {
             "small": {"deployments": ["local-small:gemma-3-270m"]},
-            "large": {"deployments": ["local-large:gemma-3-270m"]},
+            "large": {"deployments": ["local-large:gemma-3-270m"], "fallback_tier": "small"},
         },
+        "routing": {
+            "default": "auto",
+            "threshold": 0.55,
+            "rules": [{"when": {"feature": "report-generation"}, "tier": "large"}],
+        },
+        # Self-hosted servers cost what your hardware costs: these are illustrative per-token rates
+        # a team would set from its GPU bill, so that reports can compare features.
+        "pricing": {
+            "local-small:*": {"input_per_million": 0.05, "output_per_million": 0.10, "currency": "USD"},
+            "local-large:*": {"input_per_million": 0.60, "output_per_million": 0.80, "currency": "USD"},
+        },
+        "ledger": {"sink": "sqlite", "path": ledger_path} if ledger_path else {"sink": "memory"},
     }
     return config
 
@@ -66,7 +82,7 @@ async def _async_part(config: Dict[str, Any]) -> None:
         started = time.perf_counter()
         results = await asyncio.gather(*[
             client.chat.completions.create(model="auto", messages=[{"role": "user", "content": q}], max_tokens=24,
-                                           feature="async-demo")
+                                           stop=STOP, feature="async-demo")
             for q in questions
         ])
         print(f"\n== async: {len(questions)} concurrent calls in {time.perf_counter() - started:.2f}s")
@@ -80,7 +96,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
     with Client(config=config) as client:
         asked = "提取这句话的关键词：今天上海下雨了"
         resp = client.chat.completions.create(
-            model="small", messages=[{"role": "user", "content": asked}], max_tokens=32, temperature=0.2,
+            model="small", messages=[{"role": "user", "content": asked}], max_tokens=32, temperature=0.2, stop=STOP,
             feature="keyword-extraction",
         )
         _show("non-streamed call, model='small'", asked, resp.choices[0].message.content or "", resp)
@@ -88,7 +104,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
         asked = "Write a Python function that checks whether a string is a palindrome, and explain it."
         print("\n== streamed call, model='large' (tokens as they arrive):")
         with client.chat.completions.create(
-            model="large", messages=[{"role": "user", "content": asked}], max_tokens=48, stream=True,
+            model="large", messages=[{"role": "user", "content": asked}], max_tokens=48, stream=True, stop=STOP,
             feature="coding-help",
         ) as stream:
             parts: List[str] = []
@@ -102,7 +118,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
         for asked in ["Hi! What are your opening hours?",
                       "请写一篇2000字的报告，分析新能源汽车行业的竞争格局，并给出三条投资建议。"]:
             resp = client.chat.completions.create(
-                model="auto", messages=[{"role": "user", "content": asked}], max_tokens=24, feature="auto-demo"
+                model="auto", messages=[{"role": "user", "content": asked}], max_tokens=24, stop=STOP, feature="auto-demo"
             )
             _show("model='auto' (the router picks the tier)", asked, resp.choices[0].message.content or "", resp)
 
@@ -113,6 +129,15 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
         except LLMRouteError as exc:
             print(f"{type(exc).__name__}: {exc}")
     asyncio.run(_async_part(config))
+    if ledger_path:
+        from .accounting.report import report
+
+        rows = report(ledger_path, by=("feature",))
+        print(f"\n== cost per feature, from the ledger at {ledger_path}")
+        for row in rows:
+            print(f"{str(row.get('feature')):<20} requests={row['requests']:<3} input={row['input_tokens']:<5} "
+                  f"output={row['output_tokens']:<5} cost={row['cost']} {row['currency']}")
+        print(f"(llmroute report --ledger {ledger_path} --by feature,tier --format html --out report.html)")
     print("\n" + NOTE)
     return 0
 
