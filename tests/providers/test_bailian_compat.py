@@ -137,7 +137,7 @@ def test_async_mid_stream_moderation(bailian_server):
 
     async def body(client):
         stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
-        # (no `async with`: closing an interrupted stream is test_stream_faults' xfail)
+        # (closing an interrupted stream is covered in test_stream_faults)
         with pytest.raises(L.StreamInterruptedError) as info:
             await adrain(stream)
         return info.value

@@ -81,9 +81,6 @@ def test_flat_errors(client, sglang_server, reply, cls, status, stream):
     assert_clean_error(err, DEP)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "resilience/failover.py _finish_exhausted re-raises a ContextLengthError of its own with only "
-    "provider/deployment/status: the platform's provider_message, request_id and code are dropped"))
 def test_context_error_keeps_the_platforms_message_and_request_id(client, sglang_server):
     sglang_server.push(Reply(error="context", headers={"x-request-id": "req-ctx-1"}))
     err = call_error(client, L.ContextLengthError)

@@ -20,11 +20,6 @@ MODEL = "fault-model"
 DEP = f"fault:{MODEL}"
 PIECES = ["one", " two", " three", " four"]
 
-CLOSE_AFTER_INTERRUPT = (
-    "client.py Stream.close / AsyncStream.aclose call run.failed() a second time after the stream was "
-    "already interrupted (state.ended stays False), and the failover plan raises "
-    "ValueError('no attempt outstanding'); `with stream:` around an interrupted stream then fails."
-)
 
 
 def config(server, **deployment):
@@ -167,7 +162,6 @@ def test_error_event_after_content_interrupts(client, fault_server):
     assert info.value.partial_text == "one" and "engine failed" in str(info.value)
 
 
-@pytest.mark.xfail(strict=True, reason=CLOSE_AFTER_INTERRUPT)
 def test_closing_an_interrupted_stream_is_quiet(client, fault_server):
     fault_server.push(error_event(1, PIECES))
     with pytest.raises(L.StreamInterruptedError):
@@ -175,7 +169,6 @@ def test_closing_an_interrupted_stream_is_quiet(client, fault_server):
             drain(stream)
 
 
-@pytest.mark.xfail(strict=True, reason=CLOSE_AFTER_INTERRUPT)
 def test_async_closing_an_interrupted_stream_is_quiet(fault_server):
     fault_server.push(error_event(1, PIECES))
 

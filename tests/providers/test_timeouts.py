@@ -85,10 +85,6 @@ def test_total_timeout_on_slow_headers(fault_server):
     assert_clean_error(err, DEP)
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "create(timeout=0.3) with one deployment and one attempt raises AllDeploymentsFailedError('the call's "
-    "deadline passed after 1 attempt(s)') from the failover plan, where a deployment's own timeout_s raises "
-    "the attempt's TimeoutError(timeout='total'); the single-attempt rule of CallRun._exhausted is bypassed"))
 def test_per_call_timeout_argument(fault_server):
     fault_server.push(slow_headers(2.0))
     with client(fault_server) as c:
