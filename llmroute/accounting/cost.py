@@ -89,7 +89,9 @@ class Cost:
             text = "unpriced" if not self.priced else f"{self.currency} ?"
         else:
             text = f"{self.amount.normalize():f} {self.currency}"
-        flags = [f for f, on in (("estimated", self.estimated), ("unconfirmed price", not self.price_confirmed)) if on]
+        # An unpriced cost has no price to be unconfirmed: "unpriced" says it all.
+        unconfirmed = self.priced and not self.price_confirmed
+        flags = [f for f, on in (("estimated", self.estimated), ("unconfirmed price", unconfirmed)) if on]
         return f"{text} ({', '.join(flags)})" if flags else text
 
 
