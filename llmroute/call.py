@@ -293,6 +293,41 @@ class CallRun:
         self._end(completion, None, now)
         return completion
 
+    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None) -> None:
+        """A hedge lost the race and was closed. Its prompt was sent, so it may be billed: recorded."""
+        rec = ctx.record
+        rec.status = "cancelled"
+        rec.note = ((rec.note + ", ") if rec.note else "") + "cancelled: another attempt answered first"
+        rec.duration_s = now - ctx.started
+        if partial is not None:
+            rec.ttft_s = partial.ttft_s
+            rec.usage, rec.usage_estimated = partial.usage_so_far()
+        else:
+            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            rec.usage_estimated = True
+        rec.billed = True
+        self.engine.on_attempt_end(self, ctx, None, now)
+        self.plan.cancel(ctx.deployment.id, now)
+
+    def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
+        """When to race a second deployment against this attempt (None: this tier does not hedge)."""
+        policy = self.engine.policy(ctx.deployment.id)
+        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note:
+            return None
+        from .resilience.hedge import HedgePlan
+
+        engine = self.engine
+        return HedgePlan.start(
+            policy, now=now, budget=engine.retry_budgets.hedge(self.target.tier or ctx.deployment.id, policy),
+            recent_ttft_s=engine.breakers.breaker(ctx.deployment.id).recent_ttft(),
+        )
+
+    def hedge(self, now: float) -> Optional[AttemptContext]:
+        """Start the hedge attempt now, if the plan has a candidate for it."""
+        step = self.plan.hedge_step(now)
+        self.engine.on_plan_progress(self)
+        return self._begin(step, now) if step is not None else None
+
     def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
         if not self._ended:
             self._ended = True
@@ -310,7 +345,7 @@ class CallRun:
         if step.reason in ("all_failed", "deadline"):
             deployments = {a.deployment for a in sent}
             last = sent[-1].error if sent else None
-            if len(deployments) == 1 and isinstance(last, E.ProviderError) and step.reason == "all_failed":
+            if len(deployments) == 1 and isinstance(last, E.ProviderError):
                 # Every try went to one deployment: its own typed error says the most (a 401 stays
                 # an AuthenticationError); the attempts ride along.
                 error = last

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import time
+import threading
+from dataclasses import dataclass, field
 from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Union
 
 import httpx
@@ -21,7 +23,6 @@ from .transport import AsyncTransport, SyncTransport, map_transport_error
 from .types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
-
 
 
 def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike, None]) -> Config:
@@ -62,6 +63,37 @@ async def _asleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
+@dataclass
+class _Opened:
+    """One attempt, opened: a plain call's parsed body, or a stream read up to its first content."""
+
+    ctx: AttemptContext
+    state: Optional[StreamState]  # streams only
+    response: Optional[httpx.Response] = None
+    chunks: Any = None  # the stream's byte iterator, left where content started
+    ready: List[ChatCompletionChunk] = field(default_factory=list)
+    parsed: Optional[tuple] = None  # (ChatCompletion, usage_reported) for a plain call
+    at_end: bool = False  # the stream ended while opening
+    error: Optional[E.ProviderError] = None
+    cancelled: bool = False
+
+
+def _now() -> float:
+    return time.monotonic()
+
+
+def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
+    return _Opened(ctx, StreamState(run, ctx) if run.prepared.stream else None)
+
+
+def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
+    """The hedge delay passed with no answer: the second attempt to start, if budget and plan allow."""
+    if not hedge.check(_now(), first_token_seen=False):
+        return None
+    ctx = run.hedge(_now())
+    return _opened(run, ctx) if ctx is not None else None
+
+
 # --------------------------------------------------------------------------------------------------
 # sync
 
@@ -69,75 +101,46 @@ async def _asleep(seconds: float) -> None:
 class Stream:
     """A streamed call: iterate for `ChatCompletionChunk`s; `.response` is the assembled result."""
 
-    def __init__(self, run: CallRun, client: "Client") -> None:
+    def __init__(self, run: CallRun, opened: _Opened) -> None:
         self._run = run
-        self._client = client
-        self._state: Optional[StreamState] = None
-        self._response: Optional[httpx.Response] = None
-        self._bytes: Optional[Iterator[bytes]] = None
-        self._ready: List[ChatCompletionChunk] = []
+        self._state: StreamState = opened.state  # type: ignore[assignment]
+        self._response = opened.response
+        self._bytes: Optional[Iterator[bytes]] = opened.chunks
+        self._ready: List[ChatCompletionChunk] = opened.ready
         self._final: Optional[ChatCompletion] = None
         self._closed = False
-
-    # Opening walks the attempts until one yields content (or ends cleanly): until then a failure
-    # fails over exactly as a plain call would, and the caller has seen nothing.
-    def _open(self) -> None:
-        run = self._run
-        while True:
-            step = run.next_step(time.monotonic())
-            if isinstance(step, Wait):
-                time.sleep(step.seconds)
-                continue
-            ctx = step.attempt
-            state = StreamState(run, ctx)
-            try:
-                self._response = self._client._send(ctx)
-                self._bytes = self._response.iter_raw()
-                for data in self._bytes:
-                    self._ready.extend(state.feed(data, time.monotonic()))
-                    if state.content_started:
-                        break
-                else:
-                    self._ready.extend(state.eof(time.monotonic()))
-                    self._final = state.finish(time.monotonic())
-                    self._release()
-                self._state = state
-                return
-            except E.ProviderError as error:
-                self._release()
-                run.failed(ctx, error, time.monotonic(), partial=state)
-            except _NETWORK_ERRORS as exc:
-                self._release()
-                run.failed(ctx, _transport_error(exc, ctx), time.monotonic(), partial=state)
+        if opened.at_end:
+            self._final = self._state.finish(_now())
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
         while self._ready:
             yield self._ready.pop(0)
         state = self._state
-        if state is None or self._final is not None or self._bytes is None:
+        if self._final is not None or self._bytes is None or state.ended:
             return
         try:
             for data in self._bytes:
-                for chunk in state.feed(data, time.monotonic()):
+                for chunk in state.feed(data, _now()):
                     yield chunk
-            for chunk in state.eof(time.monotonic()):
+            for chunk in state.eof(_now()):
                 yield chunk
         except E.ProviderError as error:
-            raise self._interrupt(state, error) from error
+            raise self._interrupt(error) from error
         except _NETWORK_ERRORS as exc:
             error = _transport_error(exc, state.ctx)
-            raise self._interrupt(state, error) from error
-        self._final = state.finish(time.monotonic())
+            raise self._interrupt(error) from error
+        self._final = state.finish(_now())
         self._release()
 
-    def _interrupt(self, state: StreamState, error: E.ProviderError) -> E.StreamInterruptedError:
+    def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:
         self._release()
-        self._run.failed(state.ctx, error, time.monotonic(), content_started=True, partial=state)
-        return state.interrupted(error)
+        self._state.ended = True  # this attempt is over: closing the stream must not end it twice
+        self._run.failed(self._state.ctx, error, _now(), content_started=True, partial=self._state)
+        return self._state.interrupted(error)
 
     @property
     def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion, with usage and route. Reads the rest of the stream if needed."""
+        """The assembled ChatCompletion, with usage, route and cost. Reads the rest of the stream if needed."""
         if self._final is None:
             for _ in self:
                 pass
@@ -151,30 +154,33 @@ class Stream:
 
     def _release(self) -> None:
         if self._response is not None:
-            self._response.close()
-            self._response = None
+            response, self._response = self._response, None
+            response.close()
 
     def close(self) -> None:
         if self._closed:
             return
         self._closed = True
-        state = self._state
-        if self._final is None and state is not None and not state.ended:
-            # The caller stopped reading: the attempt was billed for what it produced.
-            self._release()
-            state.ctx.record.status = "cancelled"
-            self._run.failed(state.ctx, E.StreamInterruptedError("closed by the caller before the end",
-                             partial_text=state.assembler.all_text(), deployment=state.ctx.deployment.id,
-                             provider=state.ctx.deployment.provider.name, retryable=False),
-                             time.monotonic(), content_started=True, partial=state)
-            state.ctx.record.status = "cancelled"
         self._release()
+        if self._final is None and not self._state.ended:
+            self._state.ended = True
+            _caller_closed(self._run, self._state)
 
     def __enter__(self) -> "Stream":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _caller_closed(run: CallRun, state: StreamState) -> None:
+    """The caller stopped reading a stream early: the attempt was billed for what it produced."""
+    state.ctx.record.status = "cancelled"
+    error = E.StreamInterruptedError(
+        "closed by the caller before the end", partial_text=state.assembler.all_text(),
+        deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
+    )
+    run.failed(state.ctx, error, _now(), content_started=True, partial=state)
 
 
 class _Completions:
@@ -199,6 +205,8 @@ class Client:
         self.config = _as_config(config)
         self._engine = Engine(self.config)
         self._transport = SyncTransport()
+        self._hedge_pool: Any = None
+        self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
 
     @classmethod
@@ -217,37 +225,104 @@ class Client:
             raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
         return response
 
-    def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
-        prepared = prepare_call(self.config, kwargs)
-        run = CallRun(self._engine, prepared, time.monotonic())
-        if prepared.stream:
-            stream = Stream(run, self)
-            stream._open()
-            return stream
+    def _open(self, op: _Opened) -> _Opened:
+        """Send one attempt and read it up to its first content (streams) or whole (plain calls)."""
+        ctx, state = op.ctx, op.state
+        try:
+            op.response = self._send(ctx)
+            if op.cancelled:  # a hedge race was decided while this one was connecting
+                op.response.close()
+                return op
+            if state is None:
+                try:
+                    content = op.response.read()
+                finally:
+                    op.response.close()
+                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                return op
+            op.chunks = op.response.iter_raw()
+            for data in op.chunks:
+                op.ready.extend(state.feed(data, _now()))
+                if state.content_started:
+                    return op
+            op.ready.extend(state.eof(_now()))
+            op.at_end = True
+            op.response.close()
+        except E.ProviderError as error:
+            op.error = error
+        except _NETWORK_ERRORS as exc:
+            op.error = _transport_error(exc, ctx)
+        if op.error is not None and op.response is not None:
+            op.response.close()
+        return op
+
+    def _attempts(self, run: CallRun) -> _Opened:
+        """Walk the plan until an attempt opens; failures go back to the plan, which raises when done."""
         while True:
-            step = run.next_step(time.monotonic())
+            step = run.next_step(_now())
             if isinstance(step, Wait):
                 time.sleep(step.seconds)
                 continue
             ctx = step.attempt
-            try:
-                response = self._send(ctx)
-                try:
-                    content = response.read()
-                finally:
-                    response.close()
-                completion, reported = ctx.adapter.parse_completion(response.headers, content)
-                return run.succeeded(ctx, completion, reported, time.monotonic(), None)
-            except E.ProviderError as error:
-                run.failed(ctx, error, time.monotonic())
-            except _NETWORK_ERRORS as exc:
-                run.failed(ctx, _transport_error(exc, ctx), time.monotonic())
+            hedge = run.hedge_plan(ctx, _now())
+            if hedge is None or hedge.hedge_at is None:
+                op = self._open(_opened(run, ctx))
+                if op.error is None:
+                    return op
+                run.failed(ctx, op.error, _now(), partial=op.state)
+                continue
+            winner = self._race(run, ctx, hedge)
+            if winner is not None:
+                return winner
+
+    def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> Optional[_Opened]:
+        """Hedging: past the hedge delay with no first token, race the next deployment; keep the first."""
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
+
+        with self._pool_lock:
+            if self._hedge_pool is None:
+                self._hedge_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="llmroute-hedge")
+        first = _opened(run, ctx)
+        running = {self._hedge_pool.submit(self._open, first): first}
+        checked = False
+        while running:
+            timeout = None if checked else max(0.0, hedge.hedge_at - _now())
+            done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            if not done:
+                checked = True
+                second = _hedge_due(run, hedge)
+                if second is not None:
+                    running[self._hedge_pool.submit(self._open, second)] = second
+                continue
+            for future in done:
+                op = running.pop(future)
+                if op.error is None:
+                    for loser in running.values():
+                        loser.cancelled = True
+                        if loser.response is not None:
+                            loser.response.close()
+                        run.cancelled(loser.ctx, _now(), partial=loser.state)
+                    return op
+                run.failed(op.ctx, op.error, _now(), partial=op.state)
+        return None
+
+    def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        prepared = prepare_call(self.config, kwargs)
+        run = CallRun(self._engine, prepared, _now())
+        op = self._attempts(run)
+        if prepared.stream:
+            return Stream(run, op)
+        completion, reported = op.parsed  # type: ignore[misc]
+        return run.succeeded(op.ctx, completion, reported, _now(), None)
 
     def health(self) -> Dict[str, Any]:
-        return self._engine.health(time.monotonic()) if hasattr(self._engine, "health") else {}
+        """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
+        return self._engine.health(_now())
 
     def close(self) -> None:
         self._transport.close()
+        if self._hedge_pool is not None:
+            self._hedge_pool.shutdown(wait=False)
         self._engine.close()
 
     def __enter__(self) -> "Client":
@@ -267,47 +342,16 @@ class Client:
 class AsyncStream:
     """A streamed call for `AsyncClient`: `async with` / `async for`; `.response` after the end."""
 
-    def __init__(self, run: CallRun, client: "AsyncClient") -> None:
+    def __init__(self, run: CallRun, opened: _Opened) -> None:
         self._run = run
-        self._client = client
-        self._state: Optional[StreamState] = None
-        self._response: Optional[httpx.Response] = None
-        self._bytes: Optional[AsyncIterator[bytes]] = None
-        self._ready: List[ChatCompletionChunk] = []
+        self._state: StreamState = opened.state  # type: ignore[assignment]
+        self._response = opened.response
+        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
+        self._ready: List[ChatCompletionChunk] = opened.ready
         self._final: Optional[ChatCompletion] = None
         self._closed = False
-
-    async def _open(self) -> None:
-        run = self._run
-        errors = _network_errors()
-        while True:
-            step = run.next_step(time.monotonic())
-            if isinstance(step, Wait):
-                await _asleep(step.seconds)
-                continue
-            ctx = step.attempt
-            state = StreamState(run, ctx)
-            try:
-                self._response = await self._client._send(ctx)
-                self._bytes = self._response.aiter_raw()
-                finished = True
-                async for data in self._bytes:
-                    self._ready.extend(state.feed(data, time.monotonic()))
-                    if state.content_started:
-                        finished = False
-                        break
-                if finished:
-                    self._ready.extend(state.eof(time.monotonic()))
-                    self._final = state.finish(time.monotonic())
-                    await self._release()
-                self._state = state
-                return
-            except E.ProviderError as error:
-                await self._release()
-                run.failed(ctx, error, time.monotonic(), partial=state)
-            except errors as exc:
-                await self._release()
-                run.failed(ctx, _transport_error(exc, ctx), time.monotonic(), partial=state)
+        if opened.at_end:
+            self._final = self._state.finish(_now())
 
     def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         return self._iterate()
@@ -316,27 +360,28 @@ class AsyncStream:
         while self._ready:
             yield self._ready.pop(0)
         state = self._state
-        if state is None or self._final is not None or self._bytes is None:
+        if self._final is not None or self._bytes is None or state.ended:
             return
         errors = _network_errors()
         try:
             async for data in self._bytes:
-                for chunk in state.feed(data, time.monotonic()):
+                for chunk in state.feed(data, _now()):
                     yield chunk
-            for chunk in state.eof(time.monotonic()):
+            for chunk in state.eof(_now()):
                 yield chunk
         except E.ProviderError as error:
-            raise (await self._interrupt(state, error)) from error
+            raise (await self._interrupt(error)) from error
         except errors as exc:
             error = _transport_error(exc, state.ctx)
-            raise (await self._interrupt(state, error)) from error
-        self._final = state.finish(time.monotonic())
+            raise (await self._interrupt(error)) from error
+        self._final = state.finish(_now())
         await self._release()
 
-    async def _interrupt(self, state: StreamState, error: E.ProviderError) -> E.StreamInterruptedError:
+    async def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:
         await self._release()
-        self._run.failed(state.ctx, error, time.monotonic(), content_started=True, partial=state)
-        return state.interrupted(error)
+        self._state.ended = True
+        self._run.failed(self._state.ctx, error, _now(), content_started=True, partial=self._state)
+        return self._state.interrupted(error)
 
     @property
     def response(self) -> ChatCompletion:
@@ -363,15 +408,10 @@ class AsyncStream:
         if self._closed:
             return
         self._closed = True
-        state = self._state
-        if self._final is None and state is not None and not state.ended:
-            await self._release()
-            self._run.failed(state.ctx, E.StreamInterruptedError("closed by the caller before the end",
-                             partial_text=state.assembler.all_text(), deployment=state.ctx.deployment.id,
-                             provider=state.ctx.deployment.provider.name, retryable=False),
-                             time.monotonic(), content_started=True, partial=state)
-            state.ctx.record.status = "cancelled"
         await self._release()
+        if self._final is None and not self._state.ended:
+            self._state.ended = True
+            _caller_closed(self._run, self._state)
 
     close = aclose
 
@@ -423,35 +463,98 @@ class AsyncClient:
             raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
         return response
 
-    async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
-        prepared = prepare_call(self.config, kwargs)
-        run = CallRun(self._engine, prepared, time.monotonic())
-        if prepared.stream:
-            stream = AsyncStream(run, self)
-            await stream._open()
-            return stream
-        errors = _network_errors()
+    async def _open(self, op: _Opened) -> _Opened:
+        import asyncio
+
+        ctx, state = op.ctx, op.state
+        try:
+            op.response = await self._send(ctx)
+            if state is None:
+                try:
+                    content = await op.response.aread()
+                finally:
+                    await op.response.aclose()
+                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                return op
+            op.chunks = op.response.aiter_raw()
+            async for data in op.chunks:
+                op.ready.extend(state.feed(data, _now()))
+                if state.content_started:
+                    return op
+            op.ready.extend(state.eof(_now()))
+            op.at_end = True
+            await op.response.aclose()
+        except E.ProviderError as error:
+            op.error = error
+        except asyncio.CancelledError:
+            if op.response is not None:
+                await op.response.aclose()
+            raise
+        except _network_errors() as exc:
+            op.error = _transport_error(exc, ctx)
+        if op.error is not None and op.response is not None:
+            await op.response.aclose()
+        return op
+
+    async def _attempts(self, run: CallRun) -> _Opened:
         while True:
-            step = run.next_step(time.monotonic())
+            step = run.next_step(_now())
             if isinstance(step, Wait):
                 await _asleep(step.seconds)
                 continue
             ctx = step.attempt
-            try:
-                response = await self._send(ctx)
-                try:
-                    content = await response.aread()
-                finally:
-                    await response.aclose()
-                completion, reported = ctx.adapter.parse_completion(response.headers, content)
-                return run.succeeded(ctx, completion, reported, time.monotonic(), None)
-            except E.ProviderError as error:
-                run.failed(ctx, error, time.monotonic())
-            except errors as exc:
-                run.failed(ctx, _transport_error(exc, ctx), time.monotonic())
+            hedge = run.hedge_plan(ctx, _now())
+            if hedge is None or hedge.hedge_at is None:
+                op = await self._open(_opened(run, ctx))
+                if op.error is None:
+                    return op
+                run.failed(ctx, op.error, _now(), partial=op.state)
+                continue
+            winner = await self._race(run, ctx, hedge)
+            if winner is not None:
+                return winner
+
+    async def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> Optional[_Opened]:
+        import asyncio
+
+        first = _opened(run, ctx)
+        running = {asyncio.ensure_future(self._open(first)): first}
+        checked = False
+        while running:
+            timeout = None if checked else max(0.0, hedge.hedge_at - _now())
+            done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                checked = True
+                second = _hedge_due(run, hedge)
+                if second is not None:
+                    running[asyncio.ensure_future(self._open(second))] = second
+                continue
+            for task in done:
+                op = running.pop(task)
+                if op.error is None:
+                    for loser_task, loser in running.items():
+                        loser_task.cancel()
+                        try:
+                            await loser_task
+                        except asyncio.CancelledError:
+                            pass
+                        run.cancelled(loser.ctx, _now(), partial=loser.state)
+                    return op
+                run.failed(op.ctx, op.error, _now(), partial=op.state)
+        return None
+
+    async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
+        prepared = prepare_call(self.config, kwargs)
+        run = CallRun(self._engine, prepared, _now())
+        op = await self._attempts(run)
+        if prepared.stream:
+            return AsyncStream(run, op)
+        completion, reported = op.parsed  # type: ignore[misc]
+        return run.succeeded(op.ctx, completion, reported, _now(), None)
 
     def health(self) -> Dict[str, Any]:
-        return self._engine.health(time.monotonic()) if hasattr(self._engine, "health") else {}
+        """Breaker state of every deployment: `{"provider:model": snapshot}`."""
+        return self._engine.health(_now())
 
     async def aclose(self) -> None:
         await self._transport.aclose()

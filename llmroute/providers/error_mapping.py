@@ -148,11 +148,16 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
         return E.ContentFilterError
     if status == 401 or code in _AUTH_CODES or etype in _AUTH_CODES:
         return E.AuthenticationError
+    if kind == "bailian" and status == 429:
+        # DashScope's 429s are all per-minute limits, "insufficient_quota" / "Allocated quota
+        # exceeded" included (the token quota, back within about a minute: providers.md §4).
+        # Overdue payment is Arrearage, a 400, handled below.
+        return E.RateLimitError
     if status == 402 or code in ("arrearage", "insufficient_quota") or (
         status in (400, 403, 429) and _BILLING_RE.search(code + " " + etype + " " + body.message)
         and "rate" not in body.message.lower()
     ):
-        # DashScope Arrearage is a 400 and insufficient_quota a 429: both are billing, not a blip.
+        # DashScope Arrearage is a 400, OpenAI's insufficient_quota a 429: both are billing, not a blip.
         if status == 429 and code != "insufficient_quota" and "quota" not in body.message.lower():
             return E.RateLimitError
         return E.BillingError

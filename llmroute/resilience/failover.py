@@ -542,6 +542,9 @@ class FailoverPlan:
                 provider=getattr(base, "provider", None),
                 deployment=getattr(base, "deployment", None),
                 status=getattr(base, "status", None),
+                request_id=getattr(base, "request_id", None),
+                provider_message=getattr(base, "provider_message", None),
+                code=getattr(base, "code", None),
             )
             if base is not None:
                 exc.__cause__ = base
