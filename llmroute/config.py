@@ -303,8 +303,8 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
                 raise ConfigError(
                     f"unknown provider {provider_name!r} (known providers: {known})", path=source, key=key
                 )
+            _check_overrides(dep_cfg, source, key)  # before the copy: inline keys must reach the policy
             deps.append(_make_deployment(provider, model, dep_cfg, tier_name, key))
-            _check_overrides(dep_cfg, source, key)
         ids = [d.id for d in deps]
         dup = next((d for d in ids if ids.count(d) > 1), None)
         if dup:

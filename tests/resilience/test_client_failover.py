@@ -599,7 +599,6 @@ INLINE_DEPLOYMENT_KEYS_LOST = (
 )
 
 
-@pytest.mark.xfail(strict=True, reason=INLINE_DEPLOYMENT_KEYS_LOST)
 def test_inline_deployment_keys_override_the_tier(servers):
     servers["a"].push(status(503))
     deployments = [{"id": A, "weight": 90, "max_retries": 0}, B]
