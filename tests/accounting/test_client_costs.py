@@ -229,7 +229,7 @@ def test_unpriced_deployment_is_a_config_error_when_strict(vllm_server):
     with pytest.raises(L.ConfigError) as info:
         Client(config=cfg)
     assert "gpu:Qwen/Qwen2.5-7B-Instruct" in str(info.value) and "tiers.t.deployments[0]" in str(info.value)
-    assert vllm_server.requests == [] or len(vllm_server.requests) == 0
+    assert vllm_server.requests == []
 
 
 # -- the real llama.cpp server, priced in the config -------------------------------------------------------
