@@ -233,10 +233,15 @@ _ROMAN_OPTIONS_RE = re.compile(r"\bI{1,3}V?\b,? (?:and|or) I{1,3}V?\b")
 # The material term: reference size of an ask (tokens), log-odds per doubling above it (pattern
 # tasks scale with length far better), and its bounds.
 _MATERIAL_REF_TOKENS = 60.0
-_MATERIAL_WEIGHT = 0.5
+_MATERIAL_WEIGHT = 0.6
 _MATERIAL_WEIGHT_PATTERN = 0.15
 _MATERIAL_MIN = -0.5
-_MATERIAL_MAX = 2.0
+_MATERIAL_MAX = 2.5
+# Dense content as extra material, in token-equivalents (see classify).
+_UNITS_QUANTITY = 6.0
+_UNITS_SYMBOL = 4.0
+_UNITS_CONSTRAINT = 6.0
+_UNITS_PART = 20.0
 
 # The window is sized in characters per script, for about 100 + 60 tokens of instructions: an ask
 # up to (head + tail) long is searched whole; a longer one by its first `head` characters and its
@@ -535,20 +540,32 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         elif max_tokens >= 4000 and text_length is None:
             effects.append((0.3, "max_tokens={}", max_tokens))
 
-    # The material to reason over, whatever the task: the ask, plus earlier turns and documents
-    # at half weight (they are consulted, not all reasoned over). One monotone term in log size.
-    material = ask_tokens + 0.5 * (context_tokens - ask_tokens)
+    # The material to reason over, whatever the task, as one monotone term in log size: the ask,
+    # earlier turns and documents at half weight (consulted, not all reasoned over), and content
+    # that is denser than prose counted as extra units of it, in token-equivalents: a given
+    # quantity or a constraint is a clause to combine or respect, a formula symbol a few tokens, a
+    # further question or a statement to judge a short paragraph, a technical term one more token.
+    # Density thus scales the material rather than adding votes of its own: doubling a prompt's
+    # density moves the score as much as doubling its length, and no more.
+    options_at = ask.find("\nA") if category == "choice" else -1
+    extra = _UNITS_QUANTITY * numbers + _UNITS_SYMBOL * math_signals + _UNITS_CONSTRAINT * constraints
+    if questions > 1:
+        extra += _UNITS_PART * (questions - 1)
+    if category == "word_problem":
+        # Relations ("twice", "per", "20% off") are steps beyond the quantities themselves.
+        extra += _UNITS_CONSTRAINT * (count.get("relation", 0) + window.count("%"))
+    if category == "choice":
+        # Formal content, finding the exception or judging statements: each is one more thing to
+        # check against every option.
+        extra += _UNITS_PART * (formal + ("negation" in count)
+                                + ("statements" in count or bool(_ROMAN_OPTIONS_RE.search(ask, max(0, options_at)))))
+    if not pattern_task and len(tokens) >= 12:
+        extra += sum(map(_LONG_WORD_CHARS.__le__, map(len, tokens))) * (len(ask) / max(1, len(window)))
+    material = ask_tokens + 0.5 * (context_tokens - ask_tokens) + extra
     material_effect = _material_effect(material, _MATERIAL_WEIGHT_PATTERN if pattern_task else _MATERIAL_WEIGHT)
     if material_effect:
         effects.append((material_effect, "long context (~{} tokens)" if input_tokens >= 1000 else
-                        ("long prompt" if material_effect > 0 else "short prompt"), input_tokens))
-
-    # Technical vocabulary: the share of long words (English) is a density of terms the model
-    # must know and relate; ~5% is ordinary prose.
-    if not pattern_task and len(tokens) >= 12:
-        density = sum(map(_LONG_WORD_CHARS.__le__, map(len, tokens))) / len(tokens)
-        if density > 0.05:
-            effects.append((min(0.8, 4.0 * (density - 0.05)), "technical vocabulary", None))
+                        ("much material" if material_effect > 0 else "short prompt"), input_tokens))
 
     if code_blocks and category != "code":
         effects.append((min(0.8, 0.5 * code_blocks), "code in the prompt", None))
@@ -556,34 +573,6 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         effects.append((min(0.5, 0.2 * (code_blocks - 1)), "{} code blocks", code_blocks))
     if "code_hint" in count and category not in ("code", "design"):
         effects.append((0.3, "mentions code", None))
-    if math_signals:
-        effects.append((min(1.2, 0.22 * math_signals), "math in the prompt", None))
-    if category == "word_problem":
-        # Steps: each quantity after the first is combined once, each relation ("twice", "per",
-        # "20% off") is half a step more. A chain fails if any step fails, so risk keeps growing
-        # with the steps, with diminishing log-odds; 4 steps is the typical problem (effect 0).
-        steps = max(1.0, numbers - 1 + 0.5 * (count.get("relation", 0) + window.count("%")))
-        effects.append((0.5 * math.log2(steps / 4.0), "~{} reasoning steps", int(steps + 0.5)))
-    elif numbers >= 2:
-        # Quantities given in any other task are computation or constraints to respect.
-        effects.append((min(0.8, 0.3 * math.log2(numbers)), "computation", None))
-    if category == "choice":
-        if formal:
-            effects.append((min(0.8, 0.4 * formal), "formal content", None))
-        # Options must be eliminated one by one: their amount of text is the work, beyond the stem.
-        options_at = ask.find("\nA")
-        option_chars = len(ask) - options_at if options_at >= 0 else 0
-        if option_chars > 0:
-            effects.append((max(-0.3, min(0.9, 0.3 * math.log2(option_chars / 80.0))), "long answer options", None))
-        if "negation" in count:
-            effects.append((0.3, "asks for the exception", None))
-        if "statements" in count or _ROMAN_OPTIONS_RE.search(ask, max(0, options_at)):
-            effects.append((0.4, "judges several statements", None))
-    if constraints:
-        effects.append((min(0.8, 0.12 * constraints), "{} constraints", constraints))
-    if questions > 1:
-        # A multi-part question: each part is another answer to get right.
-        effects.append((min(0.75, 0.25 * (questions - 1)), "{} questions", questions))
     if user_turns > 1:
         effects.append((min(0.6, 0.12 * (user_turns - 1)), "turn {} of a conversation", user_turns))
     if "depth" in count:
