@@ -201,17 +201,19 @@ class _Chat:
 class Client:
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
-    def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None) -> None:
+    def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *,
+                 ledger: Any = None) -> None:
+        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s."""
         self.config = _as_config(config)
-        self._engine = Engine(self.config)
+        self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
 
     @classmethod
-    def from_config(cls, path: Union[str, os.PathLike]) -> "Client":
-        return cls(load_config(path))
+    def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
+        return cls(load_config(path), ledger=ledger)
 
     def _send(self, ctx: AttemptContext) -> httpx.Response:
         provider = ctx.deployment.provider
@@ -437,19 +439,24 @@ class _AsyncChat:
 
 
 class AsyncClient:
-    """The asyncio client, same surface as `Client`. `transport="aiohttp"` uses aiohttp underneath."""
+    """The asyncio client, same surface as `Client`.
+
+    `transport="auto"` (the default) runs on aiohttp when the `llmroute[aiohttp]` extra is installed,
+    else on httpx's own transport; `"httpx"` or `"aiohttp"` choose one."""
 
     def __init__(
-        self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "httpx"
+        self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",
+        ledger: Any = None,
     ) -> None:
         self.config = _as_config(config)
-        self._engine = Engine(self.config)
+        self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
         self.chat = _AsyncChat(self)
 
     @classmethod
-    def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "httpx") -> "AsyncClient":
-        return cls(load_config(path), transport=transport)
+    def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",
+                    ledger: Any = None) -> "AsyncClient":
+        return cls(load_config(path), transport=transport, ledger=ledger)
 
     async def _send(self, ctx: AttemptContext) -> httpx.Response:
         provider = ctx.deployment.provider

@@ -36,7 +36,7 @@ class CallExtras:
 
 
 class Engine:
-    def __init__(self, config: Config) -> None:
+    def __init__(self, config: Config, *, ledger: Any = None) -> None:
         from .accounting.budgets import BudgetBook
         from .accounting.ledger import SQLiteSink, open_sink
         from .resilience.health import BreakerRegistry
@@ -57,7 +57,17 @@ class Engine:
         self.limits = DeploymentLimits(lambda pool, dep: self.policy(dep)) if uses_limits else None
         self.rng = random.Random()
         self.prices = sections.prices
-        self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)
+        if ledger is None:
+            self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)
+        elif hasattr(ledger, "write") and hasattr(ledger, "close"):
+            self.ledger = ledger  # a sink object: SQLiteSink, JSONLSink, MemorySink or the user's own
+        elif callable(ledger):
+            from .accounting.ledger import CallableSink
+
+            self.ledger = CallableSink(ledger)
+        else:
+            raise E.ConfigError(f"ledger must be a callable or a sink with write() and close(), not "
+                                f"{type(ledger).__name__}", key="ledger")
         self.budget_book = None
         if sections.budgets:
             self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())

@@ -3,8 +3,9 @@
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps httpx's exceptions to llmroute's connect /
 time-to-first-token / total timeouts and connection errors, naming the deployment. The async side
-can run on httpx's own transport or on aiohttp (`transport = "aiohttp"`, extra `llmroute[aiohttp]`),
-imported only when chosen.
+runs on aiohttp when the `llmroute[aiohttp]` extra is installed (`transport="auto"`, the default:
+it costs several times less CPU per request), else on httpx's own transport; aiohttp is imported
+only when an `AsyncClient` uses it.
 """
 
 from __future__ import annotations
@@ -39,21 +40,27 @@ class Timeouts:
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
     """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    cause = exc.__cause__
+    if cause is not None and type(cause).__module__.startswith("aiohttp"):
+        # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout: read the cause.
+        exc = cause  # type: ignore[assignment]
+    if type(exc).__module__.split(".")[0] == "aiohttp":
+        name = type(exc).__name__
+        if name == "ConnectionTimeoutError":
+            return E.TimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
+                                  timeout="connect", seconds=timeouts.connect_s, **kw)
+        if "Timeout" in name:
+            return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                                  seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
     if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
         return E.TimeoutError(
             f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-        if timeouts.read_kind == "ttft":
-            return E.TimeoutError(
-                f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s", timeout="ttft",
-                seconds=timeouts.ttft_s, **kw,
-            )
-        return E.TimeoutError(
-            f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
-            seconds=timeouts.total_s, **kw,
-        )
+        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
     if isinstance(exc, httpx.TimeoutException):
         return E.TimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
@@ -62,16 +69,18 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
         return E.ConnectionError(f"connection broken: {_reason(exc)}", **kw)
     if isinstance(exc, httpx.HTTPError):
         return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
+    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
+        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
     if isinstance(exc, OSError):
         return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
-    name = type(exc).__module__.split(".")[0]
-    if name == "aiohttp":
-        if "Timeout" in type(exc).__name__:
-            return E.TimeoutError(
-                f"{timeouts.read_kind} timeout", timeout=timeouts.read_kind, seconds=timeouts.read_s, **kw
-            )
-        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
     raise exc
+
+
+def _read_timeout_text(timeouts: Timeouts) -> str:
+    if timeouts.read_kind == "ttft":
+        return f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s"
+    return f"total timeout: the call took longer than {timeouts.total_s:g}s"
 
 
 def _reason(exc: BaseException) -> str:
@@ -125,9 +134,17 @@ class SyncTransport:
 class AsyncTransport:
     """One `httpx.AsyncClient` per provider; `backend="aiohttp"` uses httpx-aiohttp's transport."""
 
-    def __init__(self, backend: str = "httpx") -> None:
-        if backend not in ("httpx", "aiohttp"):
-            raise E.ConfigError(f"unknown async transport {backend!r}; expected 'httpx' or 'aiohttp'", key="transport")
+    def __init__(self, backend: str = "auto") -> None:
+        if backend not in ("auto", "httpx", "aiohttp"):
+            raise E.ConfigError(
+                f"unknown async transport {backend!r}; expected 'auto', 'httpx' or 'aiohttp'", key="transport"
+            )
+        if backend == "auto":
+            # aiohttp costs several times less CPU per request than httpx's pool under concurrency
+            # (benchmarks/RESULTS.md), so it is used whenever the aiohttp extra is installed.
+            import importlib.util
+
+            backend = "aiohttp" if importlib.util.find_spec("httpx_aiohttp") is not None else "httpx"
         self.backend = backend
         self._clients: Dict[str, httpx.AsyncClient] = {}
         self._closed = False

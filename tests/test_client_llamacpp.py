@@ -108,3 +108,15 @@ def test_async_connection_refused(llama_server):
 
     with pytest.raises(ConnectionError):
         asyncio.run(main())
+
+
+def test_callable_ledger_sink_gets_every_attempt(llama_server):
+    records = []
+    with Client(config=llama_config(llama_server.base_url), ledger=records.append) as c:
+        c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=2, feature="kw")
+        with pytest.raises(ContextLengthError):
+            c.chat.completions.create(model="small", messages=[{"role": "user", "content": "word " * 5000}],
+                                      max_tokens=2, feature="long")
+    assert [(r.feature, r.status) for r in records] == [("kw", "ok"), ("long", "error")]
+    assert records[0].output_tokens == 2 and records[0].cost is not None and records[0].cost > 0
+    assert records[1].error_type == "ContextLengthError"
