@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llmroute.bench.report import build_report  # noqa: E402
-from llmroute.bench.runner import LoadPlan, client_send, run_bench  # noqa: E402
+from llmroute.bench.runner import LoadPlan, client_send, poisson_schedule, run_bench  # noqa: E402
 from llmroute.bench.stats import RequestRecord, StreamTiming, distribution_ms  # noqa: E402
 from llmroute.bench.workload import Prompt  # noqa: E402
 
@@ -69,7 +69,10 @@ def part_b(arrivals: int, rates: list[float]) -> list[dict[str, Any]]:
         lv = run.levels[0]
         starts = sorted(r.start_s for r in run.records if r.phase == "measured")
         lag = distribution_ms(lv.dispatch_lag_s)
+        # the schedule's own rate: a finite Poisson sample is off the asked rate by ~1/sqrt(n)
+        schedule = list(poisson_schedule(rate, seed=f"{plan.seed}:noop:{rate}", limit=arrivals, horizon_s=None))
         rows.append({"rate": rate, "arrivals": arrivals,
+                     "scheduled_rate": (len(schedule) - 1) / (schedule[-1] - schedule[0]),
                      "achieved_rate": (len(starts) - 1) / (starts[-1] - starts[0]) if len(starts) > 1 else None,
                      "lag_p50_ms": lag["p50"], "lag_p99_ms": lag["p99"], "lag_max_ms": lag["max"]})
     return rows

@@ -23,6 +23,7 @@ from .units import format_ms, parse_duration_s, parse_levels, parse_rates
 __all__ = ["main", "build_parser"]
 
 DEFAULT_REQUESTS = 100
+HTTPX_CROWDED = 32  # concurrent streams from which the CLI suggests the aiohttp transport
 
 _DEFINITIONS = """\
 definitions (client side; see docs/bench.md):
@@ -50,7 +51,7 @@ examples:
 
 _RULES_HELP = ("a regression rule, repeatable: METRIC>VALUE or METRIC<VALUE; METRIC is success_rate, "
                "requests_per_s, output_tokens_per_s, total_tokens_per_s, goodput_per_s or "
-               "p50|p90|p95|p99|max_ttft|tpot|itl|e2e; VALUE is relative to --baseline (+20%%, -10%%) "
+               "pNN_X or max_X (NN: 50, 90, 95, 99; X: ttft, tpot, itl, e2e), e.g. p95_ttft; VALUE is relative to --baseline (+20%%, -10%%) "
                "or absolute (0.99, 2s, 500ms)")
 
 
@@ -194,6 +195,11 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         grace_s=parse_duration_s(ns.grace, option="--grace"),
     )
     interval_s = parse_duration_s(ns.interval, option="--interval")
+    peak_slots = max(plan.levels()) if plan.mode == "concurrency" else plan.max_concurrency
+    if ns.transport == "httpx" and peak_slots >= HTTPX_CROWDED and not ns.quiet:
+        # measured in benchmarks/RESULTS.md: at 64 streams httpx alone adds seconds to TTFT on 2 cores
+        print(f"note: {peak_slots:g} concurrent streams on httpx; httpx slows down under many concurrent "
+              "streams and would inflate the latencies: consider --transport aiohttp", file=sys.stderr)
     if ns.prompts:
         prompts = load_prompts(ns.prompts)
         workload = {"prompts": ns.prompts, "count": len(prompts)}

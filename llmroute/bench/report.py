@@ -197,8 +197,10 @@ def summary_text(report: Mapping[str, Any]) -> str:
             lines.append(f"note {res['target']} {_level_label(res)}: output tokens of {res['output_tokens_estimated']}"
                          " requests were estimated (no usage from the server)")
         if res.get("queued_requests"):
-            lines.append(f"note {res['target']} {_level_label(res)}: {res['queued_requests']} arrivals waited for the"
-                         f" concurrency cap ({res['max_concurrency']}); the offered rate was not held")
+            wait = (res.get("client_queue_ms") or {}).get("p95")
+            lines.append(f"note {res['target']} {_level_label(res)}: {res['queued_requests']} arrivals waited for a slot"
+                         f" under the concurrency cap ({res['max_concurrency']}; p95 wait {format_ms(wait)} ms, not in"
+                         " the latencies); raise --max-concurrency if the cap should not shape the load")
         drift = res.get("early_vs_rest")
         if drift and drift["first"]["ttft_p95_ms"] and drift["rest"]["ttft_p95_ms"]:
             a, b = drift["first"]["ttft_p95_ms"], drift["rest"]["ttft_p95_ms"]

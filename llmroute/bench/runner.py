@@ -225,7 +225,7 @@ class _Level:
         self.cancelled = 0
         self.meter: ProgressMeter | None = None
 
-    async def _one(self, phase: str, queued_since: float | None = None) -> None:
+    async def _one(self, phase: str, queue_s: float | None = None) -> None:
         prompt = next(self.prompts)
         self.index += 1
         index = self.index
@@ -234,7 +234,6 @@ class _Level:
         except asyncio.CancelledError:
             self.cancelled += phase == "measured"
             raise
-        queue_s = None if queued_since is None else max(record.start_s - queued_since, 0.0)
         record = dataclasses.replace(record, target=self.target, level=self.level, phase=phase, index=index,
                                      queue_s=queue_s)
         self.sink.append(record)
@@ -316,9 +315,10 @@ class _Level:
         cap = asyncio.Semaphore(self.plan.max_concurrency)
         tasks: set[asyncio.Task[None]] = set()
 
-        async def arrival(scheduled: float) -> None:
+        async def arrival() -> None:
+            arrived = self.clock()
             async with cap:
-                await self._one("measured", queued_since=scheduled)
+                await self._one("measured", queue_s=self.clock() - arrived)
 
         begin = self.clock()
         horizon = None if deadline is None else deadline - begin
@@ -330,7 +330,7 @@ class _Level:
                 if delay > 0:
                     await asyncio.sleep(delay)
                 lags.append(max(self.clock() - at, 0.0))
-                task = asyncio.create_task(arrival(at))
+                task = asyncio.create_task(arrival())
                 tasks.add(task)
                 task.add_done_callback(tasks.discard)
             if tasks:

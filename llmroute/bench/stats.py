@@ -68,7 +68,7 @@ class RequestRecord:
     deployment: str | None = None
     attempts: int | None = None
     connect_s: float | None = None  # connection set-up, when the transport reports it
-    queue_s: float | None = None  # open loop: time an arrival waited for the concurrency cap
+    queue_s: float | None = None  # open loop: time an arrival waited for a slot under the concurrency cap
     text: str | None = None  # the answer, only when the sender was asked to keep it (smoke)
 
     @property
