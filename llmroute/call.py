@@ -100,8 +100,9 @@ def prepare_call(config: Config, kwargs: Dict[str, Any]) -> PreparedCall:
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
         raise E.InvalidRequestError("must be a dict of str to str", field="metadata")
     pool = kwargs.pop("pool", None) or "interactive"
-    if not isinstance(pool, str):
-        raise E.InvalidRequestError("must be a string", field="pool")
+    if not isinstance(pool, str) or pool not in config.sections.pool_names:
+        known = ", ".join(sorted(config.sections.pool_names))
+        raise E.InvalidRequestError(f"unknown pool {pool!r} (known: {known})", field="pool")
     timeout = kwargs.pop("timeout", None)
     if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
         raise E.InvalidRequestError("must be a positive number of seconds", field="timeout")

@@ -87,6 +87,8 @@ class TierConfig(_Overridable):
     deployments: List[Union[str, DeploymentConfig]] = Field(min_length=1)
     fallback_tier: Optional[str] = None
     sticky_key: Optional[str] = None
+    # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
+    pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
 
 
@@ -101,6 +103,12 @@ class _RawConfig(_Section):
     budgets: List[Dict[str, Any]] = Field(default_factory=list)
     guards: Dict[str, Any] = Field(default_factory=dict)
     telemetry: Dict[str, Any] = Field(default_factory=dict)
+    # `[pools.<name>]`: client-side limits for that pool's traffic (any limit key of [resilience]).
+    pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+
+
+POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
+DEFAULT_POOLS = ("interactive", "batch")
 
 
 # Timeouts when neither the deployment nor its provider sets one: connect, first token, whole call.
@@ -153,6 +161,10 @@ class Tier:
     fallback_tier: Optional[str] = None
     sticky_key: Optional[str] = None
     resilience: Mapping[str, Any] = field(default_factory=dict)
+    pools: Dict[str, List[Deployment]] = field(default_factory=dict)  # pool -> its own deployments
+
+    def deployments_for(self, pool: str) -> List[Deployment]:
+        return self.pools.get(pool) or self.deployments
 
 
 @dataclass
@@ -162,6 +174,8 @@ class Sections:
     routing: Any
     resilience: Any  # ResiliencePolicy: the [resilience] defaults
     policies: Dict[str, Any]  # deployment id -> ResiliencePolicy with tier and deployment overrides
+    pools: Dict[str, Dict[str, Any]]  # pool name -> its limit overrides
+    pool_names: frozenset  # every pool a call may name
     pricing: Any
     prices: Any  # PriceBook
     ledger: Any
@@ -191,10 +205,9 @@ class Config:
 
     def deployment(self, deployment_id: str) -> Optional[Deployment]:
         """A deployment by its "provider:model" id, from a tier if one lists it, else built on demand."""
-        for tier in self.tiers.values():
-            for dep in tier.deployments:
-                if dep.id == deployment_id:
-                    return dep
+        for dep in self.all_deployments():
+            if dep.id == deployment_id:
+                return dep
         provider_name, _, model = deployment_id.partition(":")
         provider = self.providers.get(provider_name)
         if provider is None or not model:
@@ -204,7 +217,7 @@ class Config:
     def all_deployments(self) -> List[Deployment]:
         seen: Dict[str, Deployment] = {}
         for tier in self.tiers.values():
-            for dep in tier.deployments:
+            for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
                 seen.setdefault(dep.id, dep)
         return list(seen.values())
 
@@ -289,32 +302,22 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
 
     tiers: Dict[str, Tier] = {}
     for tier_name, tier_cfg in raw.tiers.items():
-        deps: List[Deployment] = []
-        for i, entry in enumerate(tier_cfg.deployments):
-            key = f"tiers.{tier_name}.deployments[{i}]"
-            dep_cfg = DeploymentConfig(id=entry) if isinstance(entry, str) else entry
-            try:
-                provider_name, model = parse_deployment_id(dep_cfg.id)
-            except ValueError as exc:
-                raise ConfigError(str(exc), path=source, key=key) from None
-            provider = providers.get(provider_name)
-            if provider is None:
-                known = ", ".join(sorted(providers)) or "none configured"
-                raise ConfigError(
-                    f"unknown provider {provider_name!r} (known providers: {known})", path=source, key=key
-                )
-            _check_overrides(dep_cfg, source, key)  # before the copy: inline keys must reach the policy
-            deps.append(_make_deployment(provider, model, dep_cfg, tier_name, key))
-        ids = [d.id for d in deps]
-        dup = next((d for d in ids if ids.count(d) > 1), None)
-        if dup:
-            raise ConfigError(f"deployment {dup!r} is listed twice", path=source, key=f"tiers.{tier_name}.deployments")
+        deps = _tier_deployments(tier_cfg.deployments, providers, tier_name, f"tiers.{tier_name}.deployments", source)
+        pools = {
+            pool: _tier_deployments(entries, providers, tier_name, f"tiers.{tier_name}.pools.{pool}", source)
+            for pool, entries in tier_cfg.pools.items()
+        }
+        for pool, entries in pools.items():
+            if not entries:
+                raise ConfigError("a pool needs at least one deployment", path=source,
+                                  key=f"tiers.{tier_name}.pools.{pool}")
         tiers[tier_name] = Tier(
             name=tier_name,
             deployments=deps,
             fallback_tier=tier_cfg.fallback_tier,
             sticky_key=tier_cfg.sticky_key,
             resilience=_check_overrides(tier_cfg, source, f"tiers.{tier_name}"),
+            pools=pools,
         )
     for tier in tiers.values():
         if tier.fallback_tier is not None and tier.fallback_tier not in tiers:
@@ -330,6 +333,29 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
 
     sections = _sections(raw, providers, tiers, source)
     return Config(providers=providers, tiers=tiers, raw=raw, sections=sections, source=source, base_dir=base_dir)
+
+
+def _tier_deployments(entries: List[Any], providers: Dict[str, Provider], tier_name: str, key_prefix: str,
+                      source: str) -> List[Deployment]:
+    deps: List[Deployment] = []
+    for i, entry in enumerate(entries):
+        key = f"{key_prefix}[{i}]"
+        dep_cfg = DeploymentConfig(id=entry) if isinstance(entry, str) else entry
+        try:
+            provider_name, model = parse_deployment_id(dep_cfg.id)
+        except ValueError as exc:
+            raise ConfigError(str(exc), path=source, key=key) from None
+        provider = providers.get(provider_name)
+        if provider is None:
+            known = ", ".join(sorted(providers)) or "none configured"
+            raise ConfigError(f"unknown provider {provider_name!r} (known providers: {known})", path=source, key=key)
+        _check_overrides(dep_cfg, source, key)  # before the copy: inline keys must reach the policy
+        deps.append(_make_deployment(provider, model, dep_cfg, tier_name, key))
+    ids = [d.id for d in deps]
+    dup = next((d for d in ids if ids.count(d) > 1), None)
+    if dup:
+        raise ConfigError(f"deployment {dup!r} is listed twice", path=source, key=key_prefix)
+    return deps
 
 
 def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
@@ -380,7 +406,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     policies: Dict[str, Any] = {}
     for tier in tiers.values():
         tier_policy = _with_path(source, merge, base, tier.resilience, key=f"tiers.{tier.name}")
-        for dep in tier.deployments:
+        for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
             if dep.id not in policies:
                 policies[dep.id] = _with_path(source, merge, tier_policy, dep.resilience, key=dep.key_path)
 
@@ -388,7 +414,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     prices = PriceBook(pricing)
     refs = []
     for tier in tiers.values():
-        for dep in tier.deployments:
+        for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
             p = dep.provider
             refs.append(DeploymentRef(dep.id, p.name, p.kind, p.region, dep.model, dep.key_path))
     _with_path(source, prices.check_priced, refs, providers=set(providers))
@@ -403,8 +429,22 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     _with_path(source, check_budget_config, budgets, tiers=set(tiers), currencies=currencies, rates=pricing.rates())
     guards = {name: _validated(GuardConfig, g, source, f'guards."{name}"') for name, g in raw.guards.items()}
     telemetry = _validated(TelemetryConfig, raw.telemetry, source, "telemetry")
-    return Sections(routing=routing, resilience=base, policies=policies, pricing=pricing, prices=prices,
-                    ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
+    pools: Dict[str, Dict[str, Any]] = {}
+    for name, limits in raw.pools.items():
+        for key in limits:
+            if key not in POOL_LIMIT_KEYS:
+                raise ConfigError(f"unknown key (a pool sets limits: {', '.join(sorted(POOL_LIMIT_KEYS))})",
+                                  path=source, key=f"pools.{name}.{key}")
+        _with_path(source, merge, base, limits, key=f"pools.{name}")  # validate the values
+        pools[name] = dict(limits)
+    pool_names = set(DEFAULT_POOLS) | set(pools) | {name for tier in tiers.values() for name in tier.pools}
+    for i, rule in enumerate(routing.rules):
+        if rule.pool is not None and rule.pool not in pool_names:
+            raise ConfigError(f"unknown pool {rule.pool!r} (known: {', '.join(sorted(pool_names))})", path=source,
+                              key=f"routing.rules[{i}].pool")
+    return Sections(routing=routing, resilience=base, policies=policies, pools=pools,
+                    pool_names=frozenset(pool_names), pricing=pricing,
+                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
 
 
 def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:

@@ -51,10 +51,10 @@ class Engine:
         self.breakers = BreakerRegistry(self.policy)
         self.breakers.register(d.id for d in config.all_deployments())
         self.retry_budgets = BudgetRegistry(self.policy)
-        uses_limits = any(
+        uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
-        self.limits = DeploymentLimits(lambda pool, dep: self.policy(dep)) if uses_limits else None
+        self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
         self.rng = random.Random()
         self.prices = sections.prices
         if ledger is None:
@@ -79,6 +79,12 @@ class Engine:
     def policy(self, deployment_id: str) -> Any:
         return self.sections.policies.get(deployment_id, self._base_policy)
 
+    def _pool_policy(self, pool: str, deployment_id: str) -> Any:
+        """A deployment's limits for one pool's traffic: `[pools.<pool>]` over the deployment's policy."""
+        from .resilience.policy import merge
+
+        return merge(self.policy(deployment_id), self.sections.pools.get(pool), key=f"pools.{pool}")
+
     # -- targets ---------------------------------------------------------------------------------
     def resolve_target(self, prepared: "PreparedCall") -> "Target":
         from .call import Target
@@ -89,7 +95,7 @@ class Engine:
             return self.route_auto(prepared)
         tier = tiers.get(model)
         if tier is not None:
-            return self._tier_target(tier.name, f"tier: {tier.name}")
+            return self._tier_target(tier.name, f"tier: {tier.name}", prepared.pool)
         if ":" in model:
             dep = self.config.deployment(model)
             if dep is not None:
@@ -103,14 +109,17 @@ class Engine:
             f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', and not 'provider:model-id'"
         )
 
-    def _tier_target(self, name: str, reason: str, score: Optional[float] = None, pool: Optional[str] = None) -> "Target":
+    def _tier_target(self, name: str, reason: str, call_pool: str, score: Optional[float] = None,
+                     pool: Optional[str] = None) -> "Target":
+        """A tier's deployments for the call's pool (a rule's pool wins over the call's)."""
         from .call import Target
 
         tier = self.config.tiers[name]
+        effective = pool or call_pool
         fallback = []
         if tier.fallback_tier is not None:
-            fallback = list(self.config.tiers[tier.fallback_tier].deployments)
-        return Target(list(tier.deployments), tier.name, reason, score=score, pool=pool,
+            fallback = list(self.config.tiers[tier.fallback_tier].deployments_for(effective))
+        return Target(list(tier.deployments_for(effective)), tier.name, reason, score=score, pool=pool,
                       fallback=fallback, fallback_tier=tier.fallback_tier)
 
     def route_auto(self, prepared: "PreparedCall") -> "Target":
@@ -134,7 +143,7 @@ class Engine:
         )
         decision = decide(self.sections.routing, query)
         if decision.tier in self.config.tiers:
-            return self._tier_target(decision.tier, decision.reason, decision.score, decision.pool)
+            return self._tier_target(decision.tier, decision.reason, prepared.pool, decision.score, decision.pool)
         dep = self.config.deployment(decision.tier)  # a rule may name a "provider:model" deployment
         if dep is None:  # check_routing made this impossible at load
             raise E.RoutingError(f"routing chose {decision.tier!r}, which is not configured")
@@ -169,7 +178,8 @@ class Engine:
             estimated_tokens=estimate.input_tokens + estimate.output_tokens,
         )
         if verdict.action == "downgrade" and verdict.tier:
-            run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", pool=run.target.pool)
+            run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
+                                           pool=run.target.pool)
 
     def call_deadline_s(self, target: "Target") -> float:
         deps = target.deployments or target.fallback

@@ -431,8 +431,9 @@ class FailoverPlan:
             admission = self._limits.try_acquire(now, dep, pool=self.pool, tokens=self.request_tokens)
             if not admission.granted:
                 since = now if queued_since is None else queued_since
+                queue_timeout_s = self._limits.policy(self.pool, dep).queue_timeout_s
                 if fits(admission.wait_s, now=now, queued_since=since,
-                        queue_timeout_s=policy.queue_timeout_s, deadline_at=self.deadline_at):
+                        queue_timeout_s=queue_timeout_s, deadline_at=self.deadline_at):
                     self._pending = _Pending(candidate, is_fallback, is_retry, now + admission.wait_s,
                                              "limit: " + admission.reason, queued_since=since)
                     return Wait(admission.wait_s, dep, "limit: " + admission.reason)

@@ -114,6 +114,10 @@ class DeploymentLimits:
         self._lock = threading.Lock()
         self._limits: dict[tuple[str, str], _PoolLimits] = {}
 
+    def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
+        """The policy this pool's traffic to the deployment runs under (its queue timeout, too)."""
+        return self._policy_for(pool, deployment_id)
+
     def _get(self, pool: str, deployment_id: str) -> _PoolLimits:
         key = (pool, deployment_id)
         limits = self._limits.get(key)
