@@ -3,7 +3,8 @@
 The shell around the bench: it parses the command line, builds the client from the config,
 runs `runner.run_bench`, writes the JSON and HTML, prints the summary and applies `--fail-if`.
 Exit codes: 0 done (and every rule held), 1 a `--fail-if` rule broke or a smoke request failed,
-2 bad input (a typed `LLMRouteError` naming what is wrong).
+2 bad input (a typed `LLMRouteError` naming what is wrong), 130 interrupted (the levels that had
+finished are still reported and written).
 """
 
 from __future__ import annotations
@@ -208,9 +209,16 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
                                     seed=ns.seed)
         workload = {"synthetic": True, "count": len(prompts), "input_tokens": ns.input_tokens,
                     "output_tokens": ns.max_tokens}
-    run = asyncio.run(_run(ns, plan, prompts))
-
     from .report import build_report, summary_text
+    from .runner import BenchRun
+
+    run = BenchRun(plan=plan)
+    interrupted = False
+    try:
+        asyncio.run(_run(ns, plan, prompts, run))
+    except KeyboardInterrupt:  # keep what finished: a long run stopped by hand still leaves its figures
+        interrupted = True
+        print("\ninterrupted: reporting the levels that finished", file=sys.stderr)
 
     meta = {
         "config": ns.config,
@@ -223,6 +231,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         "seed": ns.seed,
         "workload": workload,
         "environment": _environment(ns.transport),
+        "interrupted": interrupted,
     }
     report = build_report(run, slos=slos, interval_s=interval_s, knee_factor=ns.knee_factor, meta=meta,
                           include_records=not ns.no_records)
@@ -237,6 +246,8 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
                                                                     knee_factor=ns.knee_factor, meta=meta)
         Path(ns.html).write_text(render_html(html_report), encoding="utf-8")
         print(f"wrote {ns.html}", file=sys.stderr)
+    if interrupted:
+        return 130
     if ns.fail_if:
         return _apply_rules(report, ns.fail_if, ns.baseline)
     return 0
@@ -257,13 +268,13 @@ def _client(config: str, transport: str) -> Any:
     return AsyncClient.from_config(config, transport=transport)
 
 
-async def _run(ns: argparse.Namespace, plan: Any, prompts: Any) -> Any:
+async def _run(ns: argparse.Namespace, plan: Any, prompts: Any, into: Any) -> Any:
     from .runner import client_send, run_bench
 
     client = _client(ns.config, ns.transport)
     try:
         send = client_send(client, stream=not ns.no_stream, feature=ns.feature)
-        return await run_bench(send, prompts, plan, progress=None if ns.quiet else sys.stderr)
+        return await run_bench(send, prompts, plan, progress=None if ns.quiet else sys.stderr, into=into)
     finally:
         await client.aclose()
 

@@ -177,11 +177,16 @@ async def run_bench(
     *,
     progress: TextIO | None = sys.stderr,
     clock: Clock = time.perf_counter,
+    into: BenchRun | None = None,
 ) -> BenchRun:
-    """Run the whole plan, target after target and level after level."""
+    """Run the whole plan, target after target and level after level.
+
+    `into` is filled as the run goes, so a caller still holds the finished levels when the run
+    is interrupted (a level appears in `levels` only once it has ended).
+    """
     if not prompts:
         raise ConfigError("no prompts to send", key="--prompts")
-    run = BenchRun(plan=plan)
+    run = into if into is not None else BenchRun(plan=plan)
     reporter = _Reporter(progress)
     for target in plan.targets:
         cycle = itertools.cycle(prompts)
