@@ -233,6 +233,7 @@ _ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
 _ZH_MAG = {"百": 100, "千": 1000, "万": 10000}
 _TOKENS_PER_UNIT = {"word": 1.4, "字": 0.75, "page": 700.0, "页": 700.0, "paragraph": 120.0, "段": 120.0}
 _LENGTH_UNITS = ("word", "字", "page", "页", "段", "paragraph")
+_UNIT_TOKENS = frozenset("word words page pages paragraph paragraphs".split())
 # The wide view: an ask up to twice this long is read whole by the C-level counts, a longer one
 # by its first and last this many characters.
 _WIDE_CHARS = 400
@@ -374,7 +375,7 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
     token_set = set(tokens)
     for token in token_set & _EN_KEYS:
         kinds, counted, phrases = _EN_ENTRIES[token]
-        position = tokens.index(token) * 6.0
+        position = tokens.index(token) * 6.0 if kinds else -1.0  # phrase-only keys: on a match
         if kinds:
             occurrences = tokens.count(token) if counted else 1
             for kind in kinds:
@@ -384,6 +385,8 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
         if phrases:
             for phrase, phrase_kinds in phrases:
                 if phrase in window:
+                    if position < 0.0:
+                        position = tokens.index(token) * 6.0
                     for kind in phrase_kinds:
                         count[kind] = count.get(kind, 0) + 1
                         if first.get(kind, _FAR) > position:
@@ -416,7 +419,7 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         text = content if type(content) is str and "tool_calls" not in message else message_text(message)
         if not text:
             continue
-        tokens = _text_tokens(text)
+        tokens = len(text) * 0.25 if text.isascii() else _text_tokens(text)
         context_tokens += tokens + 4
         fallback, fallback_tokens = text, tokens
         if message.get("role") == "user":
@@ -455,9 +458,19 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         math_signals += window.count("=")
     if not ascii_ask:
         math_signals += window.count("√") + window.count("∫") + window.count("∑") + window.count("≤") + window.count("≥")
-    constraints = count.get("constraint", 0) + (len(_LIST_LINE_RE.findall(window)) if "\n" in window else 0)
+    # List lines are requirements, except inside fenced code (where the regex would also cost most).
+    constraints = count.get("constraint", 0) + (
+        len(_LIST_LINE_RE.findall(window)) if not fences and "\n" in window else 0
+    )
     questions = window.count("?") + window.count("？")
-    text_length = _requested_length(window)
+    # The unit must be there before any number is parsed: English units are tokens (a set
+    # lookup), Chinese ones three `in` checks.
+    text_length = (
+        _requested_length(window)
+        if not _UNIT_TOKENS.isdisjoint(tokens)
+        or (not ascii_ask and ("字" in window or "页" in window or "段" in window))
+        else None
+    )
     # The options' format is checked on the wide view (C-speed `in`): whether a question is
     # multiple-choice must not depend on where the narrow window cuts.
     choice = "\n" in wide and ("\nB" in wide or "\n(B" in wide) and (
