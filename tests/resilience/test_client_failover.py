@@ -497,8 +497,8 @@ def test_a_sticky_users_deployment_still_fails_over(servers):
 
 
 def limited(deployment: str, **limits):
-    # The `resilience` subtable: inline keys on a deployment table are lost (see the xfail below).
-    return {"id": deployment, "resilience": limits}
+    # Inline on the deployment table, as issue 4 writes them: { id = "...", max_concurrency = 1 }.
+    return {"id": deployment, **limits}
 
 
 def _in_thread(fn):
@@ -591,14 +591,6 @@ def test_a_tokens_per_minute_limit_moves_the_call_on(servers):
 # ---------------------------------------------------------------------------------------------
 # resilience keys inline on a deployment table (issue 4: `{ id = "...", weight = 90, max_retries = 0 }`)
 
-INLINE_DEPLOYMENT_KEYS_LOST = (
-    "config.py _build: _make_deployment(...) copies dep_cfg.resilience into the Deployment before "
-    "_check_overrides(dep_cfg, ...) merges the inline keys into dep_cfg.resilience, so keys set inline on "
-    "a deployment table (max_retries, max_concurrency, rpm, ...) never reach sections.policies; the "
-    "`resilience = {...}` subtable works. _check_overrides must run before _make_deployment."
-)
-
-
 def test_inline_deployment_keys_override_the_tier(servers):
     servers["a"].push(status(503))
     deployments = [{"id": A, "weight": 90, "max_retries": 0}, B]
@@ -617,3 +609,18 @@ def test_the_resilience_subtable_of_a_deployment_overrides_the_tier(servers):
     with Caller("sync", config) as call:
         result = call()
     assert sent(result.route) == [(A, "error"), (B, "ok")]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async-stream"])
+def test_the_calls_timeout_bounds_all_attempts_together(servers, mode):
+    # Each attempt may take only the time left before the call's deadline; once it has passed, no
+    # other deployment is tried: the caller gets the timeout (the one deployment's own typed error).
+    servers["a"].push(slow_headers(5.0))
+    servers["b"].push(slow_headers(5.0))
+    with Caller(mode, tier_config({"a": servers["a"], "b": servers["b"]})) as call:
+        with pytest.raises((E.TimeoutError, E.AllDeploymentsFailedError)) as info:
+            call(timeout=1.0)
+    err = info.value
+    assert sent(err.attempts) == [(A, "error")]
+    assert isinstance(err.attempts[0].error, E.TimeoutError) and err.attempts[0].error.timeout == "total"
+    assert servers["b"].calls == 0
