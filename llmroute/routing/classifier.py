@@ -237,6 +237,7 @@ _UNIT_TOKENS = frozenset("word words page pages paragraph paragraphs".split())
 # The wide view: an ask up to twice this long is read whole by the C-level counts, a longer one
 # by its first and last this many characters.
 _WIDE_CHARS = 400
+_OPTIONS_CHARS = 4000  # how far back from the end the options of a multiple-choice question may start
 # Every byte but digits and the separators inside numbers becomes a space.
 _KEEP_NUMBERS = bytes(b if b in b"0123456789.," else 32 for b in range(256))
 _SEPARATOR_RUNS = frozenset({b".", b",", b"..", b"...", b",,", b".,", b",."})
@@ -471,12 +472,20 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         or (not ascii_ask and ("字" in window or "页" in window or "段" in window))
         else None
     )
-    # The options' format is checked on the wide view (C-speed `in`): whether a question is
-    # multiple-choice must not depend on where the narrow window cuts.
-    choice = "\n" in wide and ("\nB" in wide or "\n(B" in wide) and (
-        ("\nA." in wide or "\nA)" in wide or "\n(A)" in wide or "\nA、" in wide)
-        and ("\nB." in wide or "\nB)" in wide or "\n(B)" in wide or "\nB、" in wide)
-    )
+    # Multiple choice ends with its options, so the last option ("\nB", "\nD", "\n(C)") sits in the
+    # tail of the wide view; only then are "A" and "B" options looked for, up to _OPTIONS_CHARS
+    # from the end (long options must not hide them: whether a question is multiple-choice must
+    # not depend on where a window cuts).
+    tail = wide[-_WIDE_CHARS:]
+    choice = False
+    if "\n" in tail and ("\nB" in tail or "\nC" in tail or "\nD" in tail or "\n(B" in tail or "\n(D" in tail):
+        start = max(0, len(ask) - _OPTIONS_CHARS)
+        choice = "\nB" in ask[start:] or "\n(B" in ask[start:]
+        if choice:
+            options = ask[start:]
+            choice = ("\nA." in options or "\nA)" in options or "\n(A)" in options or "\nA、" in options) and (
+                "\nB." in options or "\nB)" in options or "\n(B)" in options or "\nB、" in options
+            )
 
     # Verb-object pairs turn mentions into requests ("write ... function", "写一个正则", "fix ... bug");
     # the request is placed where its verb is.
