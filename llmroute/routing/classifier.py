@@ -12,13 +12,19 @@ The score estimates how likely the request needs the large tier (a 70B-class mod
   problem (a proxy for its number of steps), the number of constraints and questions, and the
   conversation's depth.
 
-Each task type has a prior probability; each other feature moves that prior in log-odds, so the
-score is continuous and every feature's effect is bounded. Chinese and English (and mixed text) are
-matched by the same precompiled patterns.
+Each task type has a prior probability; the other features move that prior in log-odds, so the
+score is continuous and every feature's effect is bounded. The main one is a single monotone term
+in the log of the *material to reason over*: the ask's tokens, earlier turns at half weight, and
+dense content counted as extra token-equivalents (each given quantity, formula symbol, constraint,
+further question, statement to judge, technical term). Density scales the material instead of
+voting on its own, so a prompt twice as long or twice as dense moves the score by the same bounded
+step, in any workload. Chinese and English (and mixed text) go through the same cue tables.
 
 This module must never do I/O, call a tokenizer, read a clock or keep state: it is a pure function
 on the hot path of every `model="auto"` call (budget: p99 < 0.1 ms for a 2,000-character prompt,
-see benchmarks/classifier_latency.py). Lengths are estimated from characters.
+see benchmarks/classifier_latency.py). Its cost is bounded whatever the input size: cues are read
+in a head-and-tail window of the last user message, C-level counts in a wider bounded view, and
+sizes are taken from lengths (script shares from samples), never from a pass over the whole context.
 """
 
 from __future__ import annotations
@@ -233,6 +239,7 @@ _ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6,
 _ZH_MAG = {"百": 100, "千": 1000, "万": 10000}
 _TOKENS_PER_UNIT = {"word": 1.4, "字": 0.75, "page": 700.0, "页": 700.0, "paragraph": 120.0, "段": 120.0}
 _LENGTH_UNITS = ("word", "字", "page", "页", "段", "paragraph")
+_AMOUNT_END = frozenset("0123456789百千万")
 _UNIT_TOKENS = frozenset("word words page pages paragraph paragraphs".split())
 # The wide view: an ask up to twice this long is read whole by the C-level counts, a longer one
 # by its first and last this many characters.
@@ -333,7 +340,11 @@ def _requested_length(text: str) -> int | None:
     for unit in _LENGTH_UNITS:
         at = text.find(unit)
         while at >= 0:
-            matches.extend(_LENGTH_ASK_RE.finditer(text, max(0, at - 16), at + len(unit) + 1))
+            # Only a unit right after an amount ("2000字", "1000 words", "两千个字") is worth the
+            # regex; "字" alone is common in Chinese (文字, 数字, 名字).
+            before = text[max(0, at - 3):at].rstrip(" 个-~到至")
+            if before and (before[-1] in _AMOUNT_END):
+                matches.extend(_LENGTH_ASK_RE.finditer(text, max(0, at - 16), at + len(unit) + 1))
             at = text.find(unit, at + 1)
     for match in matches:
         raw, unit = match.group(1), match.group(2)
@@ -410,8 +421,10 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     user_turns = 0
     context_tokens = 0.0
     ask_tokens = 0.0
+    ask_share = 1.0
     fallback = ""
     fallback_tokens = 0.0
+    fallback_share = 1.0
     for message in messages:
         if type(message) is not dict and not isinstance(message, Mapping):
             continue
@@ -420,19 +433,21 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         text = content if type(content) is str and "tool_calls" not in message else message_text(message)
         if not text:
             continue
-        tokens = len(text) * 0.25 if text.isascii() else _text_tokens(text)
+        share = 1.0 if text.isascii() else _ascii_share(text)
+        tokens = len(text) * (share * 0.25 + (1.0 - share) * 0.75)  # as _text_tokens
         context_tokens += tokens + 4
-        fallback, fallback_tokens = text, tokens
+        fallback, fallback_tokens, fallback_share = text, tokens, share
         if message.get("role") == "user":
             user_turns += 1
-            ask, ask_tokens = text, tokens
+            ask, ask_tokens, ask_share = text, tokens, share
     if not ask:
-        ask, ask_tokens = fallback, fallback_tokens  # no user turn: judge the last message that has text
+        # No user turn: judge the last message that has text.
+        ask, ask_tokens, ask_share = fallback, fallback_tokens, fallback_share
     input_tokens = int(context_tokens + 0.5)
 
     # Window size by script: mostly-CJK text is denser. A stray curly quote must not shrink it.
-    ascii_ask = ask.isascii()
-    if ascii_ask or _ascii_share(ask) >= 0.8:
+    ascii_ask = ask_share == 1.0 and ask.isascii()
+    if ask_share >= 0.8:
         head, tail = _WINDOW_ASCII
     else:
         head, tail = _WINDOW_CJK

@@ -200,3 +200,31 @@ def test_any_text_gives_a_score_in_range(text, max_tokens):
     result = classify(_user(text), max_tokens=max_tokens)
     assert 0.0 <= result.score <= 1.0
     assert result.reason
+
+
+def test_more_material_never_lowers_the_score():
+    # The same request over more and more pasted material: the material term is monotone.
+    ask = "Given the notes above, what should the team do next?"
+    notes = "The rollout of the billing service slipped by 3 weeks because the vendor API changed. "
+    scores = [classify(_user(notes * n + ask)).score for n in (0, 1, 2, 4, 8, 16, 32)]
+    assert scores == sorted(scores) and scores[-1] > scores[0]
+
+
+def test_denser_content_raises_the_score_at_equal_length():
+    plain = "Tell me about the history of the old town hall and the market square next to it, please."
+    dense = "Tell me how 12 of 40 stalls at 35% rent and 7 more at 18 per day change the 2023 total."
+    assert abs(len(plain) - len(dense)) < 10
+    assert classify(_user(dense)).score > classify(_user(plain)).score
+
+
+def test_multiple_choice_with_options_longer_than_any_window():
+    option = "a long option that restates the facts of the case in detail, " * 6
+    text = "Which holding is correct?\n" + "".join(f"{letter}. {option}\n" for letter in "ABCD") + "Answer:"
+    assert len(text) > 1000
+    assert classify(_user(text)).category == "choice"
+
+
+def test_huge_context_is_handled_and_counted():
+    doc = "今天的会议讨论了预算和排期。" * 20_000 + "The end."
+    result = classify([{"role": "system", "content": doc}, {"role": "user", "content": "总结一下"}])
+    assert result.category == "summary" and result.input_tokens > 150_000
