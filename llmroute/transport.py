@@ -126,10 +126,24 @@ class AsyncConnectTimer(ConnectTimer):
 
 
 def _stale_connection(exc: BaseException) -> bool:
-    """The server closed a pooled keep-alive connection before answering: safe to send again once."""
-    for err in (exc, exc.__cause__):
-        if err is not None and type(err).__name__ in ("RemoteProtocolError", "ServerDisconnectedError"):
-            return "without sending" in str(err) or type(err).__name__ == "ServerDisconnectedError"
+    """The server closed a pooled keep-alive connection before answering: safe to send again once.
+
+    llama.cpp's HTTP server, for one, closes a keep-alive connection after a few requests; the next
+    request on it fails before any byte of a response. httpx says "Server disconnected without
+    sending a response"; aiohttp raises ServerDisconnectedError, or ClientOSError "Cannot write to
+    closing transport" when the close raced the write."""
+    err: Optional[BaseException] = exc
+    for _ in range(3):  # the exception and its causes (httpx-aiohttp wraps aiohttp's)
+        if err is None:
+            break
+        name, text = type(err).__name__, str(err)
+        if name == "RemoteProtocolError" and "without sending" in text:
+            return True
+        if name in ("ServerDisconnectedError", "ClientConnectionResetError"):
+            return True
+        if name == "ClientOSError" and "closing transport" in text:
+            return True
+        err = err.__cause__
     return False
 
 

@@ -120,3 +120,24 @@ def test_callable_ledger_sink_gets_every_attempt(llama_server):
     assert [(r.feature, r.status) for r in records] == [("kw", "ok"), ("long", "error")]
     assert records[0].output_tokens == 2 and records[0].cost is not None and records[0].cost > 0
     assert records[1].error_type == "ContextLengthError"
+
+
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+def test_llamacpp_keepalive_closes_cost_no_failures(llama_server, transport):
+    """llama.cpp closes keep-alive connections after a few requests: resent by the transport, never
+    a failed attempt (a breaker must not count a healthy server's connection recycling)."""
+
+    async def main():
+        async with AsyncClient(config=llama_config(llama_server.base_url), transport=transport) as c:
+            routes = []
+            for _ in range(12):
+                stream = await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=1, stream=True)
+                async with stream:
+                    async for _ in stream:
+                        pass
+                routes.append(stream.response.route)
+            return routes, c.health()
+
+    routes, health = asyncio.run(main())
+    assert all(len(r.attempts) == 1 and r.attempts[0].status == "ok" for r in routes)
+    assert health[f"local:{MODEL_ALIAS}"].failure_rate == 0

@@ -10,12 +10,13 @@ finished are still reported and written).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import asyncio
 import json
 import platform
 import sys
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Iterator, Sequence
 
 from ..errors import ConfigError, LLMRouteError
 from .report import load_report
@@ -62,7 +63,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="Load-test tiers, deployments or the router: latency percentiles, throughput, goodput. "
                     "Subcommands: 'llmroute bench smoke' (one tiny request to every deployment), "
                     "'llmroute bench compare' (apply --fail-if to a saved result).")
-    p.add_argument("--config", required=True, help="llmroute TOML config")
+    p.add_argument("--config", help="llmroute TOML config (required unless --local)")
+    p.add_argument("--local", action="store_true",
+                   help="start the embedded llama.cpp servers (tiers small and large, as in `llmroute demo`) "
+                        "and bench them: no config or key needed")
     p.add_argument("--target", action="append", required=True,
                    help="tier name, 'auto' (through the router) or provider:model-id; repeatable")
     load = p.add_mutually_exclusive_group()
@@ -89,7 +93,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--grace", default="60s", help="after --duration, how long in-flight requests may finish (60s)")
     p.add_argument("--no-first-request", action="store_true", help="skip the separate cold first request")
     p.add_argument("--feature", default="bench", help="feature tag of the bench's calls (bench)")
-    p.add_argument("--transport", choices=("httpx", "aiohttp"), default="httpx", help="client transport (httpx)")
+    p.add_argument("--transport", choices=("auto", "httpx", "aiohttp"), default="auto",
+                   help="client transport (auto: aiohttp when the llmroute[aiohttp] extra is installed, else httpx)")
     p.add_argument("--out", help="write the JSON result (every figure and per-request records) here")
     p.add_argument("--no-records", action="store_true", help="leave the per-request records out of --out")
     p.add_argument("--html", help="write the HTML report (inline SVG charts, works offline) here")
@@ -104,12 +109,13 @@ def _smoke_parser() -> argparse.ArgumentParser:
         prog="llmroute bench smoke",
         description="One tiny streamed request to every deployment in the config (primary and backups): "
                     "which answer, how fast, and which fail. Exits 1 if any fails.")
-    p.add_argument("--config", required=True, help="llmroute TOML config")
+    p.add_argument("--config", help="llmroute TOML config (required unless --local)")
+    p.add_argument("--local", action="store_true", help="start the embedded llama.cpp servers and check them")
     p.add_argument("--max-tokens", type=int, default=8, help="max_tokens of each request (8)")
     p.add_argument("--prompt", default="Reply with the single word OK.", help="the prompt sent")
     p.add_argument("--timeout", default="60s", help="give up on one deployment after this long (60s)")
     p.add_argument("--parallel", type=int, default=1, help="deployments tried at once (1: one after another)")
-    p.add_argument("--transport", choices=("httpx", "aiohttp"), default="httpx")
+    p.add_argument("--transport", choices=("auto", "httpx", "aiohttp"), default="auto")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here")
     return p
 
@@ -127,10 +133,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
         if args[:1] == ["smoke"]:
-            return _smoke(_smoke_parser().parse_args(args[1:]))
+            ns = _smoke_parser().parse_args(args[1:])
+            with _config_source(ns):
+                return _smoke(ns)
         if args[:1] == ["compare"]:
             return _compare(_compare_parser().parse_args(args[1:]))
-        return _bench(build_parser().parse_args(args), args)
+        ns = build_parser().parse_args(args)
+        with _config_source(ns):
+            return _bench(ns, args)
     except LLMRouteError as exc:
         print(f"llmroute bench: {exc}", file=sys.stderr)
         return 2
@@ -221,7 +231,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         print("\ninterrupted: reporting the levels that finished", file=sys.stderr)
 
     meta = {
-        "config": ns.config,
+        "config": ns.config if isinstance(ns.config, str) else "--local (embedded llama.cpp servers)",
         "command": ["llmroute", "bench", *argv],
         "stream": not ns.no_stream,
         "max_tokens": ns.max_tokens,
@@ -262,9 +272,37 @@ def _environment(transport: str) -> dict[str, Any]:
             "cpus": os.cpu_count(), "transport": transport}
 
 
-def _client(config: str, transport: str) -> Any:
+@contextlib.contextmanager
+def _config_source(ns: argparse.Namespace) -> Iterator[None]:
+    """`--config FILE`, or with `--local` the embedded servers' config (servers stopped at the end)."""
+    if not ns.local:
+        if not ns.config:
+            raise ConfigError("give --config FILE, or --local to bench the embedded llama.cpp servers",
+                              key="--config")
+        yield
+        return
+    if ns.config:
+        raise ConfigError("--local and --config exclude each other", key="--local")
+    from ..demo import demo_config
+    from ..local import LocalServer
+
+    servers = []
+    try:
+        for tier in ("small", "large"):
+            print(f"starting the local llama.cpp server for the {tier} tier ...", file=sys.stderr, flush=True)
+            servers.append(LocalServer().start())
+        ns.config = demo_config(servers[0].base_url, servers[1].base_url)
+        yield
+    finally:
+        for server in servers:
+            server.stop()
+
+
+def _client(config: Any, transport: str) -> Any:
     from ..client import AsyncClient
 
+    if isinstance(config, dict):  # --local
+        return AsyncClient(config=config, transport=transport)
     return AsyncClient.from_config(config, transport=transport)
 
 
