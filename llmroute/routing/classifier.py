@@ -189,16 +189,21 @@ _DESIGN_OBJECTS = frozenset(
 
 _EN_KEYS = frozenset(_EN_WORDS) | frozenset(_EN_PHRASES)
 _COUNTED_KINDS = frozenset({"constraint", "relation", "math_token"})  # kinds whose number of hits matters
-# One lookup per matched token: (its kinds, whether its occurrences are counted, phrases keyed on it).
-_EN_ENTRIES: dict[str, tuple[tuple[str, ...], bool, list[tuple[str, tuple[str, ...]]] | None]] = {
+# Kinds whose first position is compared (which task is named first); other kinds only count.
+_POSITIONAL_KINDS = frozenset(_CATEGORIES) | {"code_verb", "write_verb", "design_verb"}
+# One lookup per matched token: (its kinds, whether its occurrences are counted, whether its
+# position matters, phrases keyed on it with whether theirs does).
+_EN_ENTRIES: dict[str, tuple[tuple[str, ...], bool, bool, list[tuple[str, tuple[str, ...], bool]] | None]] = {
     key: (
         _EN_WORDS.get(key, ()),
         len(_EN_WORDS.get(key, ())) > 1 or bool(_COUNTED_KINDS.intersection(_EN_WORDS.get(key, ()))),
-        _EN_PHRASES.get(key),
+        bool(_POSITIONAL_KINDS.intersection(_EN_WORDS.get(key, ()))),
+        [(phrase, kinds, bool(_POSITIONAL_KINDS.intersection(kinds))) for phrase, kinds in _EN_PHRASES[key]]
+        if key in _EN_PHRASES else None,
     )
     for key in _EN_KEYS
 }
-_FAR = float("inf")
+_FAR = float("inf")  # the position of a kind whose position is never compared
 
 
 def _literal_trie(literals: Sequence[str]) -> str:
@@ -385,23 +390,33 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
                 if kind not in first:
                     first[kind] = match.start()
     token_set = set(tokens)
+    joined = ""  # " tok1  tok2 ... ": exact token counts at C speed (list.count compares each)
     for token in token_set & _EN_KEYS:
-        kinds, counted, phrases = _EN_ENTRIES[token]
-        position = tokens.index(token) * 6.0 if kinds else -1.0  # phrase-only keys: on a match
+        kinds, counted, positional, phrases = _EN_ENTRIES[token]
+        # Positions matter only for task kinds (which is named first); list.index costs ~20 ns
+        # a token here, so other kinds are placed "far" and never looked up.
+        position = tokens.index(token) * 6.0 if positional else _FAR
         if kinds:
-            occurrences = tokens.count(token) if counted else 1
+            if counted:
+                if not joined:
+                    joined = " " + "  ".join(tokens) + " "  # two spaces: matches never overlap
+                occurrences = joined.count(" " + token + " ")
+            else:
+                occurrences = 1
             for kind in kinds:
                 count[kind] = count.get(kind, 0) + occurrences
-                if first.get(kind, _FAR) > position:
+                placed = first.get(kind)
+                if placed is None or placed > position:
                     first[kind] = position
         if phrases:
-            for phrase, phrase_kinds in phrases:
+            for phrase, phrase_kinds, phrase_positional in phrases:
                 if phrase in window:
-                    if position < 0.0:
+                    if phrase_positional and position == _FAR:
                         position = tokens.index(token) * 6.0
                     for kind in phrase_kinds:
                         count[kind] = count.get(kind, 0) + 1
-                        if first.get(kind, _FAR) > position:
+                        placed = first.get(kind)
+                        if placed is None or placed > position:
                             first[kind] = position
     return first, count, token_set
 
