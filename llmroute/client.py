@@ -235,7 +235,14 @@ class Client:
         """Send one attempt and read it up to its first content (streams) or whole (plain calls)."""
         ctx, state = op.ctx, op.state
         try:
-            op.response = self._send(ctx)
+            try:
+                op.response = self._send(ctx)
+            except E.ProviderError as error:
+                corrected = ctx.adapter.request_after_error(error, ctx.request)
+                if corrected is None:
+                    raise
+                ctx.request = corrected
+                op.response = self._send(ctx)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
@@ -483,7 +490,14 @@ class AsyncClient:
 
         ctx, state = op.ctx, op.state
         try:
-            op.response = await self._send(ctx)
+            try:
+                op.response = await self._send(ctx)
+            except E.ProviderError as error:
+                corrected = ctx.adapter.request_after_error(error, ctx.request)
+                if corrected is None:
+                    raise
+                ctx.request = corrected
+                op.response = await self._send(ctx)
             if state is None:
                 try:
                     content = await op.response.aread()

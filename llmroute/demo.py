@@ -125,7 +125,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
         print("\n== a typed error: a prompt longer than the server's context window")
         try:
             client.chat.completions.create(model="small", messages=[{"role": "user", "content": "word " * 5000}],
-                                           max_tokens=8)
+                                           max_tokens=8, feature="too-long-demo")
         except LLMRouteError as exc:
             print(f"{type(exc).__name__}: {exc}")
     asyncio.run(_async_part(config))

@@ -138,6 +138,11 @@ class OpenAICompatAdapter:
         headers.update(call.extra_headers)
         return HttpRequest("POST", self.url(stream), headers, self.body(call, stream), stream)
 
+    def request_after_error(self, error: E.ProviderError, request: HttpRequest) -> Optional[HttpRequest]:
+        """A corrected request to send once more when the platform refused a field we chose (not the
+        caller's), or None. The base adapter never corrects anything."""
+        return None
+
     # -- errors ------------------------------------------------------------------------------
     def error_from_response(self, status: int, headers: Mapping[str, str], content: bytes) -> E.ProviderError:
         return error_from_response(

@@ -35,7 +35,29 @@ _NATIVE_PARAMS = frozenset(
 
 
 class BailianCompatAdapter(OpenAICompatAdapter):
-    """§4a: OpenAI mode. `max_completion_tokens` is set by the kind's registry entry."""
+    """§4a: OpenAI mode. We send `max_completion_tokens` (the kind's registry entry), since compatible
+    mode reportedly deprecates `max_tokens` from 2026-05-30; an endpoint that refuses the new name
+    with a 400 gets the request again with `max_tokens`, and keeps getting `max_tokens` after that."""
+
+    _legacy_cap: set = set()  # base URLs that refused max_completion_tokens (process-wide knowledge)
+
+    def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
+        body = super().body(call, stream)
+        if self.provider.base_url in self._legacy_cap and "max_completion_tokens" in body:
+            body["max_tokens"] = body.pop("max_completion_tokens")
+        return body
+
+    def request_after_error(self, error: Any, request: Any) -> Any:
+        from .. import errors as E
+
+        said = f"{error.provider_message or ''} {error.code or ''}"
+        if (isinstance(error, E.BadRequestError) and not isinstance(error, (E.ContextLengthError, E.ContentFilterError))
+                and "max_completion_tokens" in said and "max_completion_tokens" in request.json):
+            self._legacy_cap.add(self.provider.base_url)
+            body = dict(request.json)
+            body["max_tokens"] = body.pop("max_completion_tokens")
+            return type(request)(request.method, request.url, request.headers, body, request.stream)
+        return None
 
 
 class BailianNativeAdapter(OpenAICompatAdapter):

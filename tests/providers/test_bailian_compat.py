@@ -45,6 +45,26 @@ def test_sends_max_completion_tokens(make_server):
     assert resp.choices[0].finish_reason == "length"
 
 
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_endpoint_refusing_max_completion_tokens_gets_max_tokens(make_server, stream):
+    # A region that never got the new name answers 400; the request goes again with max_tokens, once,
+    # and later requests to that endpoint send max_tokens from the start.
+    server = make_server("bailian", max_tokens_policy="max_tokens")
+    with make_client("bailian", server.base_url, MODEL, api_key=server.default_api_key) as c:
+        resp = c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=2, stream=stream)
+        if stream:
+            with resp:
+                drain(resp)
+            resp = resp.response
+        again = c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=2)
+    first, second, third = [r.json for r in server.chat_requests()]
+    assert first["max_completion_tokens"] == 2 and "max_tokens" not in first
+    assert second["max_tokens"] == 2 and "max_completion_tokens" not in second
+    assert third["max_tokens"] == 2 and "max_completion_tokens" not in third
+    assert resp.choices[0].finish_reason == "length" and len(resp.route.attempts) == 1
+    assert again.choices[0].finish_reason == "length"
+
+
 def test_stream_usage_from_empty_choices_chunk(client, bailian_server):
     bailian_server.push(Reply(reasoning=["想", "一想"], cached_tokens=2))
     with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
