@@ -178,8 +178,9 @@ class Engine:
             estimated_tokens=estimate.input_tokens + estimate.output_tokens,
         )
         if verdict.action == "downgrade" and verdict.tier:
+            routed = run.target
             run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
-                                           pool=run.target.pool)
+                                           score=routed.score, pool=routed.pool)
 
     def call_deadline_s(self, target: "Target") -> float:
         deps = target.deployments or target.fallback
