@@ -238,7 +238,9 @@ _FACT_RE = re.compile(r"^\s*(?:what|who|when|where|which|how|is|are|does|do|did|
 _LIST_LINE_RE = re.compile(r"\n\s*(?:\d{1,2}[.)、]|[-*•])\s*\S")
 # "in 1000 words", "2000字", "3 pages", "两千字". Units convert to output tokens below.
 _LENGTH_ASK_RE = re.compile(
-    r"(\d{2,6}|[一二两三四五六七八九十]?[百千万])\s*(?:(?:-|~|到|至)\s*\d{2,6}\s*)?(words?|个?字|pages?|页|paragraphs?|段)"
+    # "2000字", "1000 words", "a 1,500-word report", "800-1000 words", "两千字"
+    r"(\d{1,3}(?:,\d{3})+|\d{2,6}|[一二两三四五六七八九十]?[百千万])\s*(?:(?:-|~|到|至)\s*\d{2,6}\s*)?-?\s*"
+    r"(words?|个?字|pages?|页|paragraphs?|段)"
 )
 _ZH_NUM = {"一": 1, "二": 2, "两": 2, "三": 3, "四": 4, "五": 5, "六": 6, "七": 7, "八": 8, "九": 9, "十": 10}
 _ZH_MAG = {"百": 100, "千": 1000, "万": 10000}
@@ -353,8 +355,8 @@ def _requested_length(text: str) -> int | None:
             at = text.find(unit, at + 1)
     for match in matches:
         raw, unit = match.group(1), match.group(2)
-        if raw.isdigit():
-            amount = float(raw)
+        if raw[0].isdigit():
+            amount = float(raw.replace(",", ""))
         else:
             amount = float(_ZH_NUM.get(raw[:-1], 1) if raw[:-1] else 1) * _ZH_MAG[raw[-1]]
         key = unit.rstrip("s") if unit[0].isascii() else unit[-1]
@@ -499,6 +501,7 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     text_length = (
         _requested_length(window)
         if not _UNIT_TOKENS.isdisjoint(tokens)
+        or "-word" in window or "-page" in window  # "a 1,500-word report" is one token
         or (not ascii_ask and ("字" in window or "页" in window or "段" in window))
         else None
     )
@@ -548,8 +551,11 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         first_small = min(small, key=lambda name: (first[name], name)) if small else None
         first_large = min(large, key=lambda name: (first[name], name)) if large else None
         # A small task named first ("Summarize this bug report", "把这段代码的注释翻译成英文")
-        # stays small: the large cue is then what it operates on, not what it asks for.
-        if first_small is not None and (
+        # stays small: the large cue is then what it operates on, not what it asks for. Unless
+        # long-form writing is asked for at an explicit length ("…工单摘要…请写一篇2000字的分析
+        # 报告"): then the first task word names the material, and the deliverable is the report.
+        long_deliverable = "longform" in large and text_length is not None and text_length >= 700
+        if first_small is not None and not long_deliverable and (
             first_large is None or first[first_small] < min(first[first_large], 40.0)
         ):
             category = first_small

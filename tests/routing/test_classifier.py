@@ -75,6 +75,21 @@ def test_requested_length_in_words_and_chinese_numerals():
     assert classify(_user("写一篇两千字的文章")).requested_output_tokens == 1500
 
 
+def test_hyphenated_and_comma_word_counts():
+    assert classify(_user("Write a 1500-word report on our churn")).requested_output_tokens == 2100
+    assert classify(_user("Write a 1,500-word essay on remote work")).requested_output_tokens == 2100
+
+
+def test_a_long_report_about_a_summary_is_long_form():
+    # The first task word names the material (a summary of tickets); the deliverable is a long report.
+    for text in ("以下是本周的客服工单摘要：用户反映支付失败、物流延迟、退款慢。请根据这些内容写一篇2000字的分析报告。",
+                 "Here is a summary of our Q3 incidents. Write a 1500-word report analysing root causes."):
+        result = classify(_user(text))
+        assert result.category == "longform" and result.score >= THRESHOLD, text
+    # ... while a short summary stays small.
+    assert classify(_user("Summarize this in a 100-word paragraph: the app crashes on login")).score < THRESHOLD
+
+
 def test_more_output_asked_raises_the_score():
     short = classify(_user("Write a product description for our water bottle in 50 words"))
     long = classify(_user("Write a product description for our water bottle in 1500 words"))
