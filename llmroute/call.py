@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors as E
-from .config import Config, Deployment, Tier
+from .config import Config, Deployment
 from .providers import adapter_class
 from .providers.base import LLMROUTE_PARAMS, CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .tokens import count_message_tokens, estimate_usage
@@ -350,13 +350,9 @@ class CallRun:
                 # Every try went to one deployment: its own typed error says the most (a 401 stays
                 # an AuthenticationError); the attempts ride along.
                 error = last
-            elif isinstance(error, E.AllDeploymentsFailedError):
-                error.attempts = list(self.route.attempts)
-        if hasattr(error, "attempts") or isinstance(error, E.ProviderError):
-            try:
-                error.attempts = list(self.route.attempts)
-            except AttributeError:  # pragma: no cover - a foreign exception type
-                pass
+        # The plan's errors (ProviderError, AllDeploymentsFailedError) all carry `.attempts`: the
+        # route's, which also show skips, costs and notes.
+        error.attempts = list(self.route.attempts)
         self._end(None, error, now)
         return error
 

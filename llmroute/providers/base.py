@@ -23,7 +23,7 @@ from .think import ThinkSplitter, split_think
 if TYPE_CHECKING:
     from ..config import Deployment
 
-__all__ = ["HttpRequest", "OpenAICompatAdapter", "StreamDecoder", "StreamAssembler", "FINISH_REASONS"]
+__all__ = ["HttpRequest", "CallInput", "OpenAICompatAdapter", "StreamDecoder", "StreamAssembler", "FINISH_REASONS"]
 
 # Non-OpenAI finish reasons -> OpenAI's (providers.md §11.5). "abort" (SGLang) is raised as an error.
 FINISH_REASONS = {
@@ -74,6 +74,15 @@ def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Op
             "the server aborted the request (finish_reason 'abort')", provider=provider, deployment=deployment
         )
     return FINISH_REASONS.get(value, value)
+
+
+def _move_reasoning(part: Dict[str, Any]) -> None:
+    """Reasoning under any of its names (`reasoning`: Together, vLLM, Ollama) -> `reasoning_content`."""
+    reasoning = part.pop("reasoning", None)
+    if isinstance(reasoning, dict):
+        reasoning = reasoning.get("content") or reasoning.get("text")
+    if reasoning and not part.get("reasoning_content"):
+        part["reasoning_content"] = reasoning
 
 
 class OpenAICompatAdapter:
@@ -198,11 +207,7 @@ class OpenAICompatAdapter:
 
     def normalize_message(self, message: Dict[str, Any]) -> None:
         # Reasoning under any of its names becomes `reasoning_content` (providers.md §11.4).
-        reasoning = message.pop("reasoning", None)
-        if isinstance(reasoning, dict):
-            reasoning = reasoning.get("content") or reasoning.get("text")
-        if reasoning and not message.get("reasoning_content"):
-            message["reasoning_content"] = reasoning
+        _move_reasoning(message)
         content = message.get("content")
         if isinstance(content, str) and self.provider.split_think_tags and "<think>" in content:
             thought, answer = split_think(content)
@@ -224,9 +229,7 @@ class OpenAICompatAdapter:
                 continue
             choice = dict(choice)
             delta = dict(choice.get("delta") or {})
-            reasoning = delta.pop("reasoning", None)
-            if reasoning and not delta.get("reasoning_content"):
-                delta["reasoning_content"] = reasoning
+            _move_reasoning(delta)
             content = delta.get("content")
             if self.provider.split_think_tags and isinstance(content, str) and content:
                 splitter = decoder.think_splitters.get(choice.get("index", 0))
@@ -422,12 +425,3 @@ class StreamAssembler:
             }
         )
 
-
-def adapter_for(deployment: "Deployment") -> OpenAICompatAdapter:
-    from . import adapter_class
-
-    return adapter_class(deployment.provider.kind, deployment.provider.protocol)(deployment)
-
-
-def messages_text(messages: Sequence[Mapping[str, Any]]) -> str:
-    return "\n".join(str(m.get("content") or "") for m in messages)

@@ -422,7 +422,6 @@ class FailoverPlan:
         if not breaker.peek(now):
             self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
             return None
-        policy = self._policy(dep)
         if is_retry and not self._budgets.retry(dep).allowed(now):
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
             return None
