@@ -84,6 +84,11 @@ _CATEGORIES: dict[str, tuple[float, str]] = {
     "proof": (0.90, "proof"),
 }
 _QUANTITATIVE = frozenset({"word_problem", "choice", "math"})  # quantities counted over the whole ask
+# Large task types that a word problem's story can name without asking for them.
+_STORY_TASKS = frozenset({"longform", "comparison", "code", "design"})
+# What a last sentence asking for a quantity contains.
+_QUANTITY_ASKS = ("how many", "how much", "how long", "how far", "how old", "what percent", "calculate",
+                  "compute", "多少", "几", "一共", "总共")
 _SMALL_TASKS = frozenset({"intent", "classification", "extraction", "translation", "rewrite", "summary"})
 _LARGE_TASKS = frozenset({"comparison", "longform", "math", "code", "design", "proof"})
 
@@ -155,7 +160,7 @@ for _phrase, _kinds in (
     ("closed form", ("math",)), ("solve for", ("math",)), ("expected value", ("math",)),
     ("stack trace", ("code",)), ("core dump", ("code",)), ("memory leak", ("code",)),
     ("system design", ("design",)), ("high availability", ("design",)), ("migration plan", ("design",)),
-    ("what time", ("wp_ask",)),
+    ("what time", ("wp_ask",)), ("find the", ("wp_ask",)),
     ("pros and cons", ("comparison",)), ("in depth", ("comparison", "depth")), ("in-depth", ("comparison", "depth")),
     ("which is better", ("comparison",)), ("step by step", ("depth",)), ("step-by-step", ("depth",)),
     ("explain why", ("depth",)), ("explain how", ("depth",)), ("in detail", ("depth",)),
@@ -423,6 +428,16 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
     return first, count, token_set
 
 
+def _asks_quantity_last(window: str) -> bool:
+    """Whether the window's last sentence asks for a quantity ("... how many does Bobby have?",
+    "Calculate the total number of hours", "……一共多少元？"). A few C-level `rfind`s, no regex."""
+    end = window.rstrip()
+    cut = max(end.rfind(". ", 0, len(end) - 1), end.rfind("\n"), end.rfind("。", 0, len(end) - 1),
+              end.rfind("! ", 0, len(end) - 1), end.rfind("；"))
+    last = end[cut + 1:]
+    return any(ask in last for ask in _QUANTITY_ASKS)
+
+
 def _numbers(ask: str, tokens: set[str]) -> int:
     """Distinct quantities in `ask` (the wide view or the window, both bounded): its digit runs,
     plus the number words among the window's tokens. Bytes (UTF-8 never puts an ASCII byte inside a
@@ -561,16 +576,35 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
             category = first_small
         elif large:
             category = max(large, key=lambda name: (_CATEGORIES[name][0], -first[name], name))
+            # A story that names a deliverable ("she wrote 5 articles", "Jake's family wants to
+            # compare the cost...") but ends by asking for a quantity asks for that quantity: the
+            # last sentence states the deliverable. Not when a length is asked or code is shown.
+            if (
+                category in _STORY_TASKS
+                and text_length is None
+                and not code_blocks
+                and not math_signals
+                and _asks_quantity_last(window)
+            ):
+                numbers = _numbers(wide, tokens)
+                if numbers >= 2:
+                    category = "word_problem"
         elif first_small is not None:
             category = first_small
         if not category or category == "general":
             numbers = _numbers(wide, tokens)
             # A question about quantities, without formal notation, is a word problem
             # ("calculate" in it does not make it a derivation). Three or more quantities and a
-            # question are one, whatever words the question uses.
+            # question are one, whatever words the question uses. A relation given in words
+            # ("twice as many", "half of", "each") is a given quantity too: "700 bees, twice as
+            # many workers as babies: how many workers?" gives two.
+            given = numbers + count.get("relation", 0)
+            # Notation, not a word that names a function: "Mr. Tan" or "a log cabin" is no formula.
+            notation = math_signals - count.get("math_token", 0)
             if (
-                not math_signals
-                and numbers >= 2
+                not notation
+                and numbers >= 1
+                and given >= 2
                 and ("wp_ask" in count or "math_weak" in count
                      or (questions and ("relation" in count or "%" in window or numbers >= 3)))
             ):

@@ -157,6 +157,32 @@ def test_word_problem_steps_raise_the_score():
     assert hard.score > easy.score
 
 
+@pytest.mark.parametrize("text", [
+    # one figure, the rest given as relations in words
+    "There are 700 bees in a hive. There are twice as many worker bees as baby bees, and twice as many "
+    "babies as queens. How many worker bees are there?",
+    "仓库里有300箱货，第一天运走了一半，第二天运走了剩下的三分之一，仓库里还剩多少箱？",
+    # a story naming a deliverable (articles, a comparison) that ends by asking for a quantity
+    "Meredith writes blog articles; one takes 4 hours. She wrote 5 articles on Monday and twice as many "
+    "on Tuesday. Calculate the total number of hours she spent writing articles.",
+    "Jake's family wants to compare the cost of two parks: $26 per adult and $12 per child, or $14 and $10. "
+    "With 2 adults and 2 children, how much do they save with the second park?",
+])
+def test_word_problems_given_in_words_or_told_as_stories_are_word_problems(text):
+    result = classify(_user(text))
+    assert result.category == "word_problem", result
+    assert result.score >= THRESHOLD
+
+
+def test_a_named_function_word_is_not_notation_and_a_length_keeps_the_report():
+    tan = classify(_user("Mr. Tan sold his house for $400 000 and paid 3% in fees and a 5% brokerage fee. "
+                         "How much did he get?"))
+    assert tan.category == "word_problem"
+    report = classify(_user("We sold 300 units in May and 450 in June. Write a 1500-word report on how "
+                            "much the growth came from the new channel."))
+    assert report.category == "longform"
+
+
 def test_multiple_choice_with_formal_content_scores_above_plain_recall():
     recall = classify(_user("Which city is the capital of France?\nA. Paris\nB. Rome\nC. Madrid\nD. Berlin\nAnswer:"))
     formal = classify(_user(
