@@ -15,7 +15,8 @@ set (`[pricing]` in `--config`). Unpriced attempts form groups of their own with
 would have cost. Records whose model has no class, or whose class that platform does not price,
 are counted in `reprice_unpriced`.
 
-`--format json` prints `{"groups": [...], "totals": [...]}` (amounts as JSON numbers). `--format
+`--format json` prints `{"groups": [...], "totals": [...]}`, amounts as decimal strings ("0.004784"):
+exact, as the ledger holds them, where a JSON number would be read back as a binary float. `--format
 html` writes one self-contained file with inline SVG charts (cost per feature per day, cost share
 by tier): no script, no network, opens in any browser.
 
@@ -306,7 +307,7 @@ def _reporting_total(totals: Mapping[str | None, _Group], rates: ExchangeRates) 
 # ------------------------------------------------------------------------------------- output
 def _plain(v: Any) -> Any:
     if isinstance(v, Decimal):
-        return float(v)
+        return f"{v:f}"  # exact: money is never a binary float on the way out
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v

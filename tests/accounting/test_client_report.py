@@ -63,12 +63,12 @@ def test_report_json_groups_by_feature(ledger):
     for feature, expected in costs.items():
         g = groups[feature]
         assert (g["requests"], g["attempts"], g["errors"], g["currency"]) == (len(expected), len(expected), 0, "USD")
-        assert g["cost"] == pytest.approx(float(sum(expected)), rel=1e-12)
+        assert Decimal(g["cost"]) == sum(expected)  # exact
         assert g["unpriced_attempts"] == 0 and g["estimated_attempts"] == 0
         assert g["latency_p50_ms"] > 0
     assert groups["summary"]["ttft_p50_ms"] is not None  # the streamed call has a TTFT
     (total,) = doc["totals"]
-    assert total["requests"] == 5 and total["cost"] == pytest.approx(float(sum(sum(c) for c in costs.values())))
+    assert total["requests"] == 5 and Decimal(total["cost"]) == sum(sum(c) for c in costs.values())
 
 
 def test_report_html_has_inline_svg_charts(ledger, tmp_path):

@@ -143,8 +143,8 @@ def test_cli_json_shape(ledger, capsys):
         for k in ("feature", "tier", "provider", "model", "day", "requests", "input_tokens", "output_tokens",
                   "cached_tokens", "cost", "currency"):  # fmt: skip
             assert k in g
-    usd = sum(g["cost"] for g in doc["groups"] if g["currency"] == "USD")
-    assert usd == pytest.approx(0.004784)
+    usd = sum(D(g["cost"]) for g in doc["groups"] if g["currency"] == "USD")
+    assert usd == D("0.004784")  # amounts are exact decimal strings, not floats
     assert {t["currency"] for t in doc["totals"]} == {"USD", "CNY", None}
 
 
