@@ -10,6 +10,8 @@ only when an `AsyncClient` uses it.
 
 from __future__ import annotations
 
+import contextvars
+import functools
 import threading
 import time
 from dataclasses import dataclass
@@ -99,8 +101,8 @@ def _limits(max_connections: int) -> httpx.Limits:
 class ConnectTimer:
     """httpx's `trace` extension: how long this request spent opening a connection (TCP, TLS).
 
-    `connect_s` stays None when the request reused a pooled connection (or the transport, like
-    httpx-aiohttp, reports no such events)."""
+    `connect_s` stays None when the request reused a pooled connection. On aiohttp the same timer
+    is filled by aiohttp's own trace hooks (`_aiohttp_session`)."""
 
     __slots__ = ("_started", "connect_s")
 
@@ -123,6 +125,36 @@ class AsyncConnectTimer(ConnectTimer):
 
     async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
         self.event(name)
+
+
+# The timer of the request being sent in this task, for aiohttp's connection trace hooks (which run
+# in the task that sends the request, so a context variable reaches them without a lookup table).
+_AIOHTTP_TIMER: contextvars.ContextVar[Optional[ConnectTimer]] = contextvars.ContextVar("llmroute_connect_timer")
+
+
+async def _aiohttp_connect_started(session: Any, context: Any, params: Any) -> None:
+    timer = _AIOHTTP_TIMER.get(None)
+    if timer is not None:
+        timer._started = time.perf_counter()
+
+
+async def _aiohttp_connect_ended(session: Any, context: Any, params: Any) -> None:
+    timer = _AIOHTTP_TIMER.get(None)
+    if timer is not None and timer._started:
+        timer.connect_s = time.perf_counter() - timer._started
+
+
+def _aiohttp_session(transport: Any, max_connections: int) -> Any:
+    """The aiohttp session behind httpx-aiohttp, made on first use (inside the running loop): the
+    provider's connection limit (httpx-aiohttp would default to 100), 30 s keep-alive like the httpx
+    pools, the transport's TLS context, and trace hooks that time new connections (TCP + TLS)."""
+    import aiohttp
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_aiohttp_connect_started)
+    trace.on_connection_create_end.append(_aiohttp_connect_ended)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=transport.ssl_context)
+    return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
 
 
 def _stale_connection(exc: BaseException) -> bool:
@@ -218,7 +250,9 @@ class AsyncTransport:
                 raise E.ConfigError(
                     "transport 'aiohttp' needs the aiohttp extra: pip install 'llmroute[aiohttp]'", key="transport"
                 ) from None
-            return httpx.AsyncClient(transport=AiohttpTransport(), limits=limits, trust_env=False)
+            transport = AiohttpTransport(limits=limits, trust_env=False)
+            transport.client = functools.partial(_aiohttp_session, transport, max_connections)
+            return httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
         return httpx.AsyncClient(limits=limits, trust_env=False, follow_redirects=False)
 
     def _client(self, provider: str, max_connections: int) -> httpx.AsyncClient:
@@ -239,12 +273,17 @@ class AsyncTransport:
             request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
             extensions=extensions,
         )
+        # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
+        token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
         try:
             return await client.send(req, stream=True)
         except httpx.HTTPError as exc:
             if not _stale_connection(exc):
                 raise
             return await client.send(req, stream=True)
+        finally:
+            if token is not None:
+                _AIOHTTP_TIMER.reset(token)
 
     async def aclose(self) -> None:
         self._closed = True

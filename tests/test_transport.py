@@ -10,6 +10,7 @@ import threading
 import pytest
 
 from llmroute import AsyncClient, Client
+from tests.servers.fault import slow_headers
 
 BODY = json.dumps({
     "id": "x", "object": "chat.completion", "created": 1, "model": "m",
@@ -50,8 +51,8 @@ class DroppingServer:
     def _handle(self, conn: socket.socket) -> None:
         with conn:
             if self._read_request(conn):
+                self.answered += 1  # before the send: the test may read it as soon as the reply lands
                 conn.sendall(RESPONSE)
-                self.answered += 1
             self._read_request(conn)  # the next request on this connection: dropped unanswered
 
     def _serve(self) -> None:
@@ -113,3 +114,39 @@ def test_connect_time_is_recorded_on_a_new_connection_only(fault_server):
         second = client.chat.completions.create(model="small", messages=MESSAGES)
     assert first.route.attempts[0].connect_s is not None and first.route.attempts[0].connect_s > 0
     assert second.route.attempts[0].connect_s is None
+
+
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+def test_async_connect_time_is_recorded_on_a_new_connection_only(fault_server, transport):
+    cfg = {"providers": {"f": {"kind": "vllm", "base_url": fault_server.base_url}},
+           "tiers": {"small": {"deployments": ["f:m"]}},
+           "pricing": {"f:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
+
+    async def main():
+        async with AsyncClient(config=cfg, transport=transport) as client:
+            first = await client.chat.completions.create(model="small", messages=MESSAGES)
+            second = await client.chat.completions.create(model="small", messages=MESSAGES)
+            return first, second
+
+    first, second = asyncio.run(main())
+    assert first.route.attempts[0].connect_s is not None and first.route.attempts[0].connect_s > 0
+    assert second.route.attempts[0].connect_s is None
+
+
+@pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
+def test_async_pool_keeps_the_providers_connection_limit(fault_server, transport):
+    """httpx-aiohttp would open up to 100 connections whatever the config says."""
+    cfg = {"providers": {"f": {"kind": "vllm", "base_url": fault_server.base_url, "max_connections": 3}},
+           "tiers": {"small": {"deployments": ["f:m"], "max_retries": 0}},
+           "pricing": {"f:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
+    for _ in range(10):
+        fault_server.push(slow_headers(0.2))
+    before = fault_server.connections_total
+
+    async def main():
+        async with AsyncClient(config=cfg, transport=transport) as client:
+            return await asyncio.gather(*(client.chat.completions.create(model="small", messages=MESSAGES)
+                                          for _ in range(10)))
+
+    assert len(asyncio.run(main())) == 10
+    assert fault_server.connections_total - before <= 3
