@@ -294,7 +294,13 @@ class Client:
 
         with self._pool_lock:
             if self._hedge_pool is None:
-                self._hedge_pool = ThreadPoolExecutor(max_workers=16, thread_name_prefix="llmroute-hedge")
+                # A cancelled loser keeps its thread until its server answers or its own timeout
+                # fires (a sync request cannot be interrupted while it waits for headers), so the
+                # pool is sized like the connection pools: one thread per connection the providers
+                # allow. A smaller pool queued later races behind losers. Threads start on demand.
+                connections = sum(p.max_connections for p in self.config.providers.values())
+                self._hedge_pool = ThreadPoolExecutor(max_workers=max(16, connections),
+                                                      thread_name_prefix="llmroute-hedge")
         first = _opened(run, ctx)
         running = {self._hedge_pool.submit(self._open, first): first}
         checked = False

@@ -84,3 +84,23 @@ def test_async_hedge(pair):
     resp = asyncio.run(main())
     assert resp.route.deployment == "b:m"
     assert sorted(a.status for a in resp.route.attempts) == ["cancelled", "ok"]
+
+
+def test_cancelled_losers_still_waiting_do_not_hold_up_later_calls(pair):
+    """A sync hedge's loser keeps its thread until its server answers or its timeout fires. Twenty
+    hedged calls in a row against a primary that answers only after 6 s leave twenty such losers;
+    the calls after them must not queue behind them (they did with a 16-thread pool)."""
+    import time
+
+    primary, backup = pair
+    for _ in range(20):
+        primary.push(slow_headers(6.0))
+    with Client(config=config(primary, backup, hedge_after_ms=50, hedge_budget=1.0)) as client:
+        slowest = 0.0
+        for _ in range(20):
+            started = time.monotonic()
+            resp = client.chat.completions.create(model="large", messages=MESSAGES)
+            slowest = max(slowest, time.monotonic() - started)
+            assert resp.route.deployment == "b:m"
+    # A liveness bound, not a speed figure: queueing behind a loser costs the loser's 6 s.
+    assert slowest < 3.0, slowest
