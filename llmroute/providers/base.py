@@ -17,7 +17,7 @@ from .. import errors as E
 from ..sse import SSEDecoder, SSEEvent
 from ..tokens import normalize_usage
 from ..types import ChatCompletion, ChatCompletionChunk, Usage
-from .error_mapping import error_from_payload, error_from_response
+from .error_mapping import error_from_payload, error_from_response, is_error_payload
 from .think import ThinkSplitter, split_think
 
 if TYPE_CHECKING:
@@ -178,7 +178,7 @@ class OpenAICompatAdapter:
             raise self._bad_body("not JSON") from None
         if not isinstance(data, dict):
             raise self._bad_body("not a JSON object")
-        if "error" in data and not data.get("choices"):
+        if is_error_payload(data):
             raise self.error_from_event(data, headers)
         return self.completion_from_dict(data)
 
@@ -220,7 +220,7 @@ class OpenAICompatAdapter:
         return StreamDecoder(self)
 
     def normalize_chunk(self, data: Dict[str, Any], decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
-        if "error" in data and not data.get("choices"):
+        if is_error_payload(data):
             raise self.error_from_event(data)
         raw_usage = data.get("usage")
         choices = []

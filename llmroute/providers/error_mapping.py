@@ -84,6 +84,7 @@ _BILLING_RE = re.compile(
 )
 _AUTH_CODES = {"invalid_api_key", "invalidapikey", "authentication_error", "unauthorized", "401"}
 _RATE_LIMIT_CODES = re.compile(r"throttling|rate_limit|dynamic_request_limited|dynamic_token_limited", re.IGNORECASE)
+_RATE_LIMIT_TEXT_RE = re.compile(r"rate.?limit|too many requests", re.IGNORECASE)
 _OVERLOAD_RE = re.compile(r"overload|capacity|busy|high load|try again later|queue is full", re.IGNORECASE)
 
 
@@ -141,6 +142,9 @@ def _duration_s(value: str) -> Optional[float]:
 
 
 def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.ProviderError]:
+    if status is None and body.code is not None and body.code.isdigit() and 400 <= int(body.code) <= 599:
+        # An in-band error whose code is an HTTP status (SGLang and older vLLM: "code": 429).
+        status = int(body.code)
     text = f"{body.message} {body.type or ''} {body.code or ''}"
     code = (body.code or "").lower()
     etype = (body.type or "").lower()
@@ -189,8 +193,9 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
         if _RATE_LIMIT_CODES.search(code):
             return E.RateLimitError
         return E.BadRequestError
-    # No status (an error event inside a 200 stream): classify by its codes.
-    if _RATE_LIMIT_CODES.search(code + " " + etype):
+    # No status (an error event inside a 200 stream): classify by its codes, then its words
+    # (SiliconFlow's in-stream 50603 says only "Request was rejected due to rate limiting").
+    if _RATE_LIMIT_CODES.search(code + " " + etype) or _RATE_LIMIT_TEXT_RE.search(body.message):
         return E.RateLimitError
     if _OVERLOAD_RE.search(text):
         return E.OverloadedError
@@ -223,6 +228,20 @@ def _request_id(headers: Mapping[str, str]) -> Optional[str]:
         if value:
             return value
     return None
+
+
+def is_error_payload(data: Mapping[str, Any]) -> bool:
+    """Whether a 2xx body or a stream event is an error, in any envelope a platform sends in-band:
+    `{"error": {...}}` (OpenAI style), the flat `{"object": "error", "message", "code"}` (SGLang,
+    older vLLM), or SiliconFlow's `{"code": 50505, "message": "...", "data": null}`. A completion or
+    chunk always carries `choices` (a usage chunk an empty list), so none of these is mistaken."""
+    if "choices" in data and data["choices"]:
+        return False
+    if "error" in data:
+        return True
+    if "choices" in data:
+        return False
+    return data.get("object") == "error" or ("message" in data and "code" in data)
 
 
 def error_from_payload(
