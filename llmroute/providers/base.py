@@ -158,9 +158,10 @@ class OpenAICompatAdapter:
             status, headers, content, provider=self.provider.name, deployment=self.deployment.id, kind=self.kind
         )
 
-    def error_from_event(self, payload: Any, headers: Mapping[str, str] | None = None) -> E.ProviderError:
+    def error_from_event(self, payload: Any, headers: Mapping[str, str] | None = None,
+                         status: Optional[int] = None) -> E.ProviderError:
         return error_from_payload(
-            payload, status=None, headers=headers or {}, provider=self.provider.name,
+            payload, status=status, headers=headers or {}, provider=self.provider.name,
             deployment=self.deployment.id, kind=self.kind,
         )
 

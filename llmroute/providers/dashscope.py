@@ -13,6 +13,7 @@ cumulative unless `incremental_output` is true. It comes out as the same `ChatCo
 from __future__ import annotations
 
 import json
+import re
 import time
 from typing import Any, Dict, Mapping, Optional
 
@@ -34,16 +35,32 @@ _NATIVE_PARAMS = frozenset(
 )
 
 
+_FIELD_REFUSED_RE = re.compile(
+    r"not (?:be )?supported|unsupported|unknown (?:field|param)|unrecognized|unexpected (?:field|keyword|param)|"
+    r"not allowed|not permitted|extra (?:fields|inputs) (?:are )?not permitted|invalid (?:field|param\w*) name",
+    re.IGNORECASE,
+)
+
+
+def _event_status(comments: tuple) -> Optional[int]:
+    for comment in comments:
+        if comment.startswith("HTTP_STATUS/") and comment[12:15].isdigit():
+            return int(comment[12:15])
+    return None
+
+
 class BailianCompatAdapter(OpenAICompatAdapter):
     """§4a: OpenAI mode. We send `max_completion_tokens` (the kind's registry entry), since compatible
     mode reportedly deprecates `max_tokens` from 2026-05-30; an endpoint that refuses the new name
     with a 400 gets the request again with `max_tokens`, and keeps getting `max_tokens` after that."""
 
-    _legacy_cap: set = set()  # base URLs that refused max_completion_tokens (process-wide knowledge)
+    # (base URL, model) pairs that refused max_completion_tokens as a field: process-wide knowledge,
+    # per model, since one endpoint serves models of different generations.
+    _legacy_cap: set = set()
 
     def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
         body = super().body(call, stream)
-        if self.provider.base_url in self._legacy_cap and "max_completion_tokens" in body:
+        if (self.provider.base_url, self.deployment.model) in self._legacy_cap and "max_completion_tokens" in body:
             body["max_tokens"] = body.pop("max_completion_tokens")
         return body
 
@@ -51,9 +68,13 @@ class BailianCompatAdapter(OpenAICompatAdapter):
         from .. import errors as E
 
         said = f"{error.provider_message or ''} {error.code or ''}"
+        # Only a refusal of the field itself ("max_completion_tokens is not supported"): a value
+        # out of range ("Range of max_completion_tokens should be [1, 8192]") is the caller's, and
+        # resending it as max_tokens would change what is capped for every later call.
         if (isinstance(error, E.BadRequestError) and not isinstance(error, (E.ContextLengthError, E.ContentFilterError))
-                and "max_completion_tokens" in said and "max_completion_tokens" in request.json):
-            self._legacy_cap.add(self.provider.base_url)
+                and "max_completion_tokens" in said and _FIELD_REFUSED_RE.search(said)
+                and "max_completion_tokens" in request.json):
+            self._legacy_cap.add((self.provider.base_url, self.deployment.model))
             body = dict(request.json)
             body["max_tokens"] = body.pop("max_completion_tokens")
             return type(request)(request.method, request.url, request.headers, body, request.stream)
@@ -143,7 +164,9 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         except ValueError:
             raise self._bad_body(f"malformed SSE data: {event.data[:80]!r}") from None
         if event.event == "error" or (isinstance(payload, Mapping) and "output" not in payload and "code" in payload):
-            raise self.error_from_event(payload)
+            # The event names its HTTP status in a comment line, ":HTTP_STATUS/400" (§4b): it decides
+            # whether the error is the caller's, fatal or worth a retry.
+            raise self.error_from_event(payload, status=_event_status(event.comments))
         output = payload.get("output") or {}
         choices = []
         for i, choice in enumerate(_native_choices(output)):

@@ -283,7 +283,19 @@ def error_from_response(
     try:
         payload = json.loads(text) if text.strip() else None
     except ValueError:
-        payload = None
+        payload = _sse_error_payload(text)
     return error_from_payload(
         payload, status=status, headers=headers, provider=provider, deployment=deployment, kind=kind, raw_text=text
     )
+
+
+def _sse_error_payload(text: str) -> Any:
+    """The JSON of an error sent as an SSE frame with a non-2xx status (DashScope's native protocol
+    does this for streamed calls: `id:1`, `event:error`, `:HTTP_STATUS/401`, `data:{...}`)."""
+    for line in reversed(text.splitlines()):
+        if line.startswith("data:"):
+            try:
+                return json.loads(line[5:])
+            except ValueError:
+                return None
+    return None

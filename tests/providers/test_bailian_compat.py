@@ -65,6 +65,21 @@ def test_an_endpoint_refusing_max_completion_tokens_gets_max_tokens(make_server,
     assert again.choices[0].finish_reason == "length"
 
 
+def test_a_value_out_of_range_is_the_callers_error_and_changes_nothing(make_server):
+    # "Range of max_completion_tokens should be [1, 8192]" names the field but refuses its value:
+    # no resend as max_tokens, and later calls still send max_completion_tokens.
+    server = make_server("bailian")
+    message = "<400> InternalError.Algo.InvalidParameter: Range of max_completion_tokens should be [1, 8192]"
+    server.push(Reply(error="bad_request", message=message))
+    with make_client("bailian", server.base_url, MODEL, api_key=server.default_api_key) as c:
+        with pytest.raises(L.BadRequestError):
+            c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=100_000)
+        c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=50)
+    first, second = [r.json for r in server.chat_requests()]
+    assert first["max_completion_tokens"] == 100_000 and "max_tokens" not in first
+    assert second["max_completion_tokens"] == 50 and "max_tokens" not in second
+
+
 def test_stream_usage_from_empty_choices_chunk(client, bailian_server):
     bailian_server.push(Reply(reasoning=["想", "一想"], cached_tokens=2))
     with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:

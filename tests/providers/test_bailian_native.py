@@ -101,7 +101,11 @@ def test_parameter_without_native_equivalent_is_refused_before_sending(client, b
     ids=["Arrearage", "DataInspectionFailed", "input-length", "Throttling.RateQuota", "AllocationQuota", "503",
          "ModelNotFound"],
 )
-def test_flat_native_errors(client, bailian_server, reply, cls, status, stream):
+@pytest.mark.parametrize("sse_errors", [False, True], ids=["json", "sse-framed"])
+def test_flat_native_errors(client, bailian_server, reply, cls, status, stream, sse_errors, monkeypatch):
+    # A streamed call's refusal may come as an SSE frame with the error status: the same error,
+    # code and request id are read from its data line.
+    monkeypatch.setattr(bailian_server, "sse_errors", sse_errors)
     bailian_server.push(reply)
     err = call_error(client, cls, stream=stream)
     assert err.status == status
@@ -124,6 +128,21 @@ def test_error_event_before_content(client, bailian_server):
     bailian_server.push(Reply(error_at=0, error="content_filter"))
     err = call_error(client, L.ContentFilterError, stream=True)
     assert_clean_error(err, DEP, [bailian_server.default_api_key])
+
+
+@pytest.mark.parametrize("kind, cls", [
+    ("access_denied", L.PermissionDeniedError), ("not_found", L.NotFoundError), ("bad_request", L.BadRequestError),
+    ("server", L.ServerError), ("rate_limit", L.RateLimitError),
+])
+def test_an_error_event_is_classified_by_its_http_status_line(client, bailian_server, kind, cls):
+    # event:error carries ":HTTP_STATUS/403": without it AccessDenied or ModelNotFound looked like
+    # a retryable server error.
+    bailian_server.push(Reply(pieces=["一", "二"], error_at=1, error=kind))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    with pytest.raises(L.StreamInterruptedError) as info:
+        drain(stream)
+    assert type(info.value.__cause__) is cls
+    assert info.value.__cause__.status == bailian_server.native_errors[kind].status
 
 
 def test_error_event_after_content_interrupts(client, bailian_server):

@@ -83,6 +83,8 @@ class BailianServer(OpenAICompatServer):
     errors = {kind: ErrorSpec(status, compat, compat, message) for kind, (_, compat, status, message) in _CATALOG.items()}
     native_errors = {kind: ErrorSpec(status, None, native, message) for kind, (native, _, status, message) in _CATALOG.items()}
 
+    sse_errors = False  # see native_generation_framed
+
     def __init__(self, *, max_tokens_policy: str = "both", **kwargs: Any) -> None:
         """`max_tokens_policy` (§4a max_tokens deprecation, unconfirmed): "both" accepts either field;
         "max_completion_tokens" rejects max_tokens with 400 (after the reported 2026-05-30 cut-over);
@@ -94,7 +96,7 @@ class BailianServer(OpenAICompatServer):
 
     def routes(self):  # type: ignore[override]
         routes = super().routes()
-        routes[("POST", NATIVE_PATH)] = self.native_generation
+        routes[("POST", NATIVE_PATH)] = self.native_generation_framed
         return routes
 
     def chat_paths(self) -> set[str]:
@@ -154,6 +156,19 @@ class BailianServer(OpenAICompatServer):
         code = status if status not in (None, 200) else spec.status
         # §4b: flat {"code","message","request_id"}.
         return Response.json({"code": spec.code, "message": text, "request_id": str(uuid.uuid4())}, code, headers)
+
+    async def native_generation_framed(self, request: RecordedRequest) -> Response:
+        """A streamed call's refusal before any output, when `sse_errors` is set, comes as one SSE
+        frame with the error status (the DashScope SDK's `_handle_http_failed_response` reads that
+        shape: a non-200 `text/event-stream` body with `event:error` and `data:{...}`)."""
+        response = await self.native_generation(request)
+        if (self.sse_errors and response.status >= 400 and response.stream is None
+                and request.headers.get("x-dashscope-sse") == "enable"):
+            payload = json.loads(response.body)
+            headers = [(k, v) for k, v in response.headers if k.lower() != "content-type"]
+            return Response(response.status, [("Content-Type", "text/event-stream")] + headers,
+                            self.native_event(1, "error", response.status, payload))
+        return response
 
     async def native_generation(self, request: RecordedRequest) -> Response:
         if request.bearer is None or request.bearer != self.api_key:
