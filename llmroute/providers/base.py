@@ -173,6 +173,8 @@ class OpenAICompatAdapter:
     # -- non-streamed responses --------------------------------------------------------------
     def parse_completion(self, headers: Mapping[str, str], content: bytes) -> tuple[ChatCompletion, bool]:
         """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
+        if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
+            return self.completion_from_stream_body(content)
         try:
             data = json.loads(content)
         except ValueError:
@@ -182,6 +184,18 @@ class OpenAICompatAdapter:
         if is_error_payload(data):
             raise self.error_from_event(data, headers)
         return self.completion_from_dict(data)
+
+    def completion_from_stream_body(self, content: bytes) -> tuple[ChatCompletion, bool]:
+        """A whole SSE body -> the completion it adds up to: for a plain call the platform only
+        serves as a stream (the adapter resent it with `stream: true`). Errors in it raise."""
+        decoder = self.stream_decoder(CallInput(messages=[], params={}, extra_body={}, extra_headers={}))
+        assembler = StreamAssembler()
+        for chunk in decoder.feed(content) + decoder.close():
+            assembler.add(chunk)
+        if not decoder.complete:
+            raise self._bad_body("the stream ended before its end marker")
+        reported = decoder.usage is not None
+        return assembler.completion(decoder.usage or Usage(), self.deployment.model), reported
 
     def completion_from_dict(self, data: Dict[str, Any]) -> tuple[ChatCompletion, bool]:
         raw_usage = data.get("usage")

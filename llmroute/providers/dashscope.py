@@ -49,6 +49,12 @@ def _event_status(comments: tuple) -> Optional[int]:
     return None
 
 
+# "This model only support stream mode, please enable the stream parameter to access the model.",
+# "parameter.enable_thinking must be set to false for non-streaming calls"
+_STREAM_ONLY_RE = re.compile(r"only supports? stream|enable the stream parameter|for non-streaming calls",
+                             re.IGNORECASE)
+
+
 class BailianCompatAdapter(OpenAICompatAdapter):
     """§4a: OpenAI mode. We send `max_completion_tokens` (the kind's registry entry), since compatible
     mode reportedly deprecates `max_tokens` from 2026-05-30; an endpoint that refuses the new name
@@ -68,6 +74,13 @@ class BailianCompatAdapter(OpenAICompatAdapter):
         from .. import errors as E
 
         said = f"{error.provider_message or ''} {error.code or ''}"
+        if (isinstance(error, E.BadRequestError) and not request.json.get("stream")
+                and _STREAM_ONLY_RE.search(said)):
+            # Models served only as streams (QwQ, Qwen3 with thinking on, providers.md §11.10): a
+            # plain call is sent again as a stream and its body assembled (parse_completion).
+            body = dict(request.json, stream=True, stream_options={"include_usage": True})
+            headers = dict(request.headers, Accept="text/event-stream")
+            return type(request)(request.method, request.url, headers, body, request.stream)
         # Only a refusal of the field itself ("max_completion_tokens is not supported"): a value
         # out of range ("Range of max_completion_tokens should be [1, 8192]") is the caller's, and
         # resending it as max_tokens would change what is capped for every later call.

@@ -80,6 +80,21 @@ def test_a_value_out_of_range_is_the_callers_error_and_changes_nothing(make_serv
     assert second["max_completion_tokens"] == 50 and "max_tokens" not in second
 
 
+@pytest.mark.parametrize("reasoning", [[], ["想", "一想"]])
+def test_a_plain_call_to_a_stream_only_model_is_streamed_and_assembled(make_server, reasoning):
+    server = make_server("bailian")
+    server.push(Reply(), Reply(pieces=["Hello", " there"], reasoning=reasoning))
+    with make_client("bailian", server.base_url, "qwq-plus", api_key=server.default_api_key) as c:
+        resp = c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=50)
+    plain, streamed = [r.json for r in server.chat_requests()]
+    assert "stream" not in plain
+    assert streamed["stream"] is True and streamed["stream_options"] == {"include_usage": True}
+    assert resp.choices[0].message.content == "Hello there" and resp.choices[0].finish_reason == "stop"
+    assert (resp.choices[0].message.reasoning_content or "") == "".join(reasoning)
+    assert resp.route.usage_estimated is False and resp.usage.completion_tokens > 0
+    assert len(resp.route.attempts) == 1 and resp.cost is not None
+
+
 def test_stream_usage_from_empty_choices_chunk(client, bailian_server):
     bailian_server.push(Reply(reasoning=["想", "一想"], cached_tokens=2))
     with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:

@@ -71,6 +71,7 @@ class BailianServer(OpenAICompatServer):
         "qwen2.5-7b-instruct": 131_072,
         "qwen2.5-72b-instruct": 131_072,
         "qwen3-8b": 131_072,
+        "qwq-plus": 131_072,  # served only as a stream (stream_only_models)
     }
     default_api_key = "sk-dashscope-test"
     reasoning_field = "reasoning_content"  # §4a deep thinking: reasoning_content
@@ -122,7 +123,15 @@ class BailianServer(OpenAICompatServer):
         payload = {"error": {"message": message or spec.message, "type": spec.type, "param": None, "code": spec.code}}
         return b"data: " + json.dumps(payload).encode() + b"\n\n"
 
+    # §11.10: models served only as streams (QwQ; Qwen3 open-source models with thinking on) refuse
+    # a plain call with a 400 (wording from DashScope users' reports).
+    stream_only_models = frozenset({"qwq-plus"})
+
     def max_tokens_of(self, body: dict[str, Any]) -> int | Response | None:
+        if body.get("model") in self.stream_only_models and not body.get("stream"):
+            return self.error_response("bad_request", param="stream", message=(
+                "<400> InternalError.Algo.InvalidParameter: This model only support stream mode, "
+                "please enable the stream parameter to access the model."))
         rejected = {"max_completion_tokens": "max_tokens", "max_tokens": "max_completion_tokens"}.get(self.max_tokens_policy)
         if rejected is not None and body.get(rejected) is not None:
             return self.error_response("bad_request", param=rejected,
