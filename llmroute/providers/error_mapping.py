@@ -79,7 +79,7 @@ _CONTENT_FILTER_RE = re.compile(
     re.IGNORECASE,
 )
 _BILLING_RE = re.compile(
-    r"arrearage|insufficient[ _]quota|insufficient balance|credit|payment|billing|余额|欠费|exceeded your current quota",
+    r"arrearage|insufficient[ _]quota|insufficient balance|balance is insufficient|credit|payment|billing|余额|欠费|exceeded your current quota",
     re.IGNORECASE,
 )
 _AUTH_CODES = {"invalid_api_key", "invalidapikey", "authentication_error", "unauthorized", "401"}

@@ -64,13 +64,14 @@ def test_missing_usage_is_estimated(client, siliconflow_server):
     "reply, cls, status",
     [
         (Reply(error="real_name"), L.PermissionDeniedError, 403),
+        (Reply(error="forbidden"), L.BillingError, 403),  # "your account balance is insufficient"
         (Reply(error="rate_limit"), L.RateLimitError, 429),
         (Reply(error="rate_limit_rpm", headers={"Retry-After": "2"}), L.RateLimitError, 429),
         (Reply(error="overloaded"), L.OverloadedError, 503),
         (Reply(error="server"), L.ServerError, 500),
         (Reply(error="bad_request"), L.BadRequestError, 400),
     ],
-    ids=["403-real-name", "429-tpm", "429-rpm", "503", "500", "400"],
+    ids=["403-real-name", "403-balance", "429-tpm", "429-rpm", "503", "500", "400"],
 )
 def test_documented_errors(client, siliconflow_server, reply, cls, status, stream):
     siliconflow_server.push(reply)
