@@ -6,11 +6,20 @@ the OpenAI SDK when it is installed), so the shared machine's noise cancels out 
 * cold `import` wall time and peak RSS in a fresh interpreter (median of N runs);
 * client-process CPU time per request and per stream (20 chunks) against a fast loopback server
   running in *another* process, sync and async (concurrency 16), for: raw httpx, raw aiohttp,
-  the OpenAI SDK, llmroute's Client, AsyncClient on httpx's transport and on aiohttp's.
+  the OpenAI SDK, LiteLLM (`litellm.completion`/`acompletion`, model "openai/..."), Portkey's SDK
+  (pointed straight at the loopback server, so its gateway is not in the path), llmroute's Client,
+  AsyncClient on httpx's transport and on aiohttp's. The CPU window ends once the process has gone
+  quiet, so work a client leaves to background threads or tasks (LiteLLM's logging worker) counts.
 
     python benchmarks/client_overhead.py [--requests 2000] [--json benchmarks/out/client_overhead.json]
 
-Bounded: a fixed number of requests per row; only 127.0.0.1 is contacted.
+The peers are optional and never dependencies of llmroute; a row whose package is absent is skipped
+with a note. To measure them: `pip install openai litellm portkey-ai`.
+
+Bounded: a fixed number of requests per row. Only 127.0.0.1 is contacted: LiteLLM is made to read its
+bundled model cost map (`LITELLM_LOCAL_MODEL_COST_MAP=True`, set here before any import of it), and an
+audit hook in this process and in every cold-import interpreter refuses any socket connect or name
+look-up that is not loopback; the run prints how many it refused (it should be 0).
 """
 
 from __future__ import annotations
@@ -34,24 +43,66 @@ KEY = "sk-test-openai"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
 CONCURRENCY = 16
 
+# LiteLLM fetches its model cost map from the internet at import unless told to use the bundled copy.
+os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
+
+# Loopback guard, as source so a cold-import interpreter can run it before its timer starts (importing
+# this module there would preload stdlib modules the measured import needs). Refused attempts are
+# counted in _blocked; loopback connects in _connects.
+GUARD_SRC = """
+import sys
+_blocked, _connects = [], [0]
+def _loopback(h):
+    h = h.decode() if isinstance(h, bytes) else h
+    return h is None or h in ("localhost", "::1") or str(h).startswith("127.")
+def _guard(event, args):
+    if event == "socket.connect" or event == "socket.sendto":
+        addr = args[1]
+        if not isinstance(addr, tuple):
+            return
+        if _loopback(addr[0]):
+            _connects[0] += 1
+            return
+        host = addr[0]
+    elif event == "socket.getaddrinfo" or event == "socket.gethostbyname":
+        if _loopback(args[0]):
+            return
+        host = args[0]
+    else:
+        return
+    _blocked.append(str(host))
+    raise ConnectionRefusedError("client_overhead: only 127.0.0.1 may be contacted, refused " + str(host))
+sys.addaudithook(_guard)
+"""
+_GUARD: Dict[str, Any] = {}
+
+
+def note_skip(row: str, package: str) -> None:
+    print(f"  (skipped {row}: `{package}` is not installed)")
+
 
 def cold_import(module: str, runs: int) -> Dict[str, float]:
-    code = (
+    code = GUARD_SRC + (
         "import time, resource; t = time.perf_counter(); import {m}; "
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"
+        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(_blocked))"
     ).format(m=module)
-    walls, rss = [], []
+    walls, rss, blocked = [], [], 0
     for _ in range(runs):
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
         if out.returncode != 0:
+            if "ModuleNotFoundError" in out.stderr:
+                note_skip(f"import {module}", module)
+            else:
+                print(f"  (skipped import {module}: it failed: {out.stderr.strip().splitlines()[-1:]})")
             return {}
-        wall, kb = out.stdout.split()
+        wall, kb, refused = out.stdout.split()[-3:]
         walls.append(float(wall))
         rss.append(int(kb) / 1024)
+        blocked += int(refused)
     base = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
                           capture_output=True, text=True)
     return {"wall_ms": statistics.median(walls) * 1000, "rss_mib": statistics.median(rss),
-            "rss_added_mib": statistics.median(rss) - int(base.stdout) / 1024}
+            "rss_added_mib": statistics.median(rss) - int(base.stdout) / 1024, "refused_non_loopback": blocked}
 
 
 def start_server(pieces: int) -> tuple[subprocess.Popen, str]:
@@ -65,12 +116,49 @@ def start_server(pieces: int) -> tuple[subprocess.Popen, str]:
     return proc, url
 
 
+QUIET_STEP_S = 0.05   # the process is quiet when a step this long idle costs under QUIET_CPU_S of CPU
+QUIET_CPU_S = 0.001
+QUIET_MAX_S = 5.0
+
+
+def settle() -> float:
+    """Wait (bounded) until background threads have finished the calls' leftover work; CPU clock then."""
+    deadline = time.monotonic() + QUIET_MAX_S
+    before = time.process_time()
+    while time.monotonic() < deadline:
+        time.sleep(QUIET_STEP_S)
+        now = time.process_time()
+        if now - before < QUIET_CPU_S:
+            return now
+        before = now
+    return time.process_time()
+
+
+async def asettle() -> float:
+    """As settle(), yielding to the event loop so pending tasks (callbacks, loggers) run too."""
+    deadline = time.monotonic() + QUIET_MAX_S
+    before = time.process_time()
+    while time.monotonic() < deadline:
+        await asyncio.sleep(QUIET_STEP_S)
+        now = time.process_time()
+        if now - before < QUIET_CPU_S:
+            return now
+        before = now
+    return time.process_time()
+
+
+# New loopback connections each measured row opened, in the order the rows ran (the guard counts them).
+ROW_CONNECTS: List[int] = []
+
+
 def cpu_per_call(fn: Callable[[], Any], n: int) -> float:
     fn()  # warm: connections, caches, lazy imports
-    start = time.process_time()
+    start, conns = settle(), _GUARD["_connects"][0]
     for _ in range(n):
         fn()
-    return (time.process_time() - start) / n * 1e6  # microseconds of client CPU per call
+    used = settle() - start
+    ROW_CONNECTS.append(_GUARD["_connects"][0] - conns)
+    return used / n * 1e6  # microseconds of client CPU per call
 
 
 def run_async_cpu(make: Callable[[], Any], n: int) -> float:
@@ -83,9 +171,10 @@ def run_async_cpu(make: Callable[[], Any], n: int) -> float:
             async with sem:
                 await call()
 
-        start = time.process_time()
+        start, conns = await asettle(), _GUARD["_connects"][0]
         await asyncio.gather(*[one() for _ in range(n)])
-        used = time.process_time() - start
+        used = await asettle() - start
+        ROW_CONNECTS.append(_GUARD["_connects"][0] - conns)
         await close()
         return used / n * 1e6
 
@@ -117,17 +206,25 @@ def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
 
         oc = openai.OpenAI(base_url=url, api_key=KEY, max_retries=0)
 
-        def via_openai() -> None:
-            if stream:
-                for _ in oc.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=64, stream=True,
-                                                     stream_options={"include_usage": True}):
-                    pass
-            else:
-                oc.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=64)
-        rows["openai SDK"] = cpu_per_call(via_openai, n)
+        rows["openai SDK"] = cpu_per_call(sdk_call(oc.chat.completions.create, MODEL, stream), n)
         oc.close()
     except ImportError:
-        pass
+        note_skip("openai SDK", "openai")
+    try:
+        litellm = _litellm()
+        via_litellm = sdk_call(litellm.completion, f"openai/{MODEL}", stream, api_base=url, api_key=KEY)
+        rows["litellm.completion"] = cpu_per_call(via_litellm, n)
+    except ImportError:
+        note_skip("litellm.completion", "litellm")
+    try:
+        from portkey_ai import Portkey
+
+        pk = Portkey(**_portkey_options(url))
+        rows["portkey SDK"] = cpu_per_call(sdk_call(pk.chat.completions.create, MODEL, stream), n)
+        pk.openai_client.close()
+        pk.close()
+    except ImportError:
+        note_skip("portkey SDK", "portkey-ai")
     config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
@@ -141,6 +238,54 @@ def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
                 c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
         rows["llmroute Client"] = cpu_per_call(via_llmroute, n)
     return rows
+
+
+def _sdk_kwargs(model: str, stream: bool, extra: Dict[str, Any]) -> Dict[str, Any]:
+    kwargs = {"model": model, "messages": MESSAGES, "max_tokens": 64, **extra}
+    if stream:
+        kwargs.update(stream=True, stream_options={"include_usage": True})
+    return kwargs
+
+
+def sdk_call(create: Callable[..., Any], model: str, stream: bool, **extra: Any) -> Callable[[], None]:
+    """One OpenAI-shaped call (OpenAI SDK, Portkey, litellm.completion), a stream read to its end."""
+    kwargs = _sdk_kwargs(model, stream, extra)
+
+    def call() -> None:
+        if stream:
+            for _ in create(**kwargs):
+                pass
+        else:
+            create(**kwargs)
+    return call
+
+
+def async_sdk_call(create: Callable[..., Any], model: str, stream: bool, **extra: Any) -> Callable[[], Any]:
+    """As sdk_call, for the async clients and litellm.acompletion."""
+    kwargs = _sdk_kwargs(model, stream, extra)
+
+    async def call() -> None:
+        if stream:
+            async for _ in await create(**kwargs):
+                pass
+        else:
+            await create(**kwargs)
+    return call
+
+
+def _litellm() -> Any:
+    """LiteLLM as a user gets it, minus anything that could leave the machine (no callbacks are set)."""
+    import litellm
+
+    litellm.suppress_debug_info = True
+    litellm.success_callback, litellm.failure_callback, litellm.callbacks = [], [], []
+    return litellm
+
+
+def _portkey_options(url: str) -> Dict[str, Any]:
+    """Portkey's SDK aimed at the loopback server itself (no Portkey key, so no gateway): the provider
+    key goes in Authorization, as it would through a self-hosted gateway."""
+    return {"base_url": url, "api_key": None, "provider": "openai", "Authorization": f"Bearer {KEY}"}
 
 
 def _extra_config() -> Dict[str, Any]:
@@ -194,26 +339,42 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
             return call, session.close
         rows["aiohttp (raw)"] = run_async_cpu(make_aiohttp, n)
     except ImportError:
-        pass
+        note_skip("aiohttp (raw)", "aiohttp")
 
     try:
         import openai
 
         async def make_openai():
             oc = openai.AsyncOpenAI(base_url=url, api_key=KEY, max_retries=0)
-
-            async def call() -> None:
-                if stream:
-                    s = await oc.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=64, stream=True,
-                                                         stream_options={"include_usage": True})
-                    async for _ in s:
-                        pass
-                else:
-                    await oc.chat.completions.create(model=MODEL, messages=MESSAGES, max_tokens=64)
-            return call, oc.close
+            return async_sdk_call(oc.chat.completions.create, MODEL, stream), oc.close
         rows["openai SDK async"] = run_async_cpu(make_openai, n)
     except ImportError:
-        pass
+        note_skip("openai SDK async", "openai")
+
+    try:
+        litellm = _litellm()
+
+        async def make_litellm():
+            async def close() -> None:
+                pass  # LiteLLM keeps its cached clients for the process
+            return async_sdk_call(litellm.acompletion, f"openai/{MODEL}", stream, api_base=url, api_key=KEY), close
+        rows["litellm.acompletion"] = run_async_cpu(make_litellm, n)
+    except ImportError:
+        note_skip("litellm.acompletion", "litellm")
+
+    try:
+        from portkey_ai import AsyncPortkey
+
+        async def make_portkey():
+            pk = AsyncPortkey(**_portkey_options(url))
+
+            async def close() -> None:
+                await pk.openai_client.close()
+                await pk.close()
+            return async_sdk_call(pk.chat.completions.create, MODEL, stream), close
+        rows["portkey SDK async"] = run_async_cpu(make_portkey, n)
+    except ImportError:
+        note_skip("portkey SDK async", "portkey-ai")
 
     config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
@@ -242,11 +403,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "client_overhead.json"))
     parser.add_argument("--only", choices=["import", "cpu"], default=None)
     args = parser.parse_args(argv)
-    result: Dict[str, Any] = {"requests": args.requests, "concurrency": CONCURRENCY, "python": sys.version.split()[0]}
+    if not _GUARD:
+        exec(GUARD_SRC, _GUARD)
+    result: Dict[str, Any] = {"requests": args.requests, "concurrency": CONCURRENCY, "python": sys.version.split()[0],
+                              "loadavg_1_5_15": list(os.getloadavg())}
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
     if args.only in (None, "import"):
         imports = {}
-        for module in ("httpx", "aiohttp", "openai", "llmroute"):
+        for module in ("httpx", "aiohttp", "openai", "litellm", "portkey_ai", "llmroute"):
             got = cold_import(module, args.import_runs)
             if got:
                 imports[module] = got
@@ -259,22 +424,30 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     if args.only in (None, "cpu"):
         cpu: Dict[str, Any] = {}
+        connects: Dict[str, Dict[str, int]] = {}
         for stream, pieces in ((False, 16), (True, 20)):
             proc, url = start_server(pieces)
             try:
                 label = "stream (20 chunks)" if stream else "non-streamed"
-                rows = {**sync_rows(url, args.requests, stream), **async_rows(url, args.requests, stream)}
+                ROW_CONNECTS.clear()
+                sync, asynch = sync_rows(url, args.requests, stream), async_rows(url, args.requests, stream)
             finally:
                 proc.stdin.close()
                 proc.wait(10)
-            cpu[label] = rows
+            cpu[label] = {**sync, **asynch}
+            connects[label] = dict(zip(cpu[label], ROW_CONNECTS))
             print(f"\nClient CPU per call, {label}, {args.requests} calls per row (async: concurrency {CONCURRENCY})")
-            print(f"{'client':<34}{'CPU us/call':>12}{'vs raw httpx':>14}")
-            for name, us in rows.items():
-                is_async = any(w in name for w in ("async", "aiohttp", "AsyncClient"))
-                base = rows["httpx async (raw)"] if is_async else rows["httpx (raw)"]
-                print(f"{name:<34}{us:>12.0f}{us / base:>13.2f}x")
+            print(f"{'client':<38}{'CPU us/call':>12}{'vs raw httpx':>14}{'new conns':>11}")
+            for rows, base in ((sync, sync["httpx (raw)"]), (asynch, asynch["httpx async (raw)"])):
+                for name, us in rows.items():
+                    print(f"{name:<38}{us:>12.0f}{us / base:>13.2f}x{connects[label][name]:>11}")
         result["cpu_us_per_call"] = cpu
+        result["new_connections_per_row"] = connects
+
+    refused = _GUARD["_blocked"] + [m for m, got in result.get("import", {}).items() if got["refused_non_loopback"]]
+    result["network"] = {"loopback_connects": _GUARD["_connects"][0], "refused_non_loopback": refused}
+    print(f"\nnetwork: {_GUARD['_connects'][0]} connects, all to 127.0.0.1; refused non-loopback attempts: "
+          f"{len(refused)}{' ' + repr(refused) if refused else ''}")
 
     out = Path(args.json)
     out.parent.mkdir(parents=True, exist_ok=True)
