@@ -112,8 +112,11 @@ DEFAULT_POOLS = ("interactive", "batch")
 
 
 # Timeouts when neither the deployment nor its provider sets one: connect, first token, whole call.
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_TTFT_TIMEOUT_S = 60.0
+# A silent deployment is abandoned after the first-token limit and the call moves on to its backup:
+# 10 s (plus resilience.ttft_per_1k_tokens_s per 1,000 prompt tokens) is far beyond a healthy
+# platform's time to first token on an ordinary prompt (README: "Timeouts and defaults").
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_TTFT_TIMEOUT_S = 10.0
 DEFAULT_TIMEOUT_S = 300.0
 
 

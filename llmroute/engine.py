@@ -48,14 +48,14 @@ class Engine:
         sections = config.sections
         self.sections = sections
         self._base_policy = sections.resilience
-        self.breakers = BreakerRegistry(self.policy)
+        self.rng = random.Random()
+        self.breakers = BreakerRegistry(self.policy, rng=self.rng)
         self.breakers.register(d.id for d in config.all_deployments())
         self.retry_budgets = BudgetRegistry(self.policy)
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
         self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
-        self.rng = random.Random()
         self.prices = sections.prices
         if ledger is None:
             self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)

@@ -353,6 +353,7 @@ class FailoverPlan:
                 rng=self._rng,
                 budget_ok=self._budgets.retry(deployment_id).allowed(now),
                 breaker_open_until=breaker.open_until(now),
+                has_backup=self._has_backup(deployment_id, now),
             )
             if decision.retry and not flight.is_hedge and self._pending is None:
                 self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason)
@@ -400,6 +401,14 @@ class FailoverPlan:
         )
 
     # ------------------------------------------------------------------ internals
+
+    def _has_backup(self, deployment_id: str, now: float) -> bool:
+        """Is there an untried candidate, other than `deployment_id`, whose breaker admits calls now?"""
+        for candidate, _ in self._queue[self._pos:]:
+            dep = candidate.deployment_id
+            if dep != deployment_id and dep not in self._in_flight and self._breakers.breaker(dep).peek(now):
+                return True
+        return False
 
     def _policy(self, deployment_id: str) -> ResiliencePolicy:
         return self._policies(deployment_id)

@@ -160,7 +160,7 @@ def test_retry_waits_for_the_current_errors_retry_after(servers, mode):
     # First 429 says 1s, the second says 0.05s: the second wait must follow the second error.
     a = servers["a"]
     a.push(status(429, retry_after=1), status(429, retry_after=0.05))
-    config = tier_config({"a": a, "b": servers["b"]}, resilience={"max_retries": 2})
+    config = tier_config({"a": a, "b": servers["b"]}, resilience={"max_retries": 2, "max_retries_with_backup": 2})
     with Caller(mode, config) as call:
         result = call()
     assert sent(result.route) == [(A, "error"), (A, "error"), (A, "ok")]
