@@ -221,7 +221,18 @@ class Engine:
             limits=self.limits,
             pool=run.prepared.pool if target.pool is None else target.pool,
             request_tokens=request_tokens,
+            can_continue=self.can_continue,
         )
+
+    def continue_style(self, dep: Deployment) -> Optional[str]:
+        """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot."""
+        from .providers.prefill import continue_style
+
+        return continue_style(dep.provider.kind, dep.provider.protocol, self.policy(dep.id).continue_prefill)
+
+    def can_continue(self, deployment_id: str) -> bool:
+        dep = self._deployments.get(deployment_id)
+        return dep is not None and self.continue_style(dep) is not None
 
     def deployment(self, deployment_id: str) -> Deployment:
         return self._deployments[deployment_id]

@@ -22,7 +22,7 @@ import httpx
 from . import errors as E
 from .providers.base import HttpRequest
 
-__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
 
 
 @dataclass(frozen=True)
@@ -35,14 +35,24 @@ class Timeouts:
     total_s: float
     read_s: float
     read_kind: str  # "ttft" or "total": which limit a read timeout means
+    stall_s: Optional[float] = None  # streams: no content for this long after content started
 
     def httpx(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
 
 
+# `ProviderError.code` of a ConnectionError raised when the server closed a pooled keep-alive
+# connection before answering: the request may not have been read; the plan resends it at once, as a
+# visible attempt within max_retries, and the breaker does not count it.
+DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
+
+
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
     """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    if _stale_connection(exc):
+        return E.ConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
+                                 code=DROPPED_BEFORE_REPLY, **kw)
     cause = exc.__cause__
     if cause is not None and type(cause).__module__.startswith("aiohttp"):
         # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout: read the cause.
@@ -92,6 +102,10 @@ def _reason(exc: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in text:
         text = f"{text} ({cause})"
     return text[:300]
+
+
+def _body(request: HttpRequest) -> Dict[str, Any]:
+    return {"content": request.content} if request.content is not None else {"json": request.json}
 
 
 def _limits(max_connections: int) -> httpx.Limits:
@@ -158,7 +172,7 @@ def _aiohttp_session(transport: Any, max_connections: int) -> Any:
 
 
 def _stale_connection(exc: BaseException) -> bool:
-    """The server closed a pooled keep-alive connection before answering: safe to send again once.
+    """The server closed a pooled keep-alive connection before answering.
 
     llama.cpp's HTTP server, for one, closes a keep-alive connection after a few requests; the next
     request on it fails before any byte of a response. httpx says "Server disconnected without
@@ -205,15 +219,10 @@ class SyncTransport:
         client = self._client(provider, max_connections)
         extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
             extensions=extensions,
         )
-        try:
-            return client.send(req, stream=True)
-        except httpx.HTTPError as exc:
-            if not _stale_connection(exc):
-                raise
-            return client.send(req, stream=True)  # on a fresh connection; a second failure is real
+        return client.send(req, stream=True)
 
     def close(self) -> None:
         with self._lock:
@@ -270,16 +279,12 @@ class AsyncTransport:
         client = self._client(provider, max_connections)
         extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
             extensions=extensions,
         )
         # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
         token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
         try:
-            return await client.send(req, stream=True)
-        except httpx.HTTPError as exc:
-            if not _stale_connection(exc):
-                raise
             return await client.send(req, stream=True)
         finally:
             if token is not None:

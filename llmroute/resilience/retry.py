@@ -31,7 +31,7 @@ from .. import errors as E
 from .outcome import is_retryable_here, retry_after_of
 from .policy import ResiliencePolicy
 
-__all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "retry_after_of"]
+__all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "dropped_before_reply", "retry_after_of"]
 
 
 @dataclass(frozen=True)
@@ -84,6 +84,10 @@ def decide_retry(
         return RetryDecision(False, reason="not retryable")
     if retries_done >= policy.max_retries:
         return RetryDecision(False, reason=f"max_retries ({policy.max_retries}) reached")
+    if dropped_before_reply(error):
+        # A second drop in one call (the plan resends the first at once, uncounted): says nothing of
+        # the platform's health either, so no backoff.
+        return RetryDecision(True, 0.0, reason="connection dropped before a reply: resent")
     if has_backup:
         if isinstance(error, E.TimeoutError):
             return RetryDecision(False, reason=f"{error.timeout} timeout: a silent deployment stays silent, "
@@ -113,6 +117,11 @@ def decide_retry(
     if now + wait >= deadline_at:
         return RetryDecision(False, wait_s=wait, reason=f"a {wait:.2f}s wait does not fit the deadline")
     return RetryDecision(True, wait_s=wait, reason=source)
+
+
+def dropped_before_reply(error: BaseException) -> bool:
+    """The server closed a pooled keep-alive connection before answering (transport.DROPPED_BEFORE_REPLY)."""
+    return isinstance(error, E.ConnectionError) and error.code == "connection_dropped_before_reply"
 
 
 class RatioBudget:
