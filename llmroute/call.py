@@ -247,7 +247,7 @@ class CallRun:
         total = self.prepared.timeout_s if self.prepared.timeout_s is not None else deployment.timeout_s
         total = max(0.001, min(total, step.timeout_s, self.deadline - now))
         # Prefill of a long prompt legitimately takes longer to the first token.
-        ttft_s = deployment.ttft_timeout_s + policy.ttft_per_1k_tokens_s * self.input_tokens() / 1000.0
+        ttft_s = deployment.ttft_timeout_s + policy.ttft_per_1k_tokens_s * self.rough_input_tokens() / 1000.0
         stall_s = policy.stall_timeout_s
         # The HTTP read timeout cannot change mid-body, so it is the first-token limit for the whole
         # stream: a silent deployment is abandoned then. The stall limit is checked whenever bytes
@@ -302,12 +302,11 @@ class CallRun:
             rec.http_status = error.status
             rec.request_id = error.request_id
         partial_text = ""
-        if partial is not None:
-            rec.ttft_s = partial.ttft_s
-            usage, estimated = partial.usage_so_far()
-            rec.usage, rec.usage_estimated = usage, estimated
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
             # A stream that delivered tokens was billed for them, even if it broke afterwards.
-            rec.billed = partial.content_started or partial.decoder.usage is not None
+            rec.ttft_s = partial.ttft_s
+            rec.usage, rec.usage_estimated = partial.usage_so_far()
+            rec.billed = True
             partial_text = self.answer.all_text()
         if not rec.billed and may_have_been_billed(error):
             # The request reached the platform, which may have done (and billed) the work: priced
@@ -424,6 +423,17 @@ class CallRun:
         if not self._ended:
             self._ended = True
             self.engine.on_call_end(self, completion, error, now)
+
+    def rough_input_tokens(self) -> int:
+        """The prompt's size in tokens, counted if something already counted it, else estimated
+        from its length (3 characters a token; no tokenizer on the hot path)."""
+        if self.prepared.input_tokens is not None:
+            return self.prepared.input_tokens
+        chars = 0
+        for message in self.prepared.messages:
+            content = message.get("content")
+            chars += len(content) if isinstance(content, str) else len(str(content or ""))
+        return chars // 3
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:

@@ -365,3 +365,50 @@ def test_a_cancelled_half_open_probe_gives_its_permit_back(servers):
 
     resp = asyncio.run(body())
     assert resp.route.deployment == A  # the next call probes a again and it answers
+
+
+# ---------------------------------------------------------------------------------------------
+# the real llama.cpp server continues a cut answer (a trailing assistant message is a prefill)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async-stream"])
+def test_the_real_llama_cpp_server_continues_a_cut_answer(servers, llama_server, mode):
+    from llmroute.local import MODEL_ALIAS
+
+    local = f"local:{MODEL_ALIAS}"
+    servers["a"].push(reset_during(2, ["The capital", " of France"], gap_s=0.02))
+    config = tier_config({"a": servers["a"]}, deployments=[A, local])
+    config["providers"]["local"] = {"kind": "llamacpp", "base_url": llama_server.base_url}
+    config["pricing"]["local:*"] = {"input_per_million": 0, "output_per_million": 0}
+    with Caller(mode, config) as call:
+        result = call(max_tokens=8, temperature=0)
+    assert sent(result.route) == [(A, "interrupted"), (local, "ok")]
+    assert result.route.recovery == "resumed" and result.route.resumed_at == [len("The capital of France")]
+    assert result.text.startswith("The capital of France") and len(result.text) > len("The capital of France")
+    assert result.completion.usage.completion_tokens == sum(a.usage.completion_tokens for a in result.route.attempts)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_flapping_primary_gets_traffic_back_within_open_max_s(servers, mode):
+    """The primary is down for 1.5 s, then healthy: calls every 50 ms go to the backup meanwhile and
+    return to the primary within open_max_s of its recovery (growth capped, probes not locked out)."""
+    config = tier_config({"a": servers["a"], "b": servers["b"]},
+                         resilience={"consecutive_failures": 2, "open_s": 0.1, "open_growth": 2.0,
+                                     "open_max_s": 0.4})
+    servers["a"].script.default = status(503)
+    served: list[tuple[float, str]] = []
+    with Caller(mode, config) as call:
+        started = time.monotonic()
+        recovered_at = None
+        while time.monotonic() - started < 4.0 and len(served) < 200:
+            if recovered_at is None and time.monotonic() - started > 1.5:
+                servers["a"].script.default = None
+                recovered_at = time.monotonic()
+            served.append((time.monotonic(), call().deployment))
+            time.sleep(0.05)
+    assert recovered_at is not None
+    during = [d for t, d in served if started + 0.5 < t < recovered_at]
+    assert during and all(d == B for d in during)  # rescued by the backup while a was down
+    back = next(t for t, d in served if t > recovered_at and d == A)
+    assert back - recovered_at <= 0.4 + 0.5  # open_max_s, plus a call's worth of slack
+    assert all(d == A for t, d in served if t > back + 0.5)  # and it stays back
