@@ -649,9 +649,10 @@ _TIMEOUTS = ("connect_timeout_s", "ttft_timeout_s", "timeout_s")
 
 
 def _check_timeouts(dep: Deployment, deadline_s: float, source: str) -> None:
-    """connect <= timeout, first token <= timeout, and no explicit timeout past the call's deadline."""
+    """Set timeouts in an order where each can fire: connect and first token within the whole
+    attempt's timeout, none past the call's deadline. Defaults are not held against a set value."""
     for name in ("connect_timeout_s", "ttft_timeout_s"):
-        if getattr(dep, name) > dep.timeout_s:
+        if name in dep.explicit_timeouts and getattr(dep, name) > dep.timeout_s:
             raise ConfigError(f"{name} ({getattr(dep, name):g}) is above timeout_s ({dep.timeout_s:g}) for "
                               f"{dep.id}; it could never fire", path=source, key=dep.key_path or None)
     for name in _TIMEOUTS:
