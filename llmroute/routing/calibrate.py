@@ -264,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
         return 2
     try:
+        from ..cli_paths import check_input, check_output
+
+        check_input(args.prompts, "--prompts")  # paths first: --write must not fail after the work
+        if args.write:
+            check_input(args.config, "--config")
+            check_output(args.config, "--config")
         scores = load_scores(args.prompts)
         # Floor to 6 decimals: printing must not push the prompt at the cut out of the large share.
         threshold = math.floor(threshold_for_share(scores, args.large_share) * 1e6) / 1e6
@@ -275,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# wrote threshold to [routing] in {args.config}", file=sys.stderr)
     except ConfigError as exc:
         print(f"llmroute calibrate: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

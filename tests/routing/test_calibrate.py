@@ -117,7 +117,7 @@ def test_cli_reads_the_ledger(tmp_path, capsys):
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys):
     path = _jsonl(tmp_path, ["{broken"])
-    assert main(["--prompts", str(path), "--large-share", "0.3"]) == 1
+    assert main(["--prompts", str(path), "--large-share", "0.3"]) == 2
     assert "line 1" in capsys.readouterr().err
     assert main(["--prompts", str(path), "--large-share", "3"]) == 2
 
