@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
-import subprocess
 
 import pytest
 
 from llmroute.cli import main
+from tests.read_only import read_only
 
 MODEL = "Qwen/Qwen2.5-7B-Instruct"
 
@@ -18,7 +17,7 @@ MODEL = "Qwen/Qwen2.5-7B-Instruct"
 @pytest.fixture
 def place(tmp_path, make_server, monkeypatch):
     """A working folder with a config for a loopback vLLM server, a JSONL ledger, a folder, a text file,
-    a SQLite file without a ledger, and `ro/`: read-only (a bind mount as root, else chmod)."""
+    a SQLite file without a ledger, and a read-only `ro/`."""
     server = make_server("vllm")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "cfg.toml").write_text(
@@ -32,16 +31,9 @@ def place(tmp_path, make_server, monkeypatch):
     ro = tmp_path / "ro"
     ro.mkdir()
     (ro / "existing.html").write_text("x")
-    mounted = os.geteuid() == 0 and subprocess.run(["mount", "--bind", "-o", "ro", str(ro), str(ro)],
-                                                   capture_output=True).returncode == 0
-    if not mounted:
-        if os.geteuid() == 0:
-            pytest.skip("root without mount rights: cannot make a read-only place")
-        ro.chmod(0o555)
-        (ro / "existing.html").chmod(0o444)
-    yield server
-    if mounted:
-        subprocess.run(["umount", str(ro)], check=False)
+    (ro / "existing.html").chmod(0o444)
+    with read_only(ro):
+        yield server
 
 
 BENCH = ["bench", "--config", "cfg.toml", "--target", f"v:{MODEL}", "--requests", "2", "--quiet",

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
 import textwrap
 
 import pytest
 
 from llmroute.config import load_config
 from llmroute.errors import ConfigError
+from tests.read_only import read_only
 
 PRICING = '[pricing]\nstrict = false\n'  # the deployments here are unpriced on purpose
 PROVIDER = PRICING + '[providers.x]\nkind = "vllm"\nbase_url = "http://127.0.0.1:9/v1"\n'
@@ -148,20 +147,6 @@ def test_unusable_ledger_paths(tmp_path, ledger, words):
 
 
 def test_a_ledger_on_a_read_only_place_is_refused_at_load(tmp_path):
-    # A read-only bind mount when we may mount (root in a container with CAP_SYS_ADMIN), else a
-    # read-only directory for a non-root user. One of the two always runs.
-    ro = tmp_path / "ro"
-    ro.mkdir()
-    mounted = os.geteuid() == 0 and subprocess.run(["mount", "--bind", "-o", "ro", str(ro), str(ro)],
-                                                   capture_output=True).returncode == 0
-    if not mounted:
-        if os.geteuid() == 0:
-            pytest.skip("root without mount rights: a read-only directory does not stop root")
-        ro.chmod(0o555)
-    try:
+    with read_only(tmp_path / "ro") as ro:
         error = refused(write(tmp_path, PROVIDER + TIER + f'[ledger]\npath = "{ro}/l.db"\n'))
         assert error.key == "ledger.path" and "not writable" in str(error)
-    finally:
-        if mounted:
-            subprocess.run(["umount", str(ro)], check=False)
-        ro.chmod(0o755)
