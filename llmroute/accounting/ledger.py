@@ -292,11 +292,14 @@ class _BatchingSink:
         self.records_lost = 0
         self.last_error: Optional[str] = None
         self._failing = False  # a failure streak is on: logged once when it starts, once when it ends
+        self._overflow_logged = False
+        self._lost_reported = 0
+        self._in_flight = 0  # records taken from the spool by a write that has not finished
 
     # --- interface -------------------------------------------------------------------------
     def health(self) -> LedgerHealth:
         with self._lock:
-            waiting = len(self._buffer)
+            waiting = len(self._buffer) + self._in_flight
         return LedgerHealth(sink=repr(self), written=self.records_written, waiting=waiting, lost=self.records_lost,
                             write_errors=self.write_errors, last_error=self.last_error)
 
@@ -314,9 +317,10 @@ class _BatchingSink:
                 closed = False
                 if self._thread is None:
                     self._start()
-        if dropped:
-            log.error("ledger %r: storage failing; the spool is full (%d records), %d oldest unwritten "
-                      "record(s) lost (%d lost in all)", self, self.max_spool, dropped, self.records_lost)
+        if dropped and not self._overflow_logged:  # once per flush interval; flush() reports the totals
+            self._overflow_logged = True
+            log.error("ledger %r: storage failing and the spool is full (%d records): the oldest unwritten "
+                      "records are being lost (%d so far)", self, self.max_spool, self.records_lost)
         if closed:
             # Written after close (e.g. a late thread during shutdown): write it now.
             self.flush()
@@ -326,6 +330,7 @@ class _BatchingSink:
         with self._io_lock:
             with self._lock:
                 batch, self._buffer = self._buffer, []
+                self._in_flight = len(batch)  # still waiting, as far as health() is concerned
             if not batch:
                 return True
             try:
@@ -336,18 +341,23 @@ class _BatchingSink:
                 self.write_errors += 1
                 self.last_error = scrub(f"{type(exc).__name__}: {exc}")
                 with self._lock:
+                    self._in_flight = 0
                     self._buffer[:0] = batch
                     overflow = max(0, len(self._buffer) - self.max_spool)
                     del self._buffer[:overflow]
                     self.records_lost += overflow
                     waiting = len(self._buffer)
-                if not self._failing or overflow:
+                if not self._failing or self.records_lost > self._lost_reported:
                     log.error("ledger %r: writing %d record(s) failed (%s); %d waiting in the spool, %d lost; "
                               "retrying every %gs", self, len(batch), self.last_error, waiting, self.records_lost,
                               self.flush_interval_s)
+                    self._lost_reported = self.records_lost
                 self._failing = True
+                self._overflow_logged = False
                 return False
-            self.records_written += len(batch)
+            with self._lock:
+                self.records_written += len(batch)
+                self._in_flight = 0
             self.last_error = None
             if self._failing:
                 self._failing = False
@@ -436,7 +446,8 @@ class SQLiteSink(_BatchingSink):
             conn.executemany(_INSERT_SQL, rows)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a full disk makes SQLite roll back by itself
+                conn.execute("ROLLBACK")
             raise
 
     def _close_io(self) -> None:
