@@ -134,21 +134,10 @@ def secrets_cases(tmp: Path) -> None:
 
             attempt(G, name, refused)
         path = tmp / "health.toml"
-        path.write_text(textwrap.dedent(f"""
-            [providers.p]
-            kind = "together"
-            base_url = "{server.base_url}"
-            api_key = "{KEY}"
-            headers = {{ "x-api-key" = "{HEADER_KEY}" }}
-            [tiers.t]
-            deployments = ["p:{MODEL}"]
-            [resilience]
-            max_retries = 0
-            [pricing]
-            strict = false
-            [ledger]
-            sink = "memory"
-        """), encoding="utf-8")
+        provider_table = (f'kind = "together"\nbase_url = "{server.base_url}"\napi_key = "{KEY}"\n'
+                          f'headers = {{ "x-api-key" = "{HEADER_KEY}" }}\n')
+        path.write_text(f"[providers.p]\n{provider_table}[tiers.t]\ndeployments = [\"p:{MODEL}\"]\n"
+                        + "[resilience]\nmax_retries = 0\n" + PRICING + '[ledger]\nsink = "memory"\n', encoding="utf-8")
         for name, extra in (("llmroute health (table)", []), ("llmroute health --json", ["--json"])):
             server.push(Reply(status=401, body={"error": {"message": message, "code": "invalid_api_key"}}))
             out = subprocess.run([sys.executable, "-m", "llmroute", "health", "--config", str(path), *extra],
