@@ -226,8 +226,12 @@ def test_log_filter_scrubs_http_client_loggers(caplog):
     caplog.set_level(logging.DEBUG)
     for name in ("httpx", "httpcore.http11", "aiohttp.client", "llmroute.ledger"):
         logging.getLogger(name).info("HTTP Request: POST http://127.0.0.1/v1?key=%s %s", quote(KEY), KEY)
+    try:
+        raise RuntimeError(f"upstream said {KEY}")
+    except RuntimeError:
+        logging.getLogger("llmroute.ledger").exception("failed with %s", quote_plus(KEY))
     assert caplog.records and not leaks(caplog.text)
-    assert caplog.text.count("HTTP Request") == 4
+    assert caplog.text.count("HTTP Request") == 4 and "upstream said ***" in caplog.text
 
 
 def test_span_status_and_attributes_never_show_the_key(make_server):
