@@ -123,7 +123,10 @@ class _MaskedSecret(SecretStr):
     __slots__ = ()
 
     def get(self) -> str:
-        raise ValueError("this key was masked when it was pickled; load the config again in this process")
+        from .errors import ConfigError  # errors imports this module
+
+        raise ConfigError("this key was masked when it was pickled; load the config again in this process",
+                          key="api_key")
 
 
 def _masked_secret() -> SecretStr:

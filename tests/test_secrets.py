@@ -71,7 +71,7 @@ def test_secret_str_masks_every_rendering():
         assert not leaks(shown), shown
     revived = pickle.loads(pickle.dumps(s))
     assert not leaks(pickle.dumps(s)) and not leaks(repr(revived))
-    with pytest.raises(ValueError, match="masked when it was pickled"):
+    with pytest.raises(L.ConfigError, match="masked when it was pickled"):
         revived.get()
 
 
