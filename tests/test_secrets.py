@@ -200,6 +200,8 @@ def test_llmroute_health_table_and_json_never_show_the_key(server, tmp_path, mon
         assert rc == 1
         assert "AuthenticationError" in out.out + out.err
         assert not leaks(out.out) and not leaks(out.err), extra
+        if not extra:
+            assert "ledger: MemorySink(): 1 written, 0 waiting, 0 lost" in out.out
     data = json.loads(out.out)
     assert data["ledger"]["lost"] == 0 and "p:gpt-4o-mini" in data
 
