@@ -33,6 +33,7 @@ from .errors import (
     StreamInterruptedError,
     TimeoutError,
 )
+from .secrets import SecretStr
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
@@ -55,6 +56,7 @@ __all__ = [
     "AsyncStream",
     "Config",
     "load_config",
+    "SecretStr",
     "ChatCompletion",
     "ChatCompletionChunk",
     "Usage",

@@ -252,7 +252,9 @@ class Client:
                 content = response.read()
             finally:
                 response.close()
-            raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
+            raise error
         return response
 
     def _open(self, op: _Opened) -> _Opened:
@@ -537,7 +539,9 @@ class AsyncClient:
                 content = await response.aread()
             finally:
                 await response.aclose()
-            raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
+            raise error
         return response
 
     async def _open(self, op: _Opened) -> _Opened:

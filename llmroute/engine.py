@@ -38,12 +38,15 @@ class CallExtras:
 class Engine:
     def __init__(self, config: Config, *, ledger: Any = None) -> None:
         from .accounting.budgets import BudgetBook
-        from .accounting.ledger import SQLiteSink, open_sink
+        from .accounting.ledger import JSONLSink, SQLiteSink, open_sink
         from .resilience.health import BreakerRegistry
         from .resilience.limits import DeploymentLimits
         from .resilience.retry import BudgetRegistry
         from .telemetry import Telemetry
 
+        from .secrets import install_log_scrubbing
+
+        install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
         self.config = config
         sections = config.sections
         self.sections = sections
@@ -71,7 +74,7 @@ class Engine:
         self.budget_book = None
         if sections.budgets:
             self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())
-            if isinstance(self.ledger, SQLiteSink) and self.ledger.path.exists():
+            if isinstance(self.ledger, (SQLiteSink, JSONLSink)) and self.ledger.path.exists():
                 self.budget_book.seed_from_ledger(self.ledger.path, time.time())
         self.telemetry = Telemetry(sections.telemetry)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
@@ -371,7 +374,10 @@ class Engine:
         )
 
     def health(self, now: float) -> Dict[str, Any]:
-        return self.breakers.health(now)
+        from .health import HealthReport
+
+        sink_health = getattr(self.ledger, "health", None)
+        return HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
 
     def close(self) -> None:
         if self.ledger is not None:

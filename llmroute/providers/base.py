@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from .. import errors as E
+from ..secrets import reveal_headers
 from ..sse import SSEDecoder, SSEEvent
 from ..tokens import normalize_usage
 from ..types import ChatCompletion, ChatCompletionChunk, Usage
@@ -103,7 +104,7 @@ class OpenAICompatAdapter:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
         if self.provider.api_key:
             headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
-        headers.update(self.provider.headers)
+        headers.update(reveal_headers(self.provider.headers))  # the one place a header key is unmasked
         return headers
 
     def url(self, stream: bool) -> str:
