@@ -56,6 +56,7 @@ class PreparedCall:
     request_id: str
     target: Optional[Target] = None
     input_tokens: Optional[int] = None
+    cache: Any = None  # the call's `CacheCall` (llmroute/cache/calls.py), when the cache is in play
 
     @property
     def messages(self) -> List[Dict[str, Any]]:
@@ -178,6 +179,8 @@ class CallRun:
         self.plan = engine.plan_for(self, now)
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
+        if prepared.cache is not None:
+            prepared.cache.started(self)
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
@@ -333,6 +336,8 @@ class CallRun:
         if not self._ended:
             self._ended = True
             self.engine.on_call_end(self, completion, error, now)
+            if completion is not None and self.prepared.cache is not None:
+                self.prepared.cache.completed(self, completion)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
@@ -364,7 +369,7 @@ class StreamState:
         self.run = run
         self.ctx = ctx
         self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
-        self.assembler = StreamAssembler()
+        self.assembler = StreamAssembler() if run.prepared.cache is None else run.prepared.cache.assembler()
         self.held: List[ChatCompletionChunk] = []
         self.content_started = False
         self.ttft_s: Optional[float] = None

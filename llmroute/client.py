@@ -16,6 +16,9 @@ from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, 
 import httpx
 
 from . import errors as E
+from .cache import open_cache
+from .cache.calls import alookup, lookup
+from .cache.policy import pop_cache_args
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from .config import Config, load_config
 from .engine import Engine
@@ -189,7 +192,8 @@ class _Completions:
 
     def create(self, **kwargs: Any) -> Union[ChatCompletion, Stream]:
         """An OpenAI Chat Completions call. Takes any OpenAI parameter, plus `feature`, `metadata`,
-        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`."""
+        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`, and `cache`
+        (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
         return self._client._create(kwargs)
 
 
@@ -207,6 +211,7 @@ class Client:
         self.config = _as_config(config)
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
+        self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
@@ -326,7 +331,11 @@ class Client:
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         op = self._attempts(run)
         if prepared.stream:
@@ -343,6 +352,7 @@ class Client:
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
         self._engine.close()
+        self.cache.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -468,6 +478,7 @@ class AsyncClient:
         self.config = _as_config(config)
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
+        self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
 
     @classmethod
@@ -579,7 +590,11 @@ class AsyncClient:
         return None
 
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         op = await self._attempts(run)
         if prepared.stream:
@@ -594,6 +609,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._transport.aclose()
         self._engine.close()
+        self.cache.close()
 
     close = aclose
 

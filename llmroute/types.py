@@ -154,6 +154,8 @@ class Route(BaseModel):
     attempts: List[Attempt] = Field(default_factory=list)
     usage_estimated: bool = False
     request_id: Optional[str] = None
+    cache: Optional[str] = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
+    cache_similarity: Optional[float] = None  # a semantic lookup's best cosine similarity
 
 
 class ChatCompletion(_OpenAIModel):

@@ -1,0 +1,33 @@
+"""The response cache: exact and semantic, on an in-process, SQLite or Redis backend (docs/cache.md).
+
+Nothing here opens a file or a socket at import or construction: the backend opens on first use.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
+from .calls import CacheCall, CachedStream, alookup, lookup
+from .policy import CacheConfig, CacheSettings, CallCache, SemanticConfig, TierCacheConfig, pop_cache_args
+from .semantic import Embedder
+from .service import ResponseCache, open_backend
+
+__all__ = [
+    "ResponseCache", "CacheConfig", "CacheSettings", "SemanticConfig", "TierCacheConfig", "CallCache",
+    "Backend", "MemoryBackend", "SQLiteBackend", "RedisBackend", "Embedder", "CachedStream", "CacheCall",
+    "open_cache", "open_backend", "pop_cache_args", "lookup", "alookup",
+]
+
+
+def open_cache(config: Any, *, backend: Optional[Backend] = None, clock: Any = None) -> ResponseCache:
+    """The `ResponseCache` a `Config` asks for (`[cache]`, the tiers' `cache`, `[cache.semantic]`)."""
+    import time
+
+    settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
+    semantic = settings.config.semantic
+    embedder = None
+    if semantic.enabled and semantic.base_url:
+        embedder = Embedder(semantic.base_url, semantic.model, api_key=semantic.api_key, timeout_s=semantic.timeout_s)
+    return ResponseCache(settings, base_dir=config.base_dir, clock=clock or time.time, backend=backend,
+                         embedder=embedder)
