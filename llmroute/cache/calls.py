@@ -58,7 +58,7 @@ class CacheCall:
             return
         self.embedding = embedding
         threshold = self.cache.config.semantic.threshold
-        entry, sim = self.cache.similar(self.namespace, self.parts.group, embedding, threshold)
+        entry, sim = self.cache.similar(self.namespace, self.parts.group, embedding, threshold, self.parts.query)
         self.similarity = sim
         if entry is not None:
             self.entry, self.outcome = entry, "semantic-hit"

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 from dataclasses import dataclass
 from typing import Any, Iterable, List, Mapping, Optional, Sequence
 
-__all__ = ["KeyParts", "key_parts", "namespace_for", "target_id", "NOT_IN_KEY", "UnkeyableError"]
+__all__ = ["KeyParts", "key_parts", "namespace_for", "target_id", "NOT_IN_KEY", "UnkeyableError", "numbers_of"]
 
 NOT_IN_KEY = frozenset({"stream", "stream_options"})
 
@@ -91,6 +92,14 @@ def key_parts(target: list, messages: List[Mapping[str, Any]], params: Mapping[s
     group = _digest({"target": target, "messages": rest, "params": sent, "extra_body": extra_body,
                      "semantic": True})
     return KeyParts(exact, group, query)
+
+
+_NUMBER_OR_CODE = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9._-]*")
+
+
+def numbers_of(text: str) -> frozenset:
+    """The numbers and product codes in a question ("X200", "100", "v2.1"), case-folded."""
+    return frozenset(m.group(0).rstrip("._-").lower() for m in _NUMBER_OR_CODE.finditer(text))
 
 
 def namespace_for(feature: Optional[str], metadata: Mapping[str, str], keys: Sequence[str]) -> str:

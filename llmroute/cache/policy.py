@@ -36,6 +36,9 @@ class SemanticConfig(_Section):
     threshold: float = Field(default=0.92, gt=0, le=1)
     timeout_s: float = Field(default=2.0, gt=0)
     max_candidates: int = Field(default=2000, ge=1)  # entries compared per lookup, newest first
+    # A hit also needs the same numbers and codes ("X200", "100", "v2.1") in both questions: sentence
+    # embeddings put "X200" and "X300", or 100 and 1000, close together (docs/cache.md).
+    match_numbers: bool = True
 
 
 class CacheConfig(_Section):

@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
 from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
 from .entry import Entry, decode, encode
-from .key import namespace_for
+from .key import namespace_for, numbers_of
 from .policy import CacheConfig, CacheSettings
 
 __all__ = ["ResponseCache", "open_backend"]
@@ -126,10 +126,12 @@ class ResponseCache:
         data = self._safe("a lookup", lambda: self.backend.get(namespace, key, now), None)
         return None if data is None else self._decode(data, now)
 
-    def similar(self, namespace: str, group: str, embedding: List[float],
-                threshold: float) -> Tuple[Optional[Entry], Optional[float]]:
+    def similar(self, namespace: str, group: str, embedding: List[float], threshold: float,
+                query: Optional[str] = None) -> Tuple[Optional[Entry], Optional[float]]:
         """The most similar live entry of a group, if its cosine similarity reaches `threshold`;
-        also the best similarity seen (None when the group is empty)."""
+        also the best similarity seen (None when the group is empty). With `query` (and
+        `match_numbers` on), only entries whose question has the same numbers and codes compete."""
+        numbers = numbers_of(query) if query is not None and self.config.semantic.match_numbers else None
         now = self.clock()
         limit = self.config.semantic.max_candidates
         blobs = self._safe("a semantic lookup", lambda: self.backend.group(namespace, group, now, limit), [])
@@ -138,6 +140,8 @@ class ResponseCache:
         for data in blobs:
             entry = self._decode(data, now)
             if entry is None or not entry.embedding:
+                continue
+            if numbers is not None and numbers_of(entry.query) != numbers:
                 continue
             sim = _cosine(embedding, entry.embedding)
             if best_sim is None or sim > best_sim:

@@ -59,3 +59,12 @@ def cache_config(server: Any, *, cache: dict[str, Any] | None = None, tiers: dic
         "cache": {"enabled": True, **(cache or {})},
         **sections,
     }
+
+
+@pytest.fixture(scope="session")
+def embedding_server():
+    """A loopback /v1/embeddings server around the real USE-multilingual model (shipped in a package)."""
+    from tests.servers.embeddings import EmbeddingServer
+
+    with EmbeddingServer() as server:
+        yield server
