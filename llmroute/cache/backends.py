@@ -1,7 +1,8 @@
 """Where cache entries live: in process, in a SQLite file, or in Redis.
 
-Every backend stores opaque bytes under (namespace, key), with an absolute expiry time, and keeps
-the keys of a semantic group (the request minus its last user message) findable. Times are passed
+Every backend stores opaque bytes under (namespace, key), with an absolute expiry time, and, for
+the semantic cache, an index record (question + embedding, see vectors.py) per key of a semantic
+group (the request minus its last user message), listed by `group()`. Times are passed
 in (wall-clock seconds), so expiry is tested with a fake clock. A backend may raise anything: the
 `ResponseCache` that owns it turns every failure into a miss, a warning and a counter.
 
@@ -20,7 +21,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Set, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
 if TYPE_CHECKING:
     import sqlite3
@@ -33,8 +34,8 @@ class Backend(Protocol):
 
     def get(self, namespace: str, key: str, now: float) -> Optional[bytes]: ...
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None) -> None: ...
-    def group(self, namespace: str, group: str, now: float, limit: int) -> List[bytes]: ...
+            group: Optional[str] = None, record: Optional[bytes] = None) -> None: ...
+    def group(self, namespace: str, group: str, now: float, limit: int) -> List[Tuple[str, bytes]]: ...
     def clear(self, namespace: Optional[str] = None) -> int: ...
     def stats(self, now: float) -> Dict[str, Any]: ...
     def close(self) -> None: ...
@@ -50,7 +51,7 @@ class MemoryBackend:
         self._lock = threading.Lock()
         # value: (bytes, expires_at); the cache's size is the sum of the values' byte lengths
         self._lru: Any = LRUCache(maxsize=max_bytes, getsizeof=lambda v: len(v[0]) or 1)
-        self._groups: Dict[Tuple[str, str], Set[str]] = {}
+        self._groups: Dict[Tuple[str, str], Dict[str, bytes]] = {}  # key -> index record
 
     def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
         with self._lock:
@@ -63,28 +64,33 @@ class MemoryBackend:
             return item[0]
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None) -> None:
+            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
         with self._lock:
             if len(value) > self._lru.maxsize:
                 return
             self._lru[(namespace, key)] = (value, expires_at)
             while len(self._lru) > self.max_entries:
                 self._lru.popitem()
-            if group is not None:
-                self._groups.setdefault((namespace, group), set()).add(key)
+            if group is not None and record is not None:
+                self._groups.setdefault((namespace, group), {})[key] = record
 
-    def group(self, namespace: str, group: str, now: float, limit: int) -> List[bytes]:
+    def group(self, namespace: str, group: str, now: float, limit: int) -> List[Tuple[str, bytes]]:
+        from cachetools import Cache
+
         with self._lock:
-            keys = self._groups.get((namespace, group))
-            if not keys:
+            records = self._groups.get((namespace, group))
+            if not records:
                 return []
             out = []
-            for key in list(keys):
-                item = self._lru.peek((namespace, key)) if hasattr(self._lru, "peek") else self._lru.get((namespace, key))
+            for key, record in list(records.items()):
+                try:  # a peek: the base class's lookup does not reorder the LRU
+                    item = Cache.__getitem__(self._lru, (namespace, key))
+                except KeyError:
+                    item = None
                 if item is None or item[1] <= now:
-                    keys.discard(key)  # evicted or expired
+                    del records[key]  # evicted or expired
                     continue
-                out.append(item[0])
+                out.append((key, record))
                 if len(out) >= limit:
                     break
             return out
@@ -114,7 +120,7 @@ class MemoryBackend:
 
 _SQLITE_SCHEMA = """
 CREATE TABLE IF NOT EXISTS cache_entries (
-  ns TEXT NOT NULL, key TEXT NOT NULL, grp TEXT, value BLOB NOT NULL,
+  ns TEXT NOT NULL, key TEXT NOT NULL, grp TEXT, value BLOB NOT NULL, record BLOB,
   expires_at REAL NOT NULL, created_at REAL NOT NULL, size INTEGER NOT NULL,
   PRIMARY KEY (ns, key)
 );
@@ -182,10 +188,11 @@ class SQLiteBackend:
         return None if row is None else bytes(row[0])
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None) -> None:
+            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
         def write(db: sqlite3.Connection) -> None:
-            db.execute("INSERT OR REPLACE INTO cache_entries (ns, key, grp, value, expires_at, created_at, size) "
-                       "VALUES (?, ?, ?, ?, ?, ?, ?)", (namespace, key, group, value, expires_at, now, len(value)))
+            db.execute("INSERT OR REPLACE INTO cache_entries (ns, key, grp, value, record, expires_at, created_at, size) "
+                       "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                       (namespace, key, group, value, record, expires_at, now, len(value)))
             self._writes += 1
             if self._writes % self.PRUNE_EVERY == 0:
                 self._prune(db, now)
@@ -201,11 +208,11 @@ class SQLiteBackend:
             db.execute("DELETE FROM cache_entries WHERE rowid IN (SELECT rowid FROM cache_entries "
                        "ORDER BY created_at LIMIT ?)", (max(0, count - keep),))
 
-    def group(self, namespace: str, group: str, now: float, limit: int) -> List[bytes]:
+    def group(self, namespace: str, group: str, now: float, limit: int) -> List[Tuple[str, bytes]]:
         rows = self._run(lambda db: db.execute(
-            "SELECT value FROM cache_entries WHERE ns = ? AND grp = ? AND expires_at > ? "
+            "SELECT key, record FROM cache_entries WHERE ns = ? AND grp = ? AND expires_at > ? AND record IS NOT NULL "
             "ORDER BY created_at DESC LIMIT ?", (namespace, group, now, limit)).fetchall())
-        return [bytes(r[0]) for r in rows]
+        return [(r[0], bytes(r[1])) for r in rows]
 
     def clear(self, namespace: Optional[str] = None) -> int:
         if namespace is None:
@@ -229,7 +236,8 @@ def _ns_id(namespace: str) -> str:
 
 
 class RedisBackend:
-    """Entries under `<prefix>:<namespace hash>:e:<key>`, groups under `...:g:<group>`."""
+    """Entries under `<prefix>:<namespace hash>:e:<key>`; a group's keys in the sorted set `...:g:<group>`
+    (scored by expiry) and its index records in the hash `...:r:<group>`."""
 
     name = "redis"
 
@@ -264,26 +272,36 @@ class RedisBackend:
         return self._redis().get(self._entry_key(namespace, key))
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None) -> None:
+            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
         ttl_ms = max(1, int((expires_at - now) * 1000))
         pipe = self._redis().pipeline(transaction=False)
         pipe.set(self._entry_key(namespace, key), value, px=ttl_ms)
         pipe.hset(f"{self.prefix}:namespaces", _ns_id(namespace), namespace)
-        if group is not None:
+        if group is not None and record is not None:
             gkey = self._group_key(namespace, group)
+            rkey = gkey.replace(":g:", ":r:", 1)
             pipe.zadd(gkey, {key: expires_at})
-            pipe.zremrangebyscore(gkey, "-inf", now)
-            pipe.pexpire(gkey, ttl_ms, gt=True)
-            pipe.pexpire(gkey, ttl_ms, nx=True)
+            pipe.hset(rkey, key, record)
+            for k in (gkey, rkey):
+                pipe.pexpire(k, ttl_ms, gt=True)
+                pipe.pexpire(k, ttl_ms, nx=True)
         pipe.execute()
 
-    def group(self, namespace: str, group: str, now: float, limit: int) -> List[bytes]:
+    def group(self, namespace: str, group: str, now: float, limit: int) -> List[Tuple[str, bytes]]:
         r = self._redis()
-        keys = r.zrevrangebyscore(self._group_key(namespace, group), "+inf", f"({now}", start=0, num=limit)
+        gkey = self._group_key(namespace, group)
+        rkey = gkey.replace(":g:", ":r:", 1)
+        expired = r.zrangebyscore(gkey, "-inf", now)
+        if expired:
+            pipe = r.pipeline(transaction=False)
+            pipe.zrem(gkey, *expired)
+            pipe.hdel(rkey, *expired)
+            pipe.execute()
+        keys = r.zrevrangebyscore(gkey, "+inf", f"({now}", start=0, num=limit)
         if not keys:
             return []
-        values = r.mget([self._entry_key(namespace, k.decode() if isinstance(k, bytes) else k) for k in keys])
-        return [v for v in values if v is not None]
+        records = r.hmget(rkey, keys)
+        return [((k.decode() if isinstance(k, bytes) else k), v) for k, v in zip(keys, records) if v is not None]
 
     def _scan_delete(self, pattern: str) -> int:
         r = self._redis()

@@ -69,9 +69,10 @@ class CacheCall:
     def started(self, run: "CallRun") -> None:
         """The call's attempts begin: the route and the span say what the cache did."""
         run.route.cache = self.outcome
+        run.route.cache_similarity = self.similarity  # a semantic lookup's best, below the threshold
         trace = getattr(run.extras, "trace", None)
         if trace is not None and hasattr(trace, "set_cache"):
-            trace.set_cache(self.outcome)
+            trace.set_cache(self.outcome, self.similarity)
 
     def assembler(self) -> StreamAssembler:
         return RecordingAssembler(self) if self.outcome == "miss" else StreamAssembler()
@@ -99,10 +100,9 @@ class CacheCall:
             model=route.model, tier=route.tier,
             cost=cost.amount if cost is not None else None, currency=cost.currency if cost is not None else None,
             created_at=now, expires_at=now + self.decision.ttl_s, query=self.parts.query,
-            embedding=self.embedding,
         )
         group = self.parts.group if self.decision.semantic else None
-        self.cache.put(self.namespace, self.parts.exact, entry, group=group)
+        self.cache.put(self.namespace, self.parts.exact, entry, group=group, embedding=self.embedding)
 
     # -- a hit: answered from the entry --------------------------------------------------------------
     def replay(self, engine: "Engine", prepared: "PreparedCall") -> Union[ChatCompletion, "CachedStream"]:

@@ -41,7 +41,6 @@ class Entry:
     created_at: float
     expires_at: float
     query: str = ""
-    embedding: Optional[List[float]] = None
 
     def completion_model(self) -> ChatCompletion:
         return ChatCompletion.model_validate(self.completion)
@@ -73,7 +72,6 @@ def encode(entry: Entry) -> bytes:
         "model": entry.model, "tier": entry.tier,
         "cost": None if entry.cost is None else str(entry.cost), "currency": entry.currency,
         "created_at": entry.created_at, "expires_at": entry.expires_at, "query": entry.query,
-        "embedding": entry.embedding,
     }
     return json.dumps(doc, ensure_ascii=False, separators=(",", ":")).encode()
 
@@ -88,7 +86,6 @@ def decode(data: bytes) -> Entry:
         provider_kind=doc.get("provider_kind"), model=doc["model"], tier=doc["tier"],
         cost=None if doc["cost"] is None else Decimal(doc["cost"]), currency=doc["currency"],
         created_at=float(doc["created_at"]), expires_at=float(doc["expires_at"]), query=doc.get("query", ""),
-        embedding=doc.get("embedding"),
     )
 
 

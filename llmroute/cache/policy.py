@@ -33,7 +33,7 @@ class SemanticConfig(_Section):
     model: str = "embedding"
     api_key: Optional[str] = None
     # Cosine similarity a hit needs. Chosen from benchmarks/cache_semantic.py (see docs/cache.md).
-    threshold: float = Field(default=0.92, gt=0, le=1)
+    threshold: float = Field(default=0.95, gt=0, le=1)
     timeout_s: float = Field(default=2.0, gt=0)
     max_candidates: int = Field(default=2000, ge=1)  # entries compared per lookup, newest first
     # A hit also needs the same numbers and codes ("X200", "100", "v2.1") in both questions: sentence

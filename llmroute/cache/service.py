@@ -19,6 +19,7 @@ from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
 from .entry import Entry, decode, encode
 from .key import namespace_for, numbers_of
+from .vectors import dot, normalize, pack, unpack
 from .policy import CacheConfig, CacheSettings
 
 __all__ = ["ResponseCache", "open_backend"]
@@ -38,17 +39,6 @@ def open_backend(config: CacheConfig, *, base_dir: Optional[Path] = None, redis_
         return RedisBackend(url=config.url, client=redis_client, prefix=config.key_prefix,
                             timeout_s=config.timeout_s)
     return MemoryBackend(max_entries=config.max_entries, max_bytes=config.max_bytes)
-
-
-def _cosine(a: List[float], b: List[float]) -> float:
-    dot = na = nb = 0.0
-    for x, y in zip(a, b):
-        dot += x * y
-        na += x * x
-        nb += y * y
-    if na == 0 or nb == 0 or len(a) != len(b):
-        return 0.0
-    return dot / (na ** 0.5 * nb ** 0.5)
 
 
 class ResponseCache:
@@ -134,30 +124,39 @@ class ResponseCache:
         numbers = numbers_of(query) if query is not None and self.config.semantic.match_numbers else None
         now = self.clock()
         limit = self.config.semantic.max_candidates
-        blobs = self._safe("a semantic lookup", lambda: self.backend.group(namespace, group, now, limit), [])
-        best: Optional[Entry] = None
+        records = self._safe("a semantic lookup", lambda: self.backend.group(namespace, group, now, limit), [])
+        unit = normalize(embedding)
+        best_key: Optional[str] = None
         best_sim: Optional[float] = None
-        for data in blobs:
-            entry = self._decode(data, now)
-            if entry is None or not entry.embedding:
+        for key, record in records:
+            try:
+                question, vector = unpack(record)
+            except Exception as exc:  # noqa: BLE001
+                self.count("corrupt")
+                self._warn("decoding an index record", exc)
                 continue
-            if numbers is not None and numbers_of(entry.query) != numbers:
+            if numbers is not None and numbers_of(question) != numbers:
                 continue
-            sim = _cosine(embedding, entry.embedding)
+            sim = dot(unit, vector)
             if best_sim is None or sim > best_sim:
-                best, best_sim = entry, sim
-        if best is not None and best_sim is not None and best_sim >= threshold:
-            return best, best_sim
+                best_key, best_sim = key, sim
+        if best_key is not None and best_sim is not None and best_sim >= threshold:
+            entry = self.get(namespace, best_key)
+            if entry is not None:
+                return entry, best_sim
         return None, best_sim
 
-    def put(self, namespace: str, key: str, entry: Entry, *, group: Optional[str] = None) -> bool:
+    def put(self, namespace: str, key: str, entry: Entry, *, group: Optional[str] = None,
+            embedding: Optional[List[float]] = None) -> bool:
+        """Store an entry; with `group` and `embedding`, also its semantic index record."""
+        record = pack(entry.query, embedding) if group is not None and embedding else None
         data = encode(entry)
         if len(data) > self.config.max_entry_bytes:
             self.count("too_large")
             return False
         now = self.clock()
         ok = self._safe("a store", lambda: self.backend.set(namespace, key, data, expires_at=entry.expires_at,
-                                                             now=now, group=group) or True, False)
+                                                             now=now, group=group, record=record) or True, False)
         if ok:
             self.count("stores")
         return bool(ok)

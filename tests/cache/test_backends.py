@@ -163,8 +163,8 @@ def test_redis_backend_reuses_a_given_connection(redis_url):
 
     conn = redis_py.Redis.from_url(redis_url)
     backend = RedisBackend(client=conn, prefix="shared")
-    backend.set("ns", "k", b"v", expires_at=10_000_000_000, now=0, group="g")
-    assert backend.get("ns", "k", 0) == b"v" and backend.group("ns", "g", 0, 10) == [b"v"]
+    backend.set("ns", "k", b"v", expires_at=10_000_000_000, now=0, group="g", record=b"r")
+    assert backend.get("ns", "k", 0) == b"v" and backend.group("ns", "g", 0, 10) == [("k", b"r")]
     assert conn.pttl("shared:" + backend._entry_key("ns", "k").split(":", 1)[1]) > 0
     assert backend.clear("ns") >= 1 and backend.get("ns", "k", 0) is None
     backend.close()

@@ -12,8 +12,10 @@ from tests.cache.conftest import cache_config
 
 
 def semantic_config(vllm_server, embedding_server, **semantic):
-    return cache_config(vllm_server, cache={"semantic": {"enabled": True, "base_url": embedding_server.base_url,
-                                                         "model": "use-m3", **semantic}})
+    # 0.8, below the default (0.95, see docs/cache.md), so that these paraphrases are served.
+    semantic = {"enabled": True, "base_url": embedding_server.base_url, "model": "use-m3", "threshold": 0.8,
+                **semantic}
+    return cache_config(vllm_server, cache={"semantic": semantic})
 
 
 def ask(client, text, **kw):
@@ -66,3 +68,21 @@ def test_async_semantic_lookup(vllm_server, embedding_server):
             return await ask(client, "Is there a discount for students?")
 
     assert asyncio.run(main()).route.cache == "semantic-hit"
+
+
+def test_the_numbers_guard_keeps_a_question_about_another_product_out(vllm_server, embedding_server):
+    embedding_server.fail_with = None
+    outcomes = {}
+    for guard in (True, False):
+        with Client(config=semantic_config(vllm_server, embedding_server, match_numbers=guard)) as client:
+            ask(client, "Does the X200 phone support wireless charging?")
+            other = ask(client, "Does the X300 phone support wireless charging?")
+            outcomes[guard] = (other.route.cache, other.route.cache_similarity)
+    assert outcomes[True][0] == "miss"
+    assert outcomes[False][0] == "semantic-hit" and outcomes[False][1] >= 0.8  # what the guard prevents
+
+
+def test_the_default_threshold_is_the_measured_one():
+    from llmroute.cache.policy import SemanticConfig
+
+    assert SemanticConfig().threshold == 0.95 and SemanticConfig().enabled is False
