@@ -594,7 +594,7 @@ class AsyncClient:
         prepared = prepare_call(self.config, kwargs)
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
-            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
+            return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         op = await self._attempts(run)
         if prepared.stream:

@@ -24,10 +24,18 @@ def open_cache(config: Any, *, backend: Optional[Backend] = None, clock: Any = N
     """The `ResponseCache` a `Config` asks for (`[cache]`, the tiers' `cache`, `[cache.semantic]`)."""
     import time
 
+    from ..config import _expand_env
+
     settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
     semantic = settings.config.semantic
     embedder = None
     if semantic.enabled and semantic.base_url:
-        embedder = Embedder(semantic.base_url, semantic.model, api_key=semantic.api_key, timeout_s=semantic.timeout_s)
+        # `${VAR}` in the embedder's key and the Redis URL (which may hold a password) come from the environment.
+        api_key = _expand_env(semantic.api_key, source=config.source, key="cache.semantic.api_key") \
+            if semantic.api_key else None
+        embedder = Embedder(semantic.base_url, semantic.model, api_key=api_key, timeout_s=semantic.timeout_s)
+    if settings.config.url and "${" in settings.config.url:
+        url = _expand_env(settings.config.url, source=config.source, key="cache.url")
+        settings = CacheSettings(settings.config.model_copy(update={"url": url}), settings.tiers)
     return ResponseCache(settings, base_dir=config.base_dir, clock=clock or time.time, backend=backend,
                          embedder=embedder)

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..engine import Engine
     from .service import ResponseCache
 
-__all__ = ["CacheCall", "begin", "lookup", "alookup", "RecordingAssembler", "CachedStream"]
+__all__ = ["CacheCall", "begin", "lookup", "alookup", "RecordingAssembler", "CachedStream", "AsyncCachedStream"]
 
 
 @dataclass
@@ -105,7 +105,8 @@ class CacheCall:
         self.cache.put(self.namespace, self.parts.exact, entry, group=group, embedding=self.embedding)
 
     # -- a hit: answered from the entry --------------------------------------------------------------
-    def replay(self, engine: "Engine", prepared: "PreparedCall") -> Union[ChatCompletion, "CachedStream"]:
+    def replay(self, engine: "Engine", prepared: "PreparedCall", *,
+               is_async: bool = False) -> Union[ChatCompletion, "CachedStream"]:
         from ..accounting.cost import Cost
 
         entry = self.entry
@@ -123,7 +124,7 @@ class CacheCall:
         completion.cost = Cost(amount=Decimal(0) if priced else None, currency=entry.currency, priced=priced)
         self._record_hit(engine, prepared, route, completion)
         if prepared.stream:
-            return CachedStream(entry.chunk_models(), completion)
+            return (AsyncCachedStream if is_async else CachedStream)(entry.chunk_models(), completion)
         return completion
 
     def _record_hit(self, engine: "Engine", prepared: "PreparedCall", route: Route,
@@ -269,4 +270,11 @@ class CachedStream:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
+        pass
+
+
+class AsyncCachedStream(CachedStream):
+    """`CachedStream` for `AsyncClient`, whose streams' `close()` is awaited."""
+
+    async def close(self) -> None:  # type: ignore[override]
         pass

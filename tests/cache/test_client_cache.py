@@ -224,9 +224,23 @@ def test_async_client_hits_and_replays_streams(vllm_server):
             s2 = await call(client, stream=True, max_tokens=3)
             async with s2:
                 c2 = [c async for c in s2]
+            await s2.close()  # awaitable, as AsyncStream.close is
             return a, b, s1, c1, s2, c2
 
     a, b, s1, c1, s2, c2 = asyncio.run(main())
     assert (a.route.cache, b.route.cache, s1.route.cache, s2.route.cache) == ("miss", "hit", "miss", "hit")
     assert c1 == c2 and (s2.response.choices[0].message.content == s1.response.choices[0].message.content)
     assert sent(vllm_server) == 2
+
+
+def test_a_redis_url_from_the_environment_and_a_config_error_naming_the_key(vllm_server, redis_url, monkeypatch):
+    from llmroute.errors import ConfigError
+
+    monkeypatch.setenv("LLMROUTE_TEST_REDIS", redis_url)
+    cfg = cache_config(vllm_server, cache={"backend": "redis", "url": "${LLMROUTE_TEST_REDIS}"})
+    with Client(config=cfg) as client:
+        assert [call(client).route.cache for _ in range(2)] == ["miss", "hit"]
+    with pytest.raises(ConfigError, match="cache.ttl_s"):
+        Client(config=cache_config(vllm_server, cache={"ttl_s": -1}))
+    with pytest.raises(ConfigError, match="tiers.t.cache.ttl"):
+        Client(config=cache_config(vllm_server, tiers={"t": {"deployments": [DEP], "cache": {"ttl": 5}}}))
