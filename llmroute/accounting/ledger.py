@@ -41,7 +41,7 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       output_tokens    INTEGER NOT NULL,  -- completion tokens, reasoning included
       cached_tokens    INTEGER NOT NULL,
       reasoning_tokens INTEGER NOT NULL,
-      cost             TEXT,              -- exact decimal as text; NULL when unpriced (never 0)
+      cost             TEXT,              -- exact decimal as text; NULL when unpriced (0 only for a cache hit)
       currency         TEXT,              -- USD | CNY; NULL when unpriced
       estimated        INTEGER NOT NULL,  -- 1: cost from estimated usage
       priced           INTEGER NOT NULL,  -- 0: no price was configured (pricing.strict = false)

@@ -3,7 +3,7 @@
     with RedisServer() as redis: redis.url  # "redis://127.0.0.1:<port>/0"
 
 No persistence (`--save ""`, no AOF), no protected-mode surprises, bound to loopback only. The
-binary comes from the Debian package `redis-server` (scripts/system_packages.sh installs it).
+binary comes from the Debian package `redis-server` (scripts/services.sh installs it).
 `stop()` / `kill()` stop this process only; `start()` again reuses the port (a restart mid-test).
 """
 
@@ -28,7 +28,7 @@ class RedisServer:
     def __init__(self, port: Optional[int] = None) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
-            raise RuntimeError("redis-server is not installed: run scripts/system_packages.sh (as root)")
+            raise RuntimeError("redis-server is not installed: run scripts/services.sh (as root)")
         self.port = port or free_port()
         self.process: Optional[subprocess.Popen] = None
 
