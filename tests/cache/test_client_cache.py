@@ -244,3 +244,21 @@ def test_a_redis_url_from_the_environment_and_a_config_error_naming_the_key(vllm
         Client(config=cache_config(vllm_server, cache={"ttl_s": -1}))
     with pytest.raises(ConfigError, match="tiers.t.cache.ttl"):
         Client(config=cache_config(vllm_server, tiers={"t": {"deployments": [DEP], "cache": {"ttl": 5}}}))
+
+
+def test_a_call_that_failed_over_is_stored_with_the_answering_attempt_only(vllm_server):
+    tiers = {"t": {"deployments": [DEP, f"w:{MODEL}"]}}
+    cfg = cache_config(vllm_server, tiers=tiers)
+    cfg["providers"]["w"] = {"kind": "vllm", "base_url": vllm_server.base_url}
+    cfg["pricing"][f"w:{MODEL}"] = {"input_per_million": 3, "output_per_million": 4, "currency": "USD"}
+    with Client(config=cfg) as client:
+        vllm_server.push(Reply(error="overloaded"), Reply(pieces=["second", " try"]))
+        first, original = _stream(client)
+        assert [a.status for a in first.route.attempts] == ["error", "ok"]
+        second, replayed = _stream(client)
+        records = client._engine.ledger.records
+    assert second.route.cache == "hit" and replayed == original
+    assert "".join(c.choices[0].delta.content or "" for c in replayed if c.choices) == "second try"
+    answering = first.route.attempts[-1]
+    assert second.route.deployment == answering.deployment
+    assert records[-1].cost_saved == answering.cost.amount  # the answering attempt's cost, not the failed one's
