@@ -8,6 +8,7 @@ resp = client.chat.completions.create(model="small", messages=[{"role": "user", 
 This module is the whole public API. Importing it does no I/O and opens no connection.
 """
 
+from .cache import ResponseCache
 from .client import AsyncClient, AsyncStream, Client, Stream
 from .config import Config, load_config
 from .errors import (
@@ -49,6 +50,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
+    "ResponseCache",
     "Client",
     "AsyncClient",
     "report",

@@ -16,6 +16,9 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List
 import httpx
 
 from . import errors as E
+from .cache import open_cache
+from .cache.calls import alookup, lookup
+from .cache.policy import pop_cache_args
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
 from .config import Config, load_config
 from .engine import Engine
@@ -213,7 +216,8 @@ class _Completions:
 
     def create(self, **kwargs: Any) -> Union[ChatCompletion, Stream]:
         """An OpenAI Chat Completions call. Takes any OpenAI parameter, plus `feature`, `metadata`,
-        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`."""
+        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`, and `cache`
+        (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
         return self._client._create(kwargs)
 
 
@@ -231,6 +235,7 @@ class Client:
         self.config = _as_config(config)
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
+        self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
@@ -363,7 +368,11 @@ class Client:
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         op = self._attempts(run)
         if prepared.stream:
@@ -383,6 +392,7 @@ class Client:
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
         self._engine.close()
+        self.cache.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -519,6 +529,7 @@ class AsyncClient:
         self.config = _as_config(config)
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
+        self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
 
     @classmethod
@@ -643,7 +654,11 @@ class AsyncClient:
         return None
 
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         op = await self._attempts(run)
         if prepared.stream:
@@ -661,6 +676,7 @@ class AsyncClient:
     async def aclose(self) -> None:
         await self._transport.aclose()
         self._engine.close()
+        self.cache.close()
 
     close = aclose
 

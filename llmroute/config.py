@@ -115,6 +115,7 @@ class TierConfig(_Overridable):
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
     pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
+    cache: Optional[Dict[str, Any]] = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/policy.py
 
 
 class _RawConfig(_Section):
@@ -130,6 +131,7 @@ class _RawConfig(_Section):
     telemetry: Dict[str, Any] = Field(default_factory=dict)
     # `[pools.<name>]`: client-side limits for that pool's traffic (any limit key of [resilience]).
     pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    cache: Dict[str, Any] = Field(default_factory=dict)
 
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
@@ -211,6 +213,7 @@ class Sections:
     budgets: List[Any]
     guards: Dict[str, Any]
     telemetry: Any
+    cache: Any = None  # CacheSettings: [cache] and the tiers' `cache` tables
 
 
 @dataclass
@@ -560,7 +563,16 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
                               key=f"routing.rules[{i}].pool")
     return Sections(routing=routing, resilience=base, policies=policies, pools=pools,
                     pool_names=frozenset(pool_names), pricing=pricing,
-                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
+                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry,
+                    cache=_cache_settings(raw, source))
+
+
+def _cache_settings(raw: _RawConfig, source: str) -> Any:
+    from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
+
+    tiers = {name: _validated(TierCacheConfig, t.cache, source, f"tiers.{name}.cache")
+             for name, t in raw.tiers.items() if t.cache is not None}
+    return CacheSettings(_validated(CacheConfig, raw.cache, source, "cache"), tiers)
 
 
 def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:

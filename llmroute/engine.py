@@ -336,6 +336,7 @@ class Engine:
             latency_ms=rec.duration_s * 1000,
             router_score=run.route.score,
             usage_estimated=rec.usage_estimated,
+            cache=run.route.cache,
         )
         if self.ledger is not None:
             self.ledger.write(record)

@@ -7,7 +7,9 @@ Per group (the `--by` keys plus the currency, since amounts in different currenc
 requests (distinct request ids), attempts, errors and error rate (attempts whose status is not ok,
 over attempts), tokens (`input_tokens` includes cached ones, as OpenAI's `prompt_tokens`), cost,
 cost per request, p50/p95 latency and TTFT (over attempts that have them), and counts of unpriced and
-estimated attempts. Totals come per currency, and in the reporting currency when exchange rates are
+estimated attempts; where the response cache was in play, `cache_hits`, `cache_hit_rate` (requests
+answered from the cache over requests looked up) and `cost_saved` (what those answers cost when first
+made). Totals come per currency, and in the reporting currency when exchange rates are
 set (`[pricing]` in `--config`). Unpriced attempts form groups of their own with `cost = null`.
 
 `--reprice KIND` prices the same tokens at another platform's price for the same model class (the
@@ -49,7 +51,7 @@ from .prices import ExchangeRates, PriceBook, PricingConfig
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS"]
 
-GROUP_KEYS = ("feature", "tier", "pool", "provider", "provider_kind", "deployment", "model", "day", "status")
+GROUP_KEYS = ("feature", "tier", "pool", "provider", "provider_kind", "deployment", "model", "day", "status", "cache")
 FORMATS = ("table", "csv", "json", "html")
 
 
@@ -142,6 +144,9 @@ class _Group:
     reprice_cost: Decimal = Decimal(0)
     reprice_currency: set = field(default_factory=set)
     reprice_unpriced: int = 0
+    cache_lookups: set = field(default_factory=set)  # request ids the cache was asked about
+    cache_hits: set = field(default_factory=set)
+    cost_saved: Decimal = Decimal(0)
 
     def add(self, rec: LedgerRecord) -> None:
         self.request_ids.add(rec.request_id)
@@ -160,6 +165,15 @@ class _Group:
             self.latency.append(rec.latency_ms)
         if rec.ttft_ms is not None:
             self.ttft.append(rec.ttft_ms)
+        if rec.cache in _CACHE_LOOKUPS:
+            self.cache_lookups.add(rec.request_id)
+            if rec.cache != "miss":
+                self.cache_hits.add(rec.request_id)
+        if rec.cost_saved is not None:
+            self.cost_saved += rec.cost_saved
+
+
+_CACHE_LOOKUPS = frozenset({"hit", "semantic-hit", "miss"})
 
 
 def _parse_reprice(reprice: str) -> tuple[str, str | None]:
@@ -269,6 +283,12 @@ def _row(
         ttft_p50_ms=_ms(percentile(g.ttft, 50)),
         ttft_p95_ms=_ms(percentile(g.ttft, 95)),
     )
+    if g.cache_lookups:
+        # Requests the cache answered over requests it was asked about (bypasses not counted);
+        # cost_saved: what the answers served from the cache cost when they were first made.
+        row["cache_hits"] = len(g.cache_hits)
+        row["cache_hit_rate"] = len(g.cache_hits) / len(g.cache_lookups)
+        row["cost_saved"] = g.cost_saved if priced else None
     if rates is not None:
         row["reporting_currency"] = rates.reporting_currency
         row["cost_in_reporting_currency"] = rates.convert(cost, currency) if cost is not None else None
@@ -327,7 +347,7 @@ def _fmt(v: Any, key: str = "") -> str:
     if isinstance(v, Decimal):
         return f"{v:.6f}" if "cost" in key else f"{v.normalize():f}"
     if isinstance(v, float):
-        return f"{v:.1%}" if key == "error_rate" else f"{v:.1f}"
+        return f"{v:.1%}" if key in ("error_rate", "cache_hit_rate") else f"{v:.1f}"
     if isinstance(v, list):
         return ",".join(map(str, v)) or "-"
     return str(v)
@@ -345,6 +365,8 @@ def _columns(rows: ReportRows, by_keys: Sequence[str]) -> list[str]:
         cols.append("cost_in_reporting_currency")
     if rows and "reprice_cost" in rows[0]:
         cols += ["reprice_cost", "reprice_currency", "reprice_unpriced"]
+    if any("cache_hit_rate" in r for r in rows):
+        cols += ["cache_hits", "cache_hit_rate", "cost_saved"]
     if any(r.get("unpriced_attempts") for r in rows):
         cols.append("unpriced_attempts")
     if any(r.get("estimated_attempts") for r in rows):

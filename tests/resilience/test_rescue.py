@@ -46,9 +46,13 @@ def defaults_config(servers: dict[str, Any], **kw: Any) -> dict[str, Any]:
     return config
 
 
-def fast_config(servers: dict[str, Any], *, resilience: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    providers = {name: dict(FAST) for name in servers}
-    return tier_config(servers, providers=providers, resilience={**FAST_RESILIENCE, **(resilience or {})}, **kw)
+def fast_config(servers: dict[str, Any], *, resilience: dict[str, Any] | None = None,
+                deployments: list[Any] | None = None, **kw: Any) -> dict[str, Any]:
+    """Short limits on the primary "a" only: the backups keep the defaults, so a loaded machine
+    cannot make a healthy backup look silent."""
+    listed = deployments if deployments is not None else [dep(name) for name in servers]
+    fast_a = [{"id": A, **FAST, **FAST_RESILIENCE} if d == A else d for d in listed]
+    return tier_config(servers, resilience=resilience, deployments=fast_a, **kw)
 
 
 def continuing(name: str) -> dict[str, Any]:
