@@ -105,6 +105,8 @@ class _RawConfig(_Section):
     telemetry: Dict[str, Any] = Field(default_factory=dict)
     # `[pools.<name>]`: client-side limits for that pool's traffic (any limit key of [resilience]).
     pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    # `[batch]`: batch jobs (job store, polling, Fireworks accounts); validated by llmroute.batch.settings.
+    batch: Dict[str, Any] = Field(default_factory=dict)
 
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
