@@ -41,6 +41,22 @@ def _create_args(requests: Any, model: str, feature: Optional[str], metadata: Op
                 on_failure=on_failure, completion_window=completion_window)
 
 
+def _resume(step: Any, value: Any, error: Optional[BaseException]) -> tuple[bool, Any]:
+    """Send a step its last answer (or error): (True, its return value) or (False, its next effect)."""
+    try:
+        return False, (step.throw(error) if error is not None else step.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]) -> Optional[float]:
+    """Seconds to sleep before the next poll, or None when `wait` should return."""
+    if view.finished or (timeout_s is not None and now - started >= timeout_s):
+        return None
+    pause = max(0.0, (view.next_action_at or now) - now)
+    return pause if timeout_s is None else min(pause, max(0.0, started + timeout_s - now))
+
+
 class Batches:
     """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
 
