@@ -191,6 +191,9 @@ class BatchJobs:
         self.ledger_pending(job)
         if not job["cancel_requested"]:
             yield from self._apply_policy(job, now)
+        else:  # a cancelled job's failures stay failed: no failover
+            for r in self.store.requests(job_id, state="failed"):
+                self._dead(job, r, now, "job cancelled")
         self._settle(job, now)
         return self.view(job_id, now)
 

@@ -9,7 +9,7 @@ upload answer, Bailian's OpenAI-style objects and one-model-per-file rule, Firew
 
 Time is a fast clock of ticks: every status poll of a job advances it one tick (`ticks_per_state`
 polls per state), so tests run a day-long lifecycle in milliseconds; `hold = True` freezes every
-job in progress. Knobs: `fail_ids` (those custom_ids go to the error file), `expire` (the job
+job in progress. Knobs: `fail_ids` (those custom_ids go to the error file; `fail_once_ids` only the first time), `expire` (the job
 expires half done: the rest is in no file), `refuse_model` (the job fails validation),
 `max_lines` (creating a job over it is a 400), `files_gone` (result downloads are 404, as after
 expiry of the files). A completion answers `echo: <last user text>`; usage counts words.
@@ -90,6 +90,7 @@ class BatchMixin:
         self.ticks_per_state = 1
         self.hold = False
         self.fail_ids: set[str] = set()
+        self.fail_once_ids: set[str] = set()  # fail the first time only (a transient failure)
         self.expire = False
         self.refuse_model: str | None = None
         self.max_lines: int | None = None
@@ -152,7 +153,9 @@ class BatchMixin:
         ok, bad = [], []
         for line in job.lines[: job.processed]:
             cid = line["custom_id"]
-            (bad if cid in self.fail_ids else ok).append(line)
+            failing = cid in self.fail_ids or cid in self.fail_once_ids
+            self.fail_once_ids.discard(cid)
+            (bad if failing else ok).append(line)
         if ok:
             job.output_file_id = self.new_id("file-out")
             self.files[job.output_file_id] = b"".join(
