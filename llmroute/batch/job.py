@@ -167,11 +167,41 @@ class BatchJobs:
                     f"{window!r} is not a completion window {deps[0].provider.kind} accepts "
                     f"({limits.completion_windows[0]}..{limits.completion_windows[-1]})", field="completion_window")
             rows.append({"custom_id": r.custom_id, "model": target, "body": r.body, "deployment": deps[0].id})
+        self.check_budget(rows, feature, metadata, model)
         job_id = _new_id("bj")
         self.store.create_job({"job_id": job_id, "model": model, "feature": feature, "metadata": dict(metadata),
                                "on_failure": on_failure, "max_resubmits": self.settings.max_resubmits,
                                "completion_window": window}, rows, now)
         return job_id
+
+    def estimate_rows(self, rows: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, Decimal]]:
+        """Upper-bound cost of requests not yet sent ({"batch"|"online": {currency: amount}}): whole
+        prompt at the input rate plus `max_tokens` (1024 when unset) at the output rate."""
+        from ..accounting.budgets import estimate_cost
+        from ..tokens import count_message_tokens
+
+        totals: Dict[str, Dict[str, Decimal]] = {"batch": {}, "online": {}}
+        for r in rows:
+            dep = self.deployment(r["deployment"])
+            body = r["body"]
+            prompt = count_message_tokens(body.get("messages", []))
+            cap = body.get("max_tokens") or body.get("max_completion_tokens")
+            for name, price in (("batch", self.batch_price(dep)), ("online", self.online_price(dep))):
+                cost = estimate_cost(price, prompt_tokens=prompt, max_tokens=cap)
+                if cost.amount is not None:
+                    totals[name][cost.currency] = totals[name].get(cost.currency, Decimal(0)) + cost.amount
+        return totals
+
+    def check_budget(self, rows: Sequence[Mapping[str, Any]], feature: Optional[str], metadata: Mapping[str, Any],
+                     model: str) -> None:
+        """Budgets apply at submission, on the job's estimated batch cost (one check per currency)."""
+        book = self.engine.budget_book
+        if book is None:
+            return
+        for currency, amount in self.estimate_rows(rows)["batch"].items():
+            book.check(time.time(), feature=feature, metadata=metadata,
+                       tier=model if model in self.config.tiers else None, estimated_cost=amount, currency=currency,
+                       estimated_tokens=0)
 
     # -- one pass --------------------------------------------------------------------------------
     def advance(self, job_id: str, now: float) -> Step:
