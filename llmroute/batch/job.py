@@ -426,8 +426,13 @@ class BatchJobs:
         present = _ledgered_already(ledger, [self._request_id(job, r) for r in rows])
         for r in rows:
             key = self._request_id(job, r)
-            if (key, r["attempts"] + 1) not in present and ledger is not None:
-                ledger.write(self.ledger_record(job, r))
+            if (key, r["attempts"] + 1) in present:
+                continue
+            record = self.ledger_record(job, r)
+            if ledger is not None:
+                ledger.write(record)
+            if self.engine.budget_book is not None:  # budgets settle on the real batch cost
+                self.engine.budget_book.record_ledger(record)
         if ledger is not None and hasattr(ledger, "flush"):
             ledger.flush()
         self.store.mark_ledgered(job["job_id"], [r["custom_id"] for r in rows])

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from decimal import Decimal
 
+import pytest
+
 from llmroute.accounting.prices import PriceBook
 from llmroute.batch.pricing import batch_factor, batch_price, load_discounts
 from tests.batch.helpers import client, config, requests
@@ -58,3 +60,18 @@ def test_result_cost_and_ledger_row_are_exact(servers, tmp_path):
     assert row.cost == expected and row.currency == "USD"
     assert Decimal(row.metadata["online_cost"]) == 5 * Decimal("1.04") / M
     assert row.price_version.endswith("+batch-2026.12.03-1")
+
+
+def test_budget_refuses_a_job_whose_estimate_passes_it_before_anything_is_sent(servers, tmp_path):
+    from llmroute import BudgetExceededError
+
+    cfg = config(servers, tmp_path)
+    cfg["budgets"] = [{"name": "tiny", "max_cost": "0.0001", "currency": "USD"}]
+    cfg["pricing"] = {"reporting_currency": "USD", "exchange_rates": {"CNY": 0.14}}
+    with client(cfg) as c:
+        # 200 requests x (their prompt + max_tokens 8) at the batch rate 0.52/M pass 0.0001 USD.
+        with pytest.raises(BudgetExceededError, match="tiny"):
+            c.batches.create(requests(200), model="together")
+        assert c.batches.list() == [] and servers["together"].requests == []
+        job = c.batches.create(requests(2), model="together")
+        assert c.batches.wait(job.id).done == 2
