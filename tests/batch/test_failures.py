@@ -147,3 +147,25 @@ def test_signed_result_urls_get_no_api_key(servers, tmp_path):
         c.batches.wait(job.id)
     signed = [r for r in servers["fireworks"].requests if r.path.startswith("/signed/")]
     assert signed and all("authorization" not in r.headers for r in signed)
+
+
+@pytest.mark.parametrize("kind", ["together", "fireworks"])
+def test_overloaded_polls_are_retried_with_backoff(servers, tmp_path, kind):
+    servers[kind].overloaded_polls = 3
+    with client(config(servers, tmp_path)) as c:
+        job = c.batches.create(requests(2), model=kind)
+        view = c.batches.wait(job.id)
+    assert view.done == 2
+    assert _kinds(view.events).count("retry") == 3
+    assert servers[kind].overloaded_polls == 0
+
+
+def test_a_platform_400_at_job_creation_fails_the_part(servers, tmp_path):
+    servers["siliconflow"].max_lines = 2  # a platform limit llmroute does not know about
+    with client(config(servers, tmp_path)) as c:
+        job = c.batches.create(requests(3), model="siliconflow", on_failure="fail")
+        view = c.batches.wait(job.id)
+        results = c.batches.results(job.id)
+    assert (view.done, view.failed) == (0, 3)
+    assert results["r0"].error["code"] == "BadRequestError" and results["r0"].error["status"] == 400
+    assert "refused" in _kinds(view.events)

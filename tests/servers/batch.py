@@ -9,10 +9,11 @@ upload answer, Bailian's OpenAI-style objects and one-model-per-file rule, Firew
 
 Time is a fast clock of ticks: every status poll of a job advances it one tick (`ticks_per_state`
 polls per state), so tests run a day-long lifecycle in milliseconds; `hold = True` freezes every
-job in progress. Knobs: `fail_ids` (those custom_ids go to the error file; `fail_once_ids` only the first time), `expire` (the job
-expires half done: the rest is in no file), `refuse_model` (the job fails validation),
-`max_lines` (creating a job over it is a 400), `files_gone` (result downloads are 404, as after
-expiry of the files). A completion answers `echo: <last user text>`; usage counts words.
+job in progress. Knobs: `fail_ids` (those custom_ids go to the error file; `fail_once_ids` only
+the first time), `expire` (the job expires half done: the rest is in no file), `refuse_model`
+(the job fails validation), `max_lines` (creating a job over it is a 400), `files_gone` (result
+downloads are 404, as after expiry of the files), `overloaded_polls` (the next N polls are 503s).
+A completion answers `echo: <last user text>`; usage counts words.
 It must never call out to anything: everything lives in this process, on 127.0.0.1.
 """
 
@@ -95,6 +96,7 @@ class BatchMixin:
         self.refuse_model: str | None = None
         self.max_lines: int | None = None
         self.files_gone = False
+        self.overloaded_polls = 0  # the next N status polls answer 503 (the platform sheds load)
 
     def reset(self) -> None:  # type: ignore[override]
         super().reset()  # type: ignore[misc]
@@ -281,7 +283,17 @@ class BatchMixin:
     def create_answer(self, job: FakeJob) -> dict[str, Any]:
         return self.job_object(job)
 
+    def overloaded(self) -> Response | None:
+        if self.overloaded_polls > 0:
+            self.overloaded_polls -= 1
+            return Response.json({"error": {"message": "The server is overloaded", "type": "server_error",
+                                            "code": None}}, 503)
+        return None
+
     def status(self, job_id: str) -> Response:
+        busy = self.overloaded()
+        if busy is not None:
+            return busy
         job = self.jobs.get(job_id)
         if job is None:
             return self.batch_error(404, f"batch {job_id} not found")
@@ -475,6 +487,9 @@ class FireworksBatchServer(BatchMixin, FireworksServer):
         return Response.json(self.job_object(job))
 
     def status_named(self, name: str) -> Response:
+        busy = self.overloaded()
+        if busy is not None:
+            return busy
         job = self.jobs.get(self.named_jobs.get(name, ""))
         if job is None:
             return self.batch_error(404, f"batch inference job {name} not found")
