@@ -161,6 +161,7 @@ class BatchJobs:
         for r in checked:
             target = r.model or model
             deps = self.candidates(target, r.body, feature, metadata)
+            protocol_for(deps[0], accounts=self.settings.accounts)  # a missing Fireworks account: before storing
             limits = LIMITS[deps[0].provider.kind]
             if window not in limits.completion_windows and deps[0].provider.kind != "together":
                 raise E.InvalidRequestError(

@@ -84,8 +84,10 @@ def test_fireworks_states_and_progress():
 
 def test_fireworks_needs_an_account_id(servers, tmp_path):
     cfg = config(servers, tmp_path, batch={"accounts": {}})
-    with client(cfg) as c, pytest.raises(Exception, match=r"batch\.accounts\.fw"):
-        c.batches.create(requests(1), model="fireworks")
+    with client(cfg) as c:
+        with pytest.raises(Exception, match=r"batch\.accounts\.fw"):
+            c.batches.create(requests(1), model="fireworks")
+        assert c.batches.list() == []  # refused before the job was stored
 
 
 def test_a_self_hosted_deployment_has_no_batch_api(servers, tmp_path):
