@@ -260,7 +260,7 @@ class BatchJobs:
             if not part["platform_job_id"]:
                 known = {"input_file_id": part["input_file_id"]}
                 meta = {"llmroute_job": job["job_id"], "llmroute_part": part_id}
-                got = yield from protocol.submit(part["content"], model=dep.model, part_id=part_id,
+                got = yield from protocol.submit(self.store.part_content(part_id), model=dep.model, part_id=part_id,
                                                  completion_window=job["completion_window"], metadata=meta,
                                                  known=known)
                 status: JobStatus = got["status"]
@@ -389,7 +389,7 @@ class BatchJobs:
                 self.store.finish_part(part["part_id"], job["job_id"], outcomes, now,
                                        {"state": "cancelled", "raw_state": "not submitted"})
                 continue
-            if (part.get("status") or {}).get("state") in ("cancelling",):
+            if part["cancel_sent"]:
                 continue
             dep, protocol = self._protocol(part)
             try:
@@ -398,7 +398,7 @@ class BatchJobs:
                 self.store.event(job["job_id"], now, "cancel_error", f"{part['part_id']}: {error}"[:500])
                 continue
             self.store.update_part(part["part_id"], state=status.state, status=status.to_dict(), updated_at=now,
-                                   next_poll_at=now)
+                                   next_poll_at=now, cancel_sent=1)
             self.store.event(job["job_id"], now, "cancel", f"{part['part_id']}: {status.raw_state}")
         for r in self.store.requests(job["job_id"], state="pending"):
             self.store.set_request(job["job_id"], r["custom_id"], state="dead", ledgered=1,  # never sent
@@ -419,8 +419,7 @@ class BatchJobs:
     # -- ledger ----------------------------------------------------------------------------------
     def ledger_pending(self, job: Dict[str, Any]) -> None:
         """One ledger row per batch outcome, exactly once: rows already in an SQLite ledger are skipped."""
-        rows = [r for r in self.store.requests(job["job_id"])
-                if not r["ledgered"] and r["served_by"] != "online" and r["state"] in ("ok", "failed", "dead")]
+        rows = self.store.unledgered(job["job_id"])
         if not rows:
             return
         ledger = self.engine.ledger
@@ -499,6 +498,7 @@ class BatchJobs:
         counts = self.store.counts(job_id)
         parts = []
         next_at: Optional[float] = None
+        sizes = self.store.part_sizes(job_id)
         for p in self.store.parts(job_id):
             status = p.get("status") or {}
             estimate = None
@@ -511,7 +511,7 @@ class BatchJobs:
             parts.append({"part_id": p["part_id"], "deployment": p["deployment"],
                           "platform_job_id": p["platform_job_id"], "state": p["state"],
                           "raw_state": status.get("raw_state"), "done": bool(p["done"]), "estimate": estimate,
-                          "requests": len(self.store.requests(job_id, part_id=p["part_id"]))})
+                          "requests": sizes.get(p["part_id"], 0)})
             if not p["done"]:
                 next_at = p["next_poll_at"] if next_at is None else min(next_at, p["next_poll_at"])
         if counts.get("pending") or counts.get("failed"):

@@ -7,7 +7,7 @@ with its request or not at all. Schema (all tables prefixed `batch_`):
     batch_jobs(job_id PK, created_at, model, feature, metadata JSON, on_failure, max_resubmits,
                completion_window, state, cancel_requested, finished_at)
     batch_parts(part_id PK, job_id, seq, deployment, content BLOB, input_file_id, platform_job_id,
-                state, status JSON, submitted_at, updated_at, next_poll_at, poll_interval_s, done)
+                state, status JSON, submitted_at, updated_at, next_poll_at, poll_interval_s, cancel_sent, done)
     batch_requests(job_id, custom_id, seq, model, body JSON, deployment, part_id, state, attempts,
                    result JSON, error JSON, served_by, ledgered, PK (job_id, custom_id))
     batch_events(id PK, job_id, ts, kind, detail)    -- every failover choice, submission, state change
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS batch_parts (
   part_id TEXT PRIMARY KEY, job_id TEXT NOT NULL, seq INTEGER NOT NULL, deployment TEXT NOT NULL,
   content BLOB NOT NULL, input_file_id TEXT, platform_job_id TEXT, state TEXT NOT NULL, status TEXT,
   submitted_at REAL, updated_at REAL, next_poll_at REAL NOT NULL DEFAULT 0, poll_interval_s REAL,
-  done INTEGER NOT NULL DEFAULT 0);
+  cancel_sent INTEGER NOT NULL DEFAULT 0, done INTEGER NOT NULL DEFAULT 0);
 CREATE INDEX IF NOT EXISTS batch_parts_job ON batch_parts (job_id);
 CREATE TABLE IF NOT EXISTS batch_requests (
   job_id TEXT NOT NULL, custom_id TEXT NOT NULL, seq INTEGER NOT NULL, model TEXT NOT NULL, body TEXT NOT NULL,
@@ -171,7 +171,15 @@ class JobStore:
         self._many(statements)
 
     def parts(self, job_id: str) -> List[Dict[str, Any]]:
-        return self._all("SELECT * FROM batch_parts WHERE job_id = ? ORDER BY seq", (job_id,))
+        """The job's parts without their file bytes (`part_content` reads those)."""
+        return self._all("SELECT part_id, job_id, seq, deployment, input_file_id, platform_job_id, state, status, "
+                         "submitted_at, updated_at, next_poll_at, poll_interval_s, cancel_sent, done "
+                         "FROM batch_parts WHERE job_id = ? ORDER BY seq", (job_id,))
+
+    def part_content(self, part_id: str) -> bytes:
+        with self._lock:
+            row = self._db().execute("SELECT content FROM batch_parts WHERE part_id = ?", (part_id,)).fetchone()
+        return bytes(row[0]) if row else b""
 
     def update_part(self, part_id: str, **fields: Any) -> None:
         if "status" in fields:
@@ -190,6 +198,18 @@ class JobStore:
             sql += " AND part_id = ?"
             args.append(part_id)
         return self._all(sql + " ORDER BY seq", args)
+
+    def unledgered(self, job_id: str) -> List[Dict[str, Any]]:
+        """Requests with a batch outcome not yet in the ledger."""
+        return self._all("SELECT * FROM batch_requests WHERE job_id = ? AND ledgered = 0 AND state IN "
+                         "('ok', 'failed', 'dead') AND (served_by IS NULL OR served_by != 'online') ORDER BY seq",
+                         (job_id,))
+
+    def part_sizes(self, job_id: str) -> Dict[str, int]:
+        with self._lock:
+            rows = self._db().execute("SELECT part_id, COUNT(*) FROM batch_requests WHERE job_id = ? "
+                                      "AND part_id IS NOT NULL GROUP BY part_id", (job_id,)).fetchall()
+        return {part_id: n for part_id, n in rows}
 
     def counts(self, job_id: str) -> Dict[str, int]:
         with self._lock:
