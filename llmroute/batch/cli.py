@@ -88,10 +88,10 @@ def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
             results = batches.results(args.job_id)
             lines = []
             for cid, r in results.items():
-                cost = r.completion.cost if r.completion is not None else None
+                cost = r.cost
                 lines.append(json.dumps({
                     "custom_id": cid, "served_by": r.served_by,
-                    "response": r.completion.model_dump() if r.completion is not None else None,
+                    "response": r.completion.model_dump() if r.completion is not None else r.embedding,
                     "error": r.error, "cost": str(cost.amount) if cost and cost.amount is not None else None,
                     "currency": cost.currency if cost else None}, ensure_ascii=False))
             text = "\n".join(lines) + ("\n" if lines else "")

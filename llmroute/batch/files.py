@@ -1,7 +1,8 @@
 """The requests of a batch job: read, checked, and cut into platform files. Sans-I/O.
 
 `read_requests` accepts OpenAI batch lines (`{"custom_id", "body": {...}}`, with or without
-`method`/`url`) or flat ones (`{"custom_id", "messages", ...params}`), from a list or a JSONL file,
+`method`/`url`) or flat ones (`{"custom_id", "messages", ...params}`; `{"custom_id", "input", ...}` for
+embeddings), from a list or a JSONL file,
 and checks them before anything is sent (`InvalidRequestError` naming the line and field).
 `split_parts` groups them one model per file and cuts at the platform's line and byte limits.
 Reading a JSONL path is the only I/O here.
@@ -17,7 +18,15 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 from .. import errors as E
 from .platforms import Limits
 
-__all__ = ["BatchRequest", "read_requests", "PartPlan", "split_parts", "MAX_CUSTOM_ID"]
+__all__ = ["BatchRequest", "read_requests", "PartPlan", "split_parts", "endpoint_of", "CHAT", "EMBEDDINGS",
+           "MAX_CUSTOM_ID"]
+
+CHAT, EMBEDDINGS = "/v1/chat/completions", "/v1/embeddings"
+
+
+def endpoint_of(body: Mapping[str, Any]) -> str:
+    """The endpoint a request body is for: embeddings when it has `input` and no `messages`."""
+    return EMBEDDINGS if "input" in body and "messages" not in body else CHAT
 
 MAX_CUSTOM_ID = 64  # Together's documented maximum; the strictest of the four
 _OURS = frozenset({"custom_id", "feature", "metadata"})
@@ -77,15 +86,24 @@ def read_requests(source: Union[str, os.PathLike, Iterable[Mapping[str, Any]]]) 
             if not isinstance(body, Mapping):
                 raise E.InvalidRequestError("body must be an object", field=f"{where}.body")
             url = item.get("url")
-            if url is not None and not str(url).endswith("/chat/completions"):
-                raise E.InvalidRequestError(f"only chat completions are batched, not {url!r}", field=f"{where}.url")
+            if url is not None and not str(url).endswith(("/chat/completions", "/embeddings")):
+                raise E.InvalidRequestError(f"only chat completions and embeddings are batched, not {url!r}",
+                                            field=f"{where}.url")
             body = dict(body)
+            if url is not None and str(url).endswith("/embeddings") and "input" not in body:
+                raise E.InvalidRequestError("an embeddings request needs input", field=f"{where}.body.input")
         else:
             body = {k: v for k, v in item.items() if k not in _OURS}
         model = body.pop("model", None)
         if body.get("stream"):
             body.pop("stream")  # a batch line has no stream to read; the result file holds the whole answer
             body.pop("stream_options", None)
+        if endpoint_of(body) == EMBEDDINGS:
+            text = body["input"]
+            if not (isinstance(text, str) and text) and not (isinstance(text, list) and text):
+                raise E.InvalidRequestError("input must be a non-empty string or list", field=f"{where}.input")
+            out.append(BatchRequest(custom_id, body, str(model) if model else None))
+            continue
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             raise E.InvalidRequestError("messages must be a non-empty list", field=f"{where}.messages")

@@ -18,7 +18,8 @@ from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence
 from .. import errors as E
 from ..accounting.cost import compute_cost
 from ..types import ChatCompletion, Route
-from .files import BatchRequest, read_requests, split_parts
+from ..tokens import normalize_usage
+from .files import EMBEDDINGS, BatchRequest, endpoint_of, read_requests, split_parts
 from .platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, Req, protocol_for
 from .pricing import batch_price
 from .results import completion_from_body, read_outcomes
@@ -38,14 +39,18 @@ class OnlineCall:
 
 @dataclass
 class BatchResult:
+    """One request's outcome: a `completion` (chat) or an `embedding` response, else an `error`."""
+
     custom_id: str
     completion: Optional[ChatCompletion] = None
     error: Optional[Dict[str, Any]] = None
     served_by: Optional[str] = None  # "batch" or "online"
+    embedding: Optional[Dict[str, Any]] = None  # the embeddings response (data, usage), for embedding requests
+    cost: Any = None  # what the result cost (a Cost); for chat it is also `completion.cost`
 
     @property
     def ok(self) -> bool:
-        return self.completion is not None
+        return self.completion is not None or self.embedding is not None
 
 
 @dataclass
@@ -163,6 +168,11 @@ class BatchJobs:
             deps = self.candidates(target, r.body, feature, metadata)
             protocol_for(deps[0], accounts=self.settings.accounts)  # a missing Fireworks account: before storing
             limits = LIMITS[deps[0].provider.kind]
+            endpoint = endpoint_of(r.body)
+            if endpoint not in limits.endpoints:
+                raise E.InvalidRequestError(
+                    f"{deps[0].provider.kind}'s batch API does not take {endpoint} requests "
+                    f"(it takes {', '.join(limits.endpoints)})", field=f"requests[{r.custom_id!r}]")
             if window not in limits.completion_windows and deps[0].provider.kind != "together":
                 raise E.InvalidRequestError(
                     f"{window!r} is not a completion window {deps[0].provider.kind} accepts "
@@ -179,14 +189,19 @@ class BatchJobs:
         """Upper-bound cost of requests not yet sent ({"batch"|"online": {currency: amount}}): whole
         prompt at the input rate plus `max_tokens` (1024 when unset) at the output rate."""
         from ..accounting.budgets import estimate_cost
-        from ..tokens import count_message_tokens
+        from ..tokens import count_message_tokens, count_text_tokens
 
         totals: Dict[str, Dict[str, Decimal]] = {"batch": {}, "online": {}}
         for r in rows:
             dep = self.deployment(r["deployment"])
             body = r["body"]
-            prompt = count_message_tokens(body.get("messages", []))
-            cap = body.get("max_tokens") or body.get("max_completion_tokens")
+            if endpoint_of(body) == EMBEDDINGS:
+                text = body["input"]
+                prompt = sum(count_text_tokens(str(t)) for t in (text if isinstance(text, list) else [text]))
+                cap = 0
+            else:
+                prompt = count_message_tokens(body.get("messages", []))
+                cap = body.get("max_tokens") or body.get("max_completion_tokens")
             for name, price in (("batch", self.batch_price(dep)), ("online", self.online_price(dep))):
                 cost = estimate_cost(price, prompt_tokens=prompt, max_tokens=cap)
                 if cost.amount is not None:
@@ -236,13 +251,14 @@ class BatchJobs:
 
     def _plan_parts(self, job: Dict[str, Any], now: float) -> None:
         pending = self.store.requests(job["job_id"], state="pending")
-        by_dep: Dict[str, List[Dict[str, Any]]] = {}
-        for r in pending:
-            by_dep.setdefault(r["deployment"], []).append(r)
-        for dep_id, reqs in by_dep.items():
+        by_dep: Dict[tuple, List[Dict[str, Any]]] = {}
+        for r in pending:  # one model and one endpoint per platform file
+            by_dep.setdefault((r["deployment"], endpoint_of(r["body"])), []).append(r)
+        for (dep_id, endpoint), reqs in by_dep.items():
             dep = self.deployment(dep_id)
             protocol = protocol_for(dep, accounts=self.settings.accounts, control_urls=self.settings.control_urls)
-            lines = [(r["custom_id"], protocol.line(r["custom_id"], {**dep.extra_body, **r["body"]}, dep.model))
+            extra = dep.extra_body if endpoint != EMBEDDINGS else {}
+            lines = [(r["custom_id"], protocol.line(r["custom_id"], {**extra, **r["body"]}, dep.model, endpoint))
                      for r in reqs]
             for plan in split_parts(dep_id, lines, LIMITS[dep.provider.kind]):
                 self.store.add_part(job["job_id"], _new_id("bp"), dep_id, plan.content, plan.custom_ids, now)
@@ -260,9 +276,11 @@ class BatchJobs:
             if not part["platform_job_id"]:
                 known = {"input_file_id": part["input_file_id"]}
                 meta = {"llmroute_job": job["job_id"], "llmroute_part": part_id}
+                first = self.store.requests(job["job_id"], part_id=part_id)[:1]
+                endpoint = endpoint_of(first[0]["body"]) if first else "/v1/chat/completions"
                 got = yield from protocol.submit(self.store.part_content(part_id), model=dep.model, part_id=part_id,
                                                  completion_window=job["completion_window"], metadata=meta,
-                                                 known=known)
+                                                 known=known, endpoint=endpoint)
                 status: JobStatus = got["status"]
                 interval = self.settings.poll_interval_s
                 self.store.update_part(part_id, input_file_id=got["input_file_id"],
@@ -353,6 +371,8 @@ class BatchJobs:
                                      f"{cid}: {r['deployment']} -> {ids[here + 1]} ({error})"[:500])
                 else:
                     self._dead(job, r, now, "no next deployment with a batch API")
+            elif policy == "online" and endpoint_of(r["body"]) == EMBEDDINGS:
+                self._dead(job, r, now, "embedding requests are not run online by the batch failover")
             elif policy == "online":
                 self.store.event(job["job_id"], now, "online", f"{cid}: run online ({error})"[:500])
                 model = r["model"]
@@ -445,7 +465,7 @@ class BatchJobs:
 
         result = r["result"] or {}
         dep = self.deployment(result.get("deployment") or r["deployment"])
-        usage = completion_from_body(result["body"]).usage if result.get("body") else None
+        usage = normalize_usage(result["body"].get("usage") or {}) if result.get("body") else None
         tokens = dict(prompt_tokens=usage.prompt_tokens if usage else 0,
                       completion_tokens=usage.completion_tokens if usage else 0,
                       cached_tokens=usage.cached_tokens if usage else 0,
@@ -471,8 +491,16 @@ class BatchJobs:
         job = self._job(job_id)
         out: Dict[str, BatchResult] = {}
         for r in self.store.requests(job_id):
-            if r["state"] == "ok":
-                out[r["custom_id"]] = BatchResult(r["custom_id"], self._completion(job, r), None, r["served_by"])
+            if r["state"] == "ok" and endpoint_of(r["body"]) == EMBEDDINGS:
+                body = r["result"]["body"]
+                u = normalize_usage(body.get("usage") or {})
+                cost = compute_cost(self.batch_price(self.deployment(r["result"].get("deployment") or r["deployment"])),
+                                    prompt_tokens=u.prompt_tokens, completion_tokens=0)
+                out[r["custom_id"]] = BatchResult(r["custom_id"], None, None, r["served_by"], embedding=body, cost=cost)
+            elif r["state"] == "ok":
+                completion = self._completion(job, r)
+                out[r["custom_id"]] = BatchResult(r["custom_id"], completion, None, r["served_by"],
+                                                  cost=completion.cost)
             elif r["state"] == "dead":
                 out[r["custom_id"]] = BatchResult(r["custom_id"], None, r["error"], None)
         return out
@@ -531,7 +559,7 @@ class BatchJobs:
         """Batch cost of the job's requests so far, per currency (from stored results)."""
         totals: Dict[str, Decimal] = {}
         for result in self.results(job_id).values():
-            cost = result.completion.cost if result.completion is not None else None
+            cost = result.cost
             if cost is not None and cost.amount is not None:
                 totals[cost.currency] = totals.get(cost.currency, Decimal(0)) + cost.amount
         return totals

@@ -34,13 +34,15 @@ class Limits:
     max_bytes: int
     max_line_bytes: Optional[int] = None
     completion_windows: Tuple[str, ...] = ("24h",)
+    endpoints: Tuple[str, ...] = ("/v1/chat/completions",)
 
 
 LIMITS: Dict[str, Limits] = {
     "together": Limits(max_lines=50_000, max_bytes=100 * 1024 * 1024),
     "siliconflow": Limits(max_lines=5_000, max_bytes=1024 * 1024 * 1024,
                           completion_windows=tuple(f"{h}h" for h in range(24, 337))),
-    "bailian": Limits(max_lines=50_000, max_bytes=500 * 1024 * 1024, max_line_bytes=6 * 1024 * 1024),
+    "bailian": Limits(max_lines=50_000, max_bytes=500 * 1024 * 1024, max_line_bytes=6 * 1024 * 1024,
+                      endpoints=("/v1/chat/completions", "/v1/embeddings")),
     "fireworks": Limits(max_lines=None, max_bytes=500 * 1024 * 1024),
 }
 BATCH_KINDS = frozenset(LIMITS)
@@ -144,7 +146,8 @@ class BatchProtocol:
         # A state we do not know is read as running: a renamed state must never end a job early.
         return self.status_map.get(raw, self.status_map.get(raw.lower(), "in_progress"))
 
-    def line(self, custom_id: str, body: Mapping[str, Any], model: str) -> Dict[str, Any]:
+    def line(self, custom_id: str, body: Mapping[str, Any], model: str,
+             endpoint: str = "/v1/chat/completions") -> Dict[str, Any]:
         full = dict(body)
         if self.include_model_in_lines:
             full = {"model": model, **full}
@@ -152,13 +155,14 @@ class BatchProtocol:
             full.pop("model", None)
         line: Dict[str, Any] = {"custom_id": custom_id}
         if self.include_method_url:
-            line.update(method="POST", url="/v1/chat/completions")
+            line.update(method="POST", url=endpoint)
         line["body"] = full
         return line
 
     # -- steps (generators) ---------------------------------------------------------------------
     def submit(self, content: bytes, *, model: str, part_id: str, completion_window: str,
-               metadata: Mapping[str, str], known: Mapping[str, Any]) -> Step:
+               metadata: Mapping[str, str], known: Mapping[str, Any],
+               endpoint: str = "/v1/chat/completions") -> Step:
         """Upload the file (unless `known` has its id) and create the job. Returns the ids learned."""
         file_id = known.get("input_file_id")
         if not file_id:
@@ -167,6 +171,7 @@ class BatchProtocol:
                              data={"purpose": self.purpose})
             file_id = self.read_file_id(self.check(resp, "upload"))
         body = self.create_body(file_id, model=model, completion_window=completion_window, metadata=metadata)
+        body["endpoint"] = endpoint
         resp = yield Req("POST", f"{self.base_url}/batches", self.headers(), json=body)
         job = self.unwrap_job(self.check(resp, "create"))
         return {"input_file_id": file_id, "platform_job_id": job["id"], "status": self.read_status(job)}
@@ -321,7 +326,8 @@ class FireworksBatch(BatchProtocol):
         return f"{base}-in", f"{base}-out", f"{base}-job"
 
     def submit(self, content: bytes, *, model: str, part_id: str, completion_window: str,
-               metadata: Mapping[str, str], known: Mapping[str, Any]) -> Step:
+               metadata: Mapping[str, str], known: Mapping[str, Any],
+               endpoint: str = "/v1/chat/completions") -> Step:
         in_id, out_id, job_id = self._ids(part_id)
         if not known.get("input_file_id"):
             lines = content.count(b"\n")

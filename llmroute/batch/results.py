@@ -45,11 +45,16 @@ def _error_of(line: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     return None
 
 
+def _is_answer(body: Any) -> bool:
+    # a chat completion has choices; an embeddings response has data
+    return isinstance(body, Mapping) and ("choices" in body or isinstance(body.get("data"), list))
+
+
 def _body_of(line: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
     response = line.get("response")
     if isinstance(response, Mapping):
         body = response.get("body", response)
-        if isinstance(body, Mapping) and "choices" in body:
+        if _is_answer(body):
             return dict(body)
     if "choices" in line:
         return {k: v for k, v in line.items() if k != "custom_id"}

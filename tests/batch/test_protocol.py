@@ -35,7 +35,9 @@ def test_split_cuts_at_lines_and_bytes_and_keeps_order():
     ([{"custom_id": "a", "messages": []}], "requests[0].messages"),
     ([{"custom_id": "a", "messages": [{"role": "user", "content": "x"}]}] * 2, "requests[1].custom_id"),
     ([{"custom_id": "x" * 65, "messages": [{"role": "user", "content": "x"}]}], "requests[0].custom_id"),
-    ([{"custom_id": "a", "url": "/v1/embeddings", "body": {"input": "x"}}], "requests[0].url"),
+    ([{"custom_id": "a", "url": "/v1/audio/speech", "body": {"input": "x"}}], "requests[0].url"),
+    ([{"custom_id": "a", "url": "/v1/embeddings", "body": {"text": "x"}}], "requests[0].body.input"),
+    ([{"custom_id": "a", "input": []}], "requests[0].input"),
 ])
 def test_bad_requests_are_refused_before_any_io(bad, field):
     with pytest.raises(InvalidRequestError) as info:

@@ -71,3 +71,29 @@ def test_unknown_failure_policy_and_window_are_refused(servers, tmp_path):
         with pytest.raises(InvalidRequestError, match="completion_window"):
             c.batches.create(requests(1), model="siliconflow", completion_window="400h")
         assert c.batches.list() == []
+
+
+def test_embedding_requests_go_to_their_own_file_on_bailian(servers, tmp_path):
+    from decimal import Decimal
+
+    cfg = config(servers, tmp_path)
+    cfg["pricing"] = {"bl:text-embedding-v4": {"input_per_million": "0.5", "output_per_million": "0",
+                                               "currency": "CNY"}}
+    reqs = requests(2) + [{"custom_id": "e0", "model": "bl:text-embedding-v4", "input": ["alpha beta", "gamma"]}]
+    with client(cfg) as c:
+        job = c.batches.create(reqs, model="bailian")
+        view = c.batches.wait(job.id)
+        results = c.batches.results(job.id)
+    assert view.done == 3 and len(view.parts) == 2
+    e0 = results["e0"]
+    assert e0.ok and e0.completion is None and [d["index"] for d in e0.embedding["data"]] == [0, 1]
+    assert e0.cost.amount == 3 * Decimal("0.25") / 10**6 and e0.cost.currency == "CNY"  # 3 tokens, batch x0.5
+    urls = {line.get("url") for j in servers["bailian"].jobs.values() for line in j.lines}
+    assert urls == {"/v1/chat/completions", "/v1/embeddings"}
+
+
+def test_embeddings_are_refused_where_the_batch_api_has_none(servers, tmp_path):
+    from llmroute import InvalidRequestError
+
+    with client(config(servers, tmp_path)) as c, pytest.raises(InvalidRequestError, match="/v1/embeddings"):
+        c.batches.create([{"custom_id": "e", "input": "x"}], model="together")

@@ -76,6 +76,7 @@ class FakeJob:
 class BatchMixin:
     """The batch lifecycle, shared; subclasses render it in their platform's shapes."""
 
+    endpoints: tuple[str, ...] = ("/v1/chat/completions",)
     files_path = "/files"
     batches_path = "/batches"
     flow = ("validating", "in_progress", "finalizing", "completed")
@@ -169,6 +170,13 @@ class BatchMixin:
 
     def completion(self, job: FakeJob, line: dict[str, Any]) -> dict[str, Any]:
         body = line.get("body", {})
+        if line.get("url") == "/v1/embeddings":
+            texts = body["input"] if isinstance(body["input"], list) else [body["input"]]
+            tokens = sum(len(str(t).split()) for t in texts)
+            return {"object": "list", "model": body.get("model") or job.model,
+                    "data": [{"object": "embedding", "index": i, "embedding": [float(len(str(t))), 0.5, -0.5]}
+                             for i, t in enumerate(texts)],
+                    "usage": {"prompt_tokens": tokens, "total_tokens": tokens}}
         messages = body.get("messages", [])
         text = str(messages[-1].get("content", "")) if messages else ""
         prompt = max(1, sum(len(str(m.get("content", "")).split()) for m in messages))
@@ -269,8 +277,11 @@ class BatchMixin:
         content = self.files.get(body.get("input_file_id", ""))
         if content is None:
             return self.batch_error(404, "input file not found")
-        if body.get("endpoint") != "/v1/chat/completions":
-            return self.batch_error(400, "endpoint must be /v1/chat/completions")
+        if body.get("endpoint") not in self.endpoints:
+            return self.batch_error(400, f"endpoint must be one of {self.endpoints}")
+        urls = {json.loads(raw).get("url", body["endpoint"]) for raw in content.splitlines() if raw.strip()}
+        if urls != {body["endpoint"]}:
+            return self.batch_error(400, "every line's url must be the batch's endpoint")
         model = self.job_model(body, content)
         if isinstance(model, Response):
             return model
@@ -389,7 +400,9 @@ class SiliconFlowBatchServer(BatchMixin, SiliconFlowServer):
 
 
 class BailianBatchServer(BatchMixin, BailianServer):
-    """Bailian compatible mode: OpenAI's batch objects; one model per file; 6 MB per line."""
+    """Bailian compatible mode: OpenAI's batch objects; one model per file; 6 MB per line; embeddings too."""
+
+    endpoints = ("/v1/chat/completions", "/v1/embeddings")
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
