@@ -169,3 +169,17 @@ def test_a_platform_400_at_job_creation_fails_the_part(servers, tmp_path):
     assert (view.done, view.failed) == (0, 3)
     assert results["r0"].error["code"] == "BadRequestError" and results["r0"].error["status"] == 400
     assert "refused" in _kinds(view.events)
+
+
+def test_a_wrong_key_fails_typed_and_the_key_is_never_stored_or_shown(servers, tmp_path):
+    cfg = config(servers, tmp_path)
+    secret = "sk-wrong-secret-4242"
+    cfg["providers"]["bl"]["api_key"] = secret
+    with client(cfg) as c:
+        job = c.batches.create(requests(2), model="bailian", on_failure="fail")
+        view = c.batches.wait(job.id)
+        results = c.batches.results(job.id)
+    assert view.failed == 2 and results["r0"].error["code"] == "AuthenticationError"
+    assert secret not in repr(view) and secret not in repr(results)
+    store_bytes = b"".join(p.read_bytes() for p in tmp_path.glob("jobs.sqlite*"))
+    assert secret.encode() not in store_bytes
