@@ -46,6 +46,10 @@ def __getattr__(name: str):
         from .accounting.report import report
 
         return report
+    if name in ("BatchResult", "BatchJobView"):  # batch job results, imported only when used
+        from . import batch
+
+        return batch.BatchResult if name == "BatchResult" else batch.JobView
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
 
 
@@ -54,6 +58,8 @@ __all__ = [
     "Client",
     "AsyncClient",
     "report",
+    "BatchResult",
+    "BatchJobView",
     "Stream",
     "AsyncStream",
     "Config",

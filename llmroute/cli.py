@@ -1,4 +1,5 @@
-"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`, `cache`.
+"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`, `cache`,
+`batch`.
 
 Each subcommand lives in the module of its concept and is imported only when it runs, so
 `llmroute --help` stays fast and no subcommand pays for another's imports.
@@ -22,6 +23,8 @@ COMMANDS = {
     "health": ("llmroute.health:main", "breaker state of every deployment in a config"),
     "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
     "cache": ("llmroute.cache.cli:main", "response cache: backend stats, clear a namespace or all"),
+
+    "batch": ("llmroute.batch.cli:main", "batch jobs on the platforms' batch APIs: submit, status, wait, fetch"),
 }
 
 

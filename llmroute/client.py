@@ -387,7 +387,18 @@ class Client:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
+    @property
+    def batches(self) -> Any:
+        """Batch jobs on the platforms' batch APIs (`llmroute.batch.Batches`, docs/batch.md)."""
+        if getattr(self, "_batches", None) is None:
+            from .batch import Batches
+
+            self._batches = Batches(self)
+        return self._batches
+
     def close(self) -> None:
+        if getattr(self, "_batches", None) is not None:
+            self._batches.close()
         self._transport.close()
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
@@ -673,7 +684,18 @@ class AsyncClient:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
         return self._engine.health(_now())
 
+    @property
+    def batches(self) -> Any:
+        """Batch jobs on the platforms' batch APIs (`llmroute.batch.AsyncBatches`, docs/batch.md)."""
+        if getattr(self, "_batches", None) is None:
+            from .batch import AsyncBatches
+
+            self._batches = AsyncBatches(self)
+        return self._batches
+
     async def aclose(self) -> None:
+        if getattr(self, "_batches", None) is not None:
+            await self._batches.aclose()
         await self._transport.aclose()
         self._engine.close()
         self.cache.close()

@@ -133,6 +133,9 @@ class _RawConfig(_Section):
     pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
     cache: Dict[str, Any] = Field(default_factory=dict)
 
+    # `[batch]`: batch jobs (job store, polling, Fireworks accounts); validated by llmroute.batch.settings.
+    batch: Dict[str, Any] = Field(default_factory=dict)
+
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
 DEFAULT_POOLS = ("interactive", "batch")

@@ -622,7 +622,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.format == "csv":
             text = to_csv(rows, by_keys)
         elif args.format == "table":
-            text = to_table(rows, by_keys)
+            from ..batch.savings import savings_text
+
+            text = to_table(rows, by_keys) + savings_text(read_records(
+                ledger, since=parse_time(args.since, now=now), until=parse_time(args.until, now=now, what="--until")))
         else:
             t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
             title = f"llmroute cost report: {Path(ledger).name}" + (f", since {args.since}" if args.since else "")
