@@ -210,6 +210,10 @@ class Client:
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
+        from .embeddings import Embeddings
+        from .models import Models
+
+        self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -469,6 +473,10 @@ class AsyncClient:
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
         self.chat = _AsyncChat(self)
+        from .embeddings import AsyncEmbeddings
+        from .models import AsyncModels
+
+        self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",

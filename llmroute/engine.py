@@ -94,6 +94,8 @@ class Engine:
         if model == "auto":
             return self.route_auto(prepared)
         tier = tiers.get(model)
+        if tier is not None and tier.kind != "chat":
+            raise E.RoutingError(f"tier {model!r} serves embeddings: call client.embeddings.create(model={model!r}, ...)")
         if tier is not None:
             return self._tier_target(tier.name, f"tier: {tier.name}", prepared.pool)
         if ":" in model:
@@ -242,6 +244,7 @@ class Engine:
             requested_model=run.prepared.model,
             request_params=run.prepared.call.params,
             messages=run.prepared.messages,
+            operation=getattr(run.prepared, "operation", "chat"),
         )
 
     def on_plan_progress(self, run: "CallRun") -> None:
