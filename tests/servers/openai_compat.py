@@ -458,12 +458,19 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
 
     # -- other endpoints --------------------------------------------------------------------------
     async def list_models(self, request: RecordedRequest) -> Response:
-        denied = self.auth_response(request)
+        denied = await self.models_preamble(request)
         if denied is not None:
             return denied
         data = [self.model_card(m, ctx) for m, ctx in self.models.items()]
         data += [self.model_card(m, 0) for m in self.embedding_models if m not in self.models]
         return Response.json({"object": "list", "data": data})
+
+    async def models_preamble(self, request: RecordedRequest) -> Response | None:
+        """Auth, then a scripted outcome (error, reset, delay) for GET /models, as for the other routes."""
+        denied = self.auth_response(request)
+        if denied is not None:
+            return denied
+        return await self.scripted_outcome(self.script.pop(request.path, None) or Reply())
 
     def model_card(self, model: str, context: int) -> dict[str, Any]:
         return {"id": model, "object": "model", "created": 0, "owned_by": self.platform}

@@ -117,7 +117,7 @@ class TogetherServer(OpenAICompatServer):
     async def list_models(self, request: RecordedRequest) -> Response:
         """GET /v1/models: a bare JSON array of model objects with `type`, `context_length`, `pricing`
         (together-python `Models.list` reads the body as a list; docs/embeddings.md)."""
-        denied = self.auth_response(request)
+        denied = await self.models_preamble(request)
         if denied is not None:
             return denied
         data = [{"id": m, "object": "model", "created": 0, "type": "chat", "organization": m.split("/")[0],
