@@ -15,7 +15,7 @@ import pytest
 import llmroute as L
 from llmroute.accounting.ledger import MemorySink
 from tests.embeddings.helpers import (
-    INPUT_PRICE, NO_RETRIES, PLATFORMS, SERVER_OF, SERVER_TOKENS, TEXTS, embed_config, expected_vectors,
+    INPUT_PRICE, NO_RETRIES, PLATFORMS, SERVER_TOKENS, TEXTS, embed_config, expected_vectors,
 )
 from tests.servers.embeddings import embedding_vector
 from tests.servers.fault import status
@@ -24,13 +24,16 @@ from tests.servers.script import Reply
 NATIVE_PATH = "/api/v1/services/embeddings/text-embedding/text-embedding"
 
 
-@pytest.fixture(params=sorted(PLATFORMS))
-def platform(request, loopback_servers):
-    name = request.param
-    server = loopback_servers.get(SERVER_OF.get(name, name))
-    server.reset()
-    yield name, server
-    server.reset()
+def fault_then_vllm(fault_server, vllm_server) -> dict:
+    """An embedding tier: the fault server's deployment first, then vLLM's."""
+    return {
+        "providers": {"f": {"kind": "openai-compatible", "base_url": fault_server.base_url},
+                      "v": {"kind": "vllm", "base_url": vllm_server.base_url}},
+        "tiers": {"embed": {"kind": "embedding", "deployments": ["f:fault-embed", "v:BAAI/bge-m3"]}},
+        "resilience": dict(NO_RETRIES),
+        "pricing": {"f:*": {"input_per_million": 1, "output_per_million": 0},
+                    "v:*": {"input_per_million": 2, "output_per_million": 0}},
+    }
 
 
 def _check_answer(platform: str, resp, server, sink) -> None:
@@ -106,14 +109,7 @@ def test_dimensions_and_base64_reach_the_platform(siliconflow_server, bailian_se
 
 
 def test_failover_to_the_next_deployment_records_both_attempts(fault_server, vllm_server):
-    config = {
-        "providers": {"f": {"kind": "openai-compatible", "base_url": fault_server.base_url},
-                      "v": {"kind": "vllm", "base_url": vllm_server.base_url}},
-        "tiers": {"embed": {"kind": "embedding", "deployments": ["f:fault-embed", "v:BAAI/bge-m3"]}},
-        "resilience": dict(NO_RETRIES),
-        "pricing": {"f:*": {"input_per_million": 1, "output_per_million": 0},
-                    "v:*": {"input_per_million": 2, "output_per_million": 0}},
-    }
+    config = fault_then_vllm(fault_server, vllm_server)
     fault_server.push(status(503))
     sink = MemorySink()
     with L.Client(config, ledger=sink) as client:
@@ -129,13 +125,7 @@ def test_failover_to_the_next_deployment_records_both_attempts(fault_server, vll
 
 def test_a_short_answer_is_an_error_and_fails_over(fault_server, vllm_server):
     """A platform that returns fewer vectors than inputs must not pass as a result."""
-    config = {
-        "providers": {"f": {"kind": "openai-compatible", "base_url": fault_server.base_url},
-                      "v": {"kind": "vllm", "base_url": vllm_server.base_url}},
-        "tiers": {"embed": {"kind": "embedding", "deployments": ["f:fault-embed", "v:BAAI/bge-m3"]}},
-        "resilience": dict(NO_RETRIES),
-        "pricing": {"strict": False},
-    }
+    config = fault_then_vllm(fault_server, vllm_server)
     fault_server.push(Reply(body={"object": "list", "data": [{"index": 0, "embedding": [0.1]}], "model": "x"}))
     with L.Client(config) as client:
         resp = client.embeddings.create(model="embed", input=TEXTS)
@@ -144,13 +134,7 @@ def test_a_short_answer_is_an_error_and_fails_over(fault_server, vllm_server):
 
 
 def test_connection_reset_fails_over(fault_server, vllm_server):
-    config = {
-        "providers": {"f": {"kind": "openai-compatible", "base_url": fault_server.base_url},
-                      "v": {"kind": "vllm", "base_url": vllm_server.base_url}},
-        "tiers": {"embed": {"kind": "embedding", "deployments": ["f:fault-embed", "v:BAAI/bge-m3"]}},
-        "resilience": dict(NO_RETRIES),
-        "pricing": {"strict": False},
-    }
+    config = fault_then_vllm(fault_server, vllm_server)
     fault_server.push(Reply(reset_before=True))
 
     async def main():

@@ -8,18 +8,9 @@ import asyncio
 import pytest
 
 import llmroute as L
-from tests.embeddings.helpers import PLATFORMS, SERVER_OF, embed_config
+from tests.embeddings.helpers import PLATFORMS, embed_config
 from tests.servers.fault import status
 from tests.servers.script import Reply
-
-
-@pytest.fixture(params=sorted(PLATFORMS))
-def platform(request, loopback_servers):
-    name = request.param
-    server = loopback_servers.get(SERVER_OF.get(name, name))
-    server.reset()
-    yield name, server
-    server.reset()
 
 
 def _expected_ids(server) -> set[str]:
