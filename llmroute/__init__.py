@@ -31,6 +31,7 @@ from .errors import (
     RoutingError,
     ServerError,
     StreamInterruptedError,
+    StreamNotFinishedError,
     TimeoutError,
 )
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
@@ -44,6 +45,15 @@ def __getattr__(name: str):
         from .accounting.report import report
 
         return report
+    # Embedding and model-list types: imported when first used (a client imports them on creation).
+    if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
+        from . import embeddings
+
+        return getattr(embeddings, name)
+    if name in ("Model", "ModelList"):
+        from . import models
+
+        return getattr(models, name)
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
 
 
@@ -81,4 +91,10 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "StreamNotFinishedError",
+    "CreateEmbeddingResponse",
+    "Embedding",
+    "EmbeddingUsage",
+    "Model",
+    "ModelList",
 ]

@@ -62,6 +62,7 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "StreamNotFinishedError",
 ]
 
 
@@ -260,6 +261,11 @@ class AllDeploymentsFailedError(LLMRouteError):
             if getattr(attempt, "error", None) is not None:
                 return attempt.error
         return None
+
+
+class StreamNotFinishedError(LLMRouteError, RuntimeError):
+    """`stream.response` was read before the stream ended (inside the loop, before it, or after an
+    early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""
 
 
 # Keep the builtins reachable for code in this package that needs them.
