@@ -93,12 +93,23 @@ __all__ = [
     "read_records",
     "SCHEMA_VERSION",
     "COLUMNS",
+    "PROBE_METADATA_KEY",
+    "is_probe",
 ]
 
 log = logging.getLogger("llmroute.ledger")
 
 SCHEMA_VERSION = 1
 Status = Literal["ok", "error", "cancelled", "interrupted"]
+
+# Calls llmroute makes to check a deployment (`llmroute health`, `llmroute bench smoke`) carry this
+# metadata key (value: which tool): they are paid, so they are recorded, but reports leave them out
+# by default and they are attributed to no feature.
+PROBE_METADATA_KEY = "llmroute_probe"
+
+
+def is_probe(record: "LedgerRecord") -> bool:
+    return PROBE_METADATA_KEY in (record.metadata or {})
 
 # Keep the buffer bounded if storage stays broken: past this many unwritten records the oldest are
 # dropped (and logged) rather than growing without limit.
