@@ -202,6 +202,19 @@ class EmbeddingRun(CallRun):
         if not asked_cap:
             prepared.call.params.pop("max_tokens", None)  # a guard's output cap means nothing here
 
+    @property  # type: ignore[override]
+    def target(self) -> Target:
+        return self._target
+
+    @target.setter
+    def target(self, value: Target) -> None:
+        # A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
+        # (the budget still counts it; a `refuse` budget still refuses it).
+        tier = self.engine.config.tiers.get(value.tier) if value.tier else None
+        if getattr(self, "_target", None) is not None and tier is not None and tier.kind != "embedding":
+            return
+        self._target = value
+
     def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:  # type: ignore[override]
         adapter = self._adapters.get(deployment.id)
         if adapter is None:

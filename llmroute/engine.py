@@ -173,6 +173,8 @@ class Engine:
         first = run.target.deployments[0] if run.target.deployments else None
         price = self._price(first) if first is not None else None
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+        if getattr(prepared, "operation", "chat") == "embeddings":
+            max_tokens = 0  # an embedding has no output tokens to reserve budget for
         estimate = estimate_cost(price, prompt_tokens=run.input_tokens(), max_tokens=max_tokens)
         verdict = self.budget_book.check(
             time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,

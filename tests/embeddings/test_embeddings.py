@@ -258,3 +258,22 @@ def test_embedding_spans_say_embeddings_and_carry_tokens_and_cost(vllm_server):
     assert [s.parent.span_id for s in spans if s.parent is not None] == [call.context.span_id]  # one attempt
     assert call.attributes["gen_ai.usage.input_tokens"] == SERVER_TOKENS
     assert call.attributes["llmroute.cost"] == pytest.approx(float(resp.cost.amount))
+
+
+def test_budgets_count_embeddings_refuse_them_and_never_downgrade_them_to_chat(vllm_server):
+    config = embed_config("vllm", vllm_server)
+    config["tiers"]["chat"] = {"deployments": ["p:Qwen/Qwen2.5-7B-Instruct"]}
+    config["budgets"] = [
+        {"name": "rag-down", "when": {"feature": "rag"}, "max_tokens": 12, "action": "downgrade",
+         "downgrade_tier": "chat"},
+        {"name": "bulk-cap", "when": {"feature": "bulk"}, "max_tokens": 12, "action": "refuse"},
+    ]
+    with L.Client(config) as client:
+        for _ in range(2):  # the second call is over the 12-token budget: downgrade has no embedding tier
+            resp = client.embeddings.create(model="embed", input=TEXTS, feature="rag")
+            assert resp.route.deployment == "p:BAAI/bge-m3" and resp.route.tier == "embed"
+        client.embeddings.create(model="embed", input=TEXTS, feature="bulk")
+        with pytest.raises(L.BudgetExceededError) as info:
+            client.embeddings.create(model="embed", input=TEXTS, feature="bulk")
+    assert info.value.budget == "bulk-cap"
+    assert all(r.path == "/v1/embeddings" for r in vllm_server.requests) and len(vllm_server.requests) == 3
