@@ -232,10 +232,13 @@ class EmbeddingRun(CallRun):
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
         self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]
         tokens = view.usage.prompt_tokens
-        response = CreateEmbeddingResponse.model_validate(
-            {**body, "usage": {"prompt_tokens": tokens, "total_tokens": tokens}})
-        response.route, response.cost = view.route, view.cost
-        return response
+        # The adapter checked every item (a list or a base64 str per input, indices 0..n-1): built
+        # without re-validating thousands of floats per vector.
+        data = [Embedding.model_construct(**item) for item in body["data"]]
+        extra = {k: v for k, v in body.items() if k not in ("data", "usage")}
+        return CreateEmbeddingResponse.model_construct(
+            **extra, data=data, usage=EmbeddingUsage(prompt_tokens=tokens, total_tokens=tokens),
+            route=view.route, cost=view.cost)
 
 
 def _now() -> float:
