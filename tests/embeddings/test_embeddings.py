@@ -15,7 +15,7 @@ import pytest
 import llmroute as L
 from llmroute.accounting.ledger import MemorySink
 from tests.embeddings.helpers import (
-    INPUT_PRICE, NO_RETRIES, PLATFORMS, SERVER_TOKENS, TEXTS, embed_config, expected_vectors,
+    INPUT_PRICE, NO_RETRIES, PLATFORMS, SERVER_OF, SERVER_TOKENS, TEXTS, embed_config, expected_vectors,
 )
 from tests.servers.embeddings import embedding_vector
 from tests.servers.fault import status
@@ -277,3 +277,33 @@ def test_budgets_count_embeddings_refuse_them_and_never_downgrade_them_to_chat(v
             client.embeddings.create(model="embed", input=TEXTS, feature="bulk")
     assert info.value.budget == "bulk-cap"
     assert all(r.path == "/v1/embeddings" for r in vllm_server.requests) and len(vllm_server.requests) == 3
+
+
+@pytest.mark.parametrize("kind, error", [("overloaded", L.OverloadedError), ("bad_request", L.BadRequestError)])
+def test_each_platform_error_shape_maps_to_its_typed_error(platform, kind, error):
+    """Every platform's own error envelope (OpenAI's, SiliconFlow's code/message, DashScope's flat
+    native one, TGI's string) -> the same typed error, naming the deployment, for embeddings and lists."""
+    name, server = platform
+    model = PLATFORMS[name][2]
+    server.push(Reply(error=kind))
+    with L.Client(embed_config(name, server)) as client:
+        with pytest.raises(error) as info:
+            client.embeddings.create(model="embed", input=TEXTS)
+        assert type(info.value) is error and info.value.deployment == f"p:{model}"
+        server.push(Reply(error=kind))
+        with pytest.raises(error):
+            client.models.list(provider="p")
+        health = client.health()[f"p:{model}"]
+    # The platform's fault counts against its breaker; the caller's (a 400) does not.
+    assert (health.calls_in_window, health.failures_in_window) == ((1, 1) if kind == "overloaded" else (0, 0))
+
+
+@pytest.mark.parametrize("name", sorted(p for p in PLATFORMS if p != "tgi"))  # TEI checks no model name
+def test_an_unknown_embedding_model_is_not_found(name, loopback_servers):
+    server = loopback_servers.get(SERVER_OF.get(name, name))
+    server.reset()
+    config = embed_config(name, server)
+    config["tiers"]["embed"]["deployments"] = ["p:no-such-embedding-model"]
+    with L.Client(config) as client:
+        with pytest.raises(L.NotFoundError):
+            client.embeddings.create(model="embed", input=TEXTS)
