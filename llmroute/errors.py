@@ -8,6 +8,7 @@ LLMRouteError                      base of every llmroute error
 ├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError              a per-feature guard refused the call before sending
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
+├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
 └── ProviderError                  a platform answered with an error, or could not be reached
     ├── AuthenticationError        401: bad or missing key (a configuration fault)
     ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
