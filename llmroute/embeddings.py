@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from .config import Config, Deployment
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
-           "embedding_target", "EmbeddingRun", "Embeddings", "AsyncEmbeddings"]
+           "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]
 
 ENCODING_FORMATS = ("float", "base64")
 # Ours, never sent (as for chat).
@@ -241,6 +241,50 @@ class EmbeddingRun(CallRun):
             route=view.route, cost=view.cost)
 
 
+class AttemptBatches:
+    """One attempt's requests: the input split as the platform requires (DashScope: 10 texts per
+    request), sent in order, answers joined into one response. Sans-I/O: the shells send."""
+
+    def __init__(self, ctx: Any, call: EmbeddingInput) -> None:
+        self.ctx = ctx
+        self.parts = ctx.adapter.batches(call)
+        self.bodies: List[Dict[str, Any]] = []
+        self.usages: List[Optional[Usage]] = []
+
+    def next_request(self) -> Any:
+        """The next request to send (also set as `ctx.request`), or None when all are answered."""
+        i = len(self.bodies)
+        if i >= len(self.parts):
+            return None
+        if len(self.parts) > 1:
+            self.ctx.request = self.ctx.adapter.build_request(self.parts[i])
+        return self.ctx.request
+
+    def add(self, headers: Any, content: bytes) -> None:
+        body, usage = self.ctx.adapter.parse_embeddings(headers, content, self.parts[len(self.bodies)])
+        self.bodies.append(body)
+        self.usages.append(usage)
+
+    def result(self) -> tuple[Dict[str, Any], Optional[Usage]]:
+        if len(self.bodies) == 1:
+            return self.bodies[0], self.usages[0]
+        data = [{**item, "index": n} for n, item in enumerate(i for body in self.bodies for i in body["data"])]
+        if any(u is None for u in self.usages):
+            return {**self.bodies[0], "data": data}, None
+        tokens = sum(u.prompt_tokens for u in self.usages if u is not None)
+        return {**self.bodies[0], "data": data}, Usage(prompt_tokens=tokens, total_tokens=tokens)
+
+    def failed(self, run: "EmbeddingRun", error: E.ProviderError, now: float) -> None:
+        """A request failed: the parts answered before it were billed, so the attempt records them."""
+        if self.bodies:
+            tokens = sum(u.prompt_tokens if u is not None else count_input_tokens(p)
+                         for u, p in zip(self.usages, self.parts))
+            rec = self.ctx.record
+            rec.usage, rec.usage_estimated, rec.billed = (
+                Usage(prompt_tokens=tokens, total_tokens=tokens), any(u is None for u in self.usages), True)
+        run.failed(self.ctx, error, now)
+
+
 def _now() -> float:
     return time.monotonic()
 
@@ -264,20 +308,22 @@ class Embeddings:
                 time.sleep(step.seconds)
                 continue
             ctx = step.attempt
+            batches = AttemptBatches(ctx, prepared.call)
             try:
-                response = client._send(ctx)
-                try:
-                    content = response.read()
-                finally:
-                    response.close()
-                body, usage = ctx.adapter.parse_embeddings(response.headers, content, prepared.call)
+                while batches.next_request() is not None:
+                    response = client._send(ctx)
+                    try:
+                        content = response.read()
+                    finally:
+                        response.close()
+                    batches.add(response.headers, content)
             except E.ProviderError as error:
-                run.failed(ctx, error, _now())
+                batches.failed(run, error, _now())
                 continue
             except _NETWORK_ERRORS as exc:
-                run.failed(ctx, _transport_error(exc, ctx), _now())
+                batches.failed(run, _transport_error(exc, ctx), _now())
                 continue
-            return run.finish(ctx, body, usage, _now())
+            return run.finish(ctx, *batches.result(), _now())
 
 
 class AsyncEmbeddings:
@@ -301,17 +347,19 @@ class AsyncEmbeddings:
                 await asyncio.sleep(step.seconds)
                 continue
             ctx = step.attempt
+            batches = AttemptBatches(ctx, prepared.call)
             try:
-                response = await client._send(ctx)
-                try:
-                    content = await response.aread()
-                finally:
-                    await response.aclose()
-                body, usage = ctx.adapter.parse_embeddings(response.headers, content, prepared.call)
+                while batches.next_request() is not None:
+                    response = await client._send(ctx)
+                    try:
+                        content = await response.aread()
+                    finally:
+                        await response.aclose()
+                    batches.add(response.headers, content)
             except E.ProviderError as error:
-                run.failed(ctx, error, _now())
+                batches.failed(run, error, _now())
                 continue
             except network_errors as exc:
-                run.failed(ctx, _transport_error(exc, ctx), _now())
+                batches.failed(run, _transport_error(exc, ctx), _now())
                 continue
-            return run.finish(ctx, body, usage, _now())
+            return run.finish(ctx, *batches.result(), _now())

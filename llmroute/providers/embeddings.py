@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from ..config import Deployment, Provider
     from ..types import Usage
 
-__all__ = ["EmbeddingInput", "EmbeddingAdapter", "DashScopeNativeEmbeddingAdapter", "embedding_adapter_class",
+__all__ = ["EmbeddingInput", "EmbeddingAdapter", "BailianEmbeddingAdapter", "DashScopeNativeEmbeddingAdapter",
+           "embedding_adapter_class",
            "models_request", "parse_model_list", "EmbeddingInputValue"]
 
 EmbeddingInputValue = Union[str, List[str], List[int], List[List[int]]]
@@ -64,6 +65,19 @@ class EmbeddingAdapter(OpenAICompatAdapter):
     vLLM, SGLang, TEI, llama.cpp and Ollama's `/v1` serve it."""
 
     embeddings_path = "/embeddings"
+
+    def max_inputs(self) -> Optional[int]:
+        """The most inputs one request may carry on this platform (None: no documented cap)."""
+        return None
+
+    def batches(self, call: EmbeddingInput) -> List[EmbeddingInput]:
+        """`call` split into requests the platform accepts, in order (one, unless a cap applies)."""
+        limit = self.max_inputs()
+        value = call.input
+        if limit is None or call.count <= limit or isinstance(value, str) or isinstance(value[0], int):
+            return [call]
+        return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)  # type: ignore[arg-type]
+                for i in range(0, len(value), limit)]
 
     def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]
         headers = self.headers(False)
@@ -105,7 +119,15 @@ class EmbeddingAdapter(OpenAICompatAdapter):
         return vectors
 
 
-class DashScopeNativeEmbeddingAdapter(EmbeddingAdapter):
+class BailianEmbeddingAdapter(EmbeddingAdapter):
+    """Compatible mode: at most 10 texts per request for text-embedding-v3/v4, 25 for v1/v2
+    (docs/embeddings.md); a longer input is sent as several requests of one attempt."""
+
+    def max_inputs(self) -> Optional[int]:
+        return 25 if self.deployment.model in ("text-embedding-v1", "text-embedding-v2") else 10
+
+
+class DashScopeNativeEmbeddingAdapter(BailianEmbeddingAdapter):
     """DashScope's own text-embedding protocol (`protocol = "native"`)."""
 
     embeddings_path = "/services/embeddings/text-embedding/text-embedding"
@@ -181,8 +203,8 @@ def _usage(raw: Any) -> Optional["Usage"]:
 
 def embedding_adapter_class(kind: str, protocol: str = "compatible") -> Type[EmbeddingAdapter]:
     """Every kind serves embeddings; DashScope's native protocol has its own shape."""
-    if kind == "bailian" and protocol == "native":
-        return DashScopeNativeEmbeddingAdapter
+    if kind == "bailian":
+        return DashScopeNativeEmbeddingAdapter if protocol == "native" else BailianEmbeddingAdapter
     return EmbeddingAdapter
 
 

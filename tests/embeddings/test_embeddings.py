@@ -156,12 +156,47 @@ def test_typed_errors_name_the_deployment_and_hide_the_key(together_server):
     assert [a.status for a in err.attempts] == ["error"]
 
 
-def test_dashscope_batch_limit_is_a_bad_request_in_both_protocols(bailian_server):
-    texts = [f"text {i}" for i in range(11)]
-    for platform in ("bailian", "bailian-native"):
-        with L.Client(embed_config(platform, bailian_server)) as client:
-            with pytest.raises(L.BadRequestError, match="not be larger than 10"):
-                client.embeddings.create(model="embed", input=texts)
+@pytest.mark.parametrize("platform_name", ["bailian", "bailian-native"])
+def test_dashscope_takes_ten_texts_a_request_so_longer_inputs_are_split(bailian_server, platform_name):
+    texts = [f"text number {i}" for i in range(23)]
+    sink = MemorySink()
+
+    async def async_call():
+        async with L.AsyncClient(embed_config(platform_name, bailian_server)) as client:
+            return await client.embeddings.create(model="embed", input=texts)
+
+    with L.Client(embed_config(platform_name, bailian_server), ledger=sink) as client:
+        resp = client.embeddings.create(model="embed", input=texts)
+    sent = [r.json for r in bailian_server.requests]
+    sizes = [len(b["input"]["texts"]) if platform_name == "bailian-native" else len(b["input"]) for b in sent]
+    assert sizes == [10, 10, 3]  # the loopback server refuses 11 or more, as DashScope does
+    assert [d.index for d in resp.data] == list(range(23))
+    assert [d.embedding for d in resp.data] == [embedding_vector(t, 1024) for t in texts]
+    assert resp.usage.prompt_tokens == 3 * 23 and resp.route.usage_estimated is False
+    (record,) = sink.records  # one attempt, one record, all three requests' tokens
+    assert record.input_tokens == 69 and len(resp.route.attempts) == 1
+    assert [d.embedding for d in asyncio.run(async_call()).data] == [d.embedding for d in resp.data]
+
+
+def test_a_split_attempt_that_fails_midway_records_what_was_billed_and_fails_over(bailian_server, vllm_server):
+    config = {
+        "providers": {"b": {"kind": "bailian", "base_url": bailian_server.base_url, "api_key": bailian_server.api_key},
+                      "v": {"kind": "vllm", "base_url": vllm_server.base_url}},
+        "tiers": {"embed": {"kind": "embedding", "deployments": ["b:text-embedding-v4", "v:BAAI/bge-m3"]}},
+        "resilience": dict(NO_RETRIES),
+        "pricing": {"b:*": {"input_per_million": 1, "output_per_million": 0},
+                    "v:*": {"input_per_million": 1, "output_per_million": 0}},
+    }
+    texts = [f"text number {i}" for i in range(15)]
+    bailian_server.push(Reply(), Reply(error="overloaded"))
+    sink = MemorySink()
+    with L.Client(config, ledger=sink) as client:
+        resp = client.embeddings.create(model="embed", input=texts)
+    assert resp.route.deployment == "v:BAAI/bge-m3" and len(resp.data) == 15
+    failed, ok = sink.records
+    assert (failed.deployment, failed.status, failed.input_tokens) == ("b:text-embedding-v4", "error", 30)
+    assert failed.cost > 0  # the first ten texts were embedded and billed before the 503
+    assert (ok.status, ok.input_tokens) == ("ok", 45)
 
 
 def test_native_dashscope_refuses_token_ids_before_sending(bailian_server):
