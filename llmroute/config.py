@@ -434,7 +434,8 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
         price = prices.lookup(ref.provider, ref.kind, ref.region, ref.model)
         if price is not None:
             currencies.add(price.currency)
-    _with_path(source, check_budget_config, budgets, tiers=set(tiers), currencies=currencies, rates=pricing.rates())
+    chat_tier_names = {name for name, t in tiers.items() if t.kind == "chat"}  # a downgrade goes to a chat tier
+    _with_path(source, check_budget_config, budgets, tiers=chat_tier_names, currencies=currencies, rates=pricing.rates())
     guards = {name: _validated(GuardConfig, g, source, f'guards."{name}"') for name, g in raw.guards.items()}
     telemetry = _validated(TelemetryConfig, raw.telemetry, source, "telemetry")
     pools: Dict[str, Dict[str, Any]] = {}

@@ -252,8 +252,14 @@ def test_config_refuses_mixed_fallback_and_routing_to_an_embedding_tier(vllm_ser
     assert info.value.key == "tiers.chat.fallback_tier"
     config["tiers"]["chat"].pop("fallback_tier")
     config["routing"] = {"default": "embed"}
-    with pytest.raises(L.ConfigError):
+    with pytest.raises(L.ConfigError) as info:
         L.Client(config)
+    assert info.value.key.startswith("routing")
+    del config["routing"]
+    config["budgets"] = [{"name": "cap", "max_tokens": 10, "action": "downgrade", "downgrade_tier": "embed"}]
+    with pytest.raises(L.ConfigError) as info:
+        L.Client(config)
+    assert info.value.key.startswith("budgets")
 
 
 def test_shipped_price_prices_dashscope_embeddings(bailian_server):
