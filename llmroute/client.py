@@ -167,13 +167,16 @@ class Stream:
 
     @property
     def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion, with usage, route and cost. Reads the rest of the stream if needed."""
-        if self._final is None:
+        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
+        Before that it raises `StreamNotFinishedError` (as `AsyncStream.response` does)."""
+        return _finished(self._final, self._closed)
+
+    def get_final_completion(self) -> ChatCompletion:
+        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
+        if self._final is None and not self._closed:
             for _ in self:
                 pass
-        if self._final is None:
-            raise RuntimeError("the stream was closed before it finished")
-        return self._final
+        return self.response
 
     @property
     def route(self):
@@ -198,6 +201,17 @@ class Stream:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
+    """A stream's assembled response, or the error that says why there is none yet (sync and async alike)."""
+    if final is not None:
+        return final
+    if closed:
+        raise E.StreamNotFinishedError("the stream was closed before it finished: it has no response")
+    raise E.StreamNotFinishedError(
+        "stream.response is ready once the stream has ended: iterate it to the end first, or call "
+        "stream.get_final_completion() (await it on AsyncStream) to read the rest")
 
 
 def _caller_closed(run: CallRun, state: StreamState) -> None:
@@ -239,6 +253,10 @@ class Client:
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
+        from .embeddings import Embeddings
+        from .models import Models
+
+        self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -379,7 +397,7 @@ class Client:
             return Stream(run, op, self._attempts)
         if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
             with Stream(run, op, self._attempts) as stream:
-                return stream.response
+                return stream.get_final_completion()
         completion, reported = op.parsed  # type: ignore[misc]
         return run.succeeded(op.ctx, completion, reported, _now(), None)
 
@@ -476,15 +494,17 @@ class AsyncStream:
 
     @property
     def response(self) -> ChatCompletion:
-        if self._final is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end (or await stream.aresponse())")
-        return self._final
+        """The assembled ChatCompletion once the stream has ended; before that `StreamNotFinishedError`."""
+        return _finished(self._final, self._closed)
 
-    async def aresponse(self) -> ChatCompletion:
-        if self._final is None:
+    async def get_final_completion(self) -> ChatCompletion:
+        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
+        if self._final is None and not self._closed:
             async for _ in self:
                 pass
         return self.response
+
+    aresponse = get_final_completion
 
     @property
     def route(self):
@@ -542,6 +562,10 @@ class AsyncClient:
         self._transport = AsyncTransport(transport)
         self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
+        from .embeddings import AsyncEmbeddings
+        from .models import AsyncModels
+
+        self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",
@@ -676,7 +700,7 @@ class AsyncClient:
             return AsyncStream(run, op, self._attempts)
         if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
             async with AsyncStream(run, op, self._attempts) as stream:
-                return await stream.aresponse()
+                return await stream.get_final_completion()
         completion, reported = op.parsed  # type: ignore[misc]
         return run.succeeded(op.ctx, completion, reported, _now(), None)
 

@@ -110,6 +110,8 @@ class DeploymentConfig(_Overridable):
 
 class TierConfig(_Overridable):
     deployments: List[Union[str, DeploymentConfig]] = Field(min_length=1)
+    # "embedding": the tier serves `client.embeddings.create`, never chat (docs/embeddings.md).
+    kind: Literal["chat", "embedding"] = "chat"
     fallback_tier: Optional[str] = None
     sticky_key: Optional[str] = None
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
@@ -196,6 +198,7 @@ class Tier:
     sticky_key: Optional[str] = None
     resilience: Mapping[str, Any] = field(default_factory=dict)
     pools: Dict[str, List[Deployment]] = field(default_factory=dict)  # pool -> its own deployments
+    kind: str = "chat"  # "chat" or "embedding"
 
     def deployments_for(self, pool: str) -> List[Deployment]:
         return self.pools.get(pool) or self.deployments
@@ -417,6 +420,7 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             sticky_key=tier_cfg.sticky_key,
             resilience=_check_overrides(tier_cfg, source, f"tiers.{tier_name}"),
             pools=pools,
+            kind=tier_cfg.kind,
         )
     for tier in tiers.values():
         if tier.fallback_tier is not None and tier.fallback_tier not in tiers:
@@ -425,6 +429,9 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             )
         if tier.fallback_tier == tier.name:
             raise ConfigError("a tier cannot fall back to itself", path=source, key=f"tiers.{tier.name}.fallback_tier")
+        if tier.fallback_tier is not None and tiers[tier.fallback_tier].kind != tier.kind:
+            raise ConfigError(f"a {tier.kind} tier cannot fall back to the {tiers[tier.fallback_tier].kind} tier "
+                              f"{tier.fallback_tier!r}", path=source, key=f"tiers.{tier.name}.fallback_tier")
     reserved = {"auto"}
     for name in tiers:
         if name in reserved or ":" in name:
@@ -520,8 +527,9 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
 
     routing = _validated(RoutingConfig, raw.routing, source, "routing")
     if raw.routing:  # without a [routing] section, model="auto" says so at the call
-        deployment_ids = {d.id for t in tiers.values() for d in t.deployments}
-        _with_path(source, check_routing, routing, set(tiers), deployment_ids)
+        chat_tiers = {name: t for name, t in tiers.items() if t.kind == "chat"}  # routing never picks embeddings
+        deployment_ids = {d.id for t in chat_tiers.values() for d in t.deployments}
+        _with_path(source, check_routing, routing, set(chat_tiers), deployment_ids)
     base = _with_path(source, policy_from_config, raw.resilience, key="resilience")
     policies: Dict[str, Any] = {}
     for tier in tiers.values():
@@ -548,7 +556,8 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
         price = prices.lookup(ref.provider, ref.kind, ref.region, ref.model)
         if price is not None:
             currencies.add(price.currency)
-    _with_path(source, check_budget_config, budgets, tiers=set(tiers), currencies=currencies, rates=pricing.rates())
+    chat_tier_names = {name for name, t in tiers.items() if t.kind == "chat"}  # a downgrade goes to a chat tier
+    _with_path(source, check_budget_config, budgets, tiers=chat_tier_names, currencies=currencies, rates=pricing.rates())
     guards = {name: _validated(GuardConfig, g, source, f'guards."{name}"') for name, g in raw.guards.items()}
     telemetry = _validated(TelemetryConfig, raw.telemetry, source, "telemetry")
     pools: Dict[str, Dict[str, Any]] = {}

@@ -8,6 +8,7 @@ LLMRouteError                      base of every llmroute error
 ├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError              a per-feature guard refused the call before sending
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
+├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
 └── ProviderError                  a platform answered with an error, or could not be reached
     ├── AuthenticationError        401: bad or missing key (a configuration fault)
     ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
@@ -62,6 +63,7 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "StreamNotFinishedError",
 ]
 
 
@@ -260,6 +262,11 @@ class AllDeploymentsFailedError(LLMRouteError):
             if getattr(attempt, "error", None) is not None:
                 return attempt.error
         return None
+
+
+class StreamNotFinishedError(LLMRouteError, RuntimeError):
+    """`stream.response` was read before the stream ended (inside the loop, before it, or after an
+    early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""
 
 
 # Keep the builtins reachable for code in this package that needs them.

@@ -98,6 +98,8 @@ __all__ = [
     "read_records",
     "SCHEMA_VERSION",
     "COLUMNS",
+    "PROBE_METADATA_KEY",
+    "is_probe",
 ]
 
 log = logging.getLogger("llmroute.ledger")
@@ -127,6 +129,16 @@ class LedgerHealth:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+# Calls llmroute makes to check a deployment (`llmroute health`, `llmroute bench smoke`) carry this
+# metadata key (value: which tool): they are paid, so they are recorded, but reports leave them out
+# by default and they are attributed to no feature.
+PROBE_METADATA_KEY = "llmroute_probe"
+
+
+def is_probe(record: "LedgerRecord") -> bool:
+    return PROBE_METADATA_KEY in (record.metadata or {})
+
 
 
 @dataclass(frozen=True)

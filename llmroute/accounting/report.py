@@ -46,7 +46,7 @@ from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError, LLMRouteError
 from .cost import compute_cost
-from .ledger import LedgerRecord, read_records
+from .ledger import LedgerRecord, is_probe, read_records
 from .prices import ExchangeRates, PriceBook, PricingConfig
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS"]
@@ -191,13 +191,15 @@ def report(
     rates: ExchangeRates | None = None,
     price_book: PriceBook | None = None,
     now: float | None = None,
+    include_probes: bool = False,
 ) -> ReportRows:
     """Rows of a cost report over a ledger file (SQLite or JSONL) or an iterable of records.
 
     `by`: group keys (`GROUP_KEYS` or `metadata.<key>`), a sequence or "a,b". `since`/`until`: unix
     seconds, `7d`-style durations, ISO dates or datetimes. `reprice`: a platform kind (optionally
     `kind:region`) to price the same traffic at. `rates`: to add reporting-currency figures (default:
-    the price book's config, if it sets them). Amounts are exact Decimals.
+    the price book's config, if it sets them). Amounts are exact Decimals. Probe calls
+    (`llmroute health`, `bench smoke`: metadata `llmroute_probe`) are left out unless `include_probes`.
     """
     by_keys = _check_by(by.split(",") if isinstance(by, str) else list(by))
     t_since, t_until = parse_time(since, now=now), parse_time(until, now=now, what="--until")
@@ -220,6 +222,8 @@ def report(
     totals: dict[str | None, _Group] = defaultdict(_Group)
     class_cache: dict[tuple[str | None, str | None], Any] = {}
     for rec in records:
+        if not include_probes and is_probe(rec):
+            continue
         key = tuple(_key_value(rec, k) for k in by_keys) + (rec.currency if rec.cost is not None else None,)
         g = groups[key]
         g.add(rec)
@@ -594,6 +598,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the report here (html default: llmroute-report.html)")
     p.add_argument("--reprice", metavar="KIND[:REGION]", help="price the same traffic at this platform's prices")
     p.add_argument("--config", help="llmroute TOML config, for [pricing] overrides and exchange rates")
+    p.add_argument("--include-probes", action="store_true",
+                   help="count the probe calls of `llmroute health` and `bench smoke` (left out by default)")
     return p
 
 
@@ -616,7 +622,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_keys = _check_by(args.by.split(","))
         now = time.time()
         rows = report(ledger, by=by_keys, since=args.since, until=args.until, reprice=args.reprice,
-                      price_book=book, now=now)  # fmt: skip
+                      price_book=book, now=now, include_probes=args.include_probes)  # fmt: skip
         if args.format == "json":
             text = to_json(rows) + "\n"
         elif args.format == "csv":
@@ -629,7 +635,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         else:
             t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
             title = f"llmroute cost report: {Path(ledger).name}" + (f", since {args.since}" if args.since else "")
-            text = to_html(rows, by_keys, read_records(ledger, since=t_since, until=t_until), title=title,
+            records = (r for r in read_records(ledger, since=t_since, until=t_until)
+                       if args.include_probes or not is_probe(r))
+            text = to_html(rows, by_keys, records, title=title,
                            rates=(book.rates() if book else None))  # fmt: skip
             out = Path(args.out or "llmroute-report.html")
             out.write_text(text, encoding="utf-8")

@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Sequence, TextIO
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from ..errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
 from .stats import RequestRecord, StreamTiming, percentile
@@ -420,12 +420,14 @@ def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
     return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
 
 
-def client_send(client: Any, *, stream: bool = True, feature: str = "bench", keep_text: bool = False,
-                clock: Clock = time.perf_counter) -> SendFn:
+def client_send(client: Any, *, stream: bool = True, feature: Optional[str] = "bench", keep_text: bool = False,
+                clock: Clock = time.perf_counter, metadata: Optional[Mapping[str, str]] = None) -> SendFn:
     """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines.
 
     `keep_text` stores each answer in its record (for smoke checks; a load run would hold them all).
+    `metadata` goes on every call (the smoke check tags its probes with it).
     """
+    extra = {"metadata": dict(metadata)} if metadata else {}
 
     async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         start = clock()
@@ -434,7 +436,8 @@ def client_send(client: Any, *, stream: bool = True, feature: str = "bench", kee
         try:
             if stream:
                 response_stream = await client.chat.completions.create(
-                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature)
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature,
+                    **extra)
                 async with response_stream:
                     async for chunk in response_stream:
                         timing.on_chunk(clock(), _chunk_text(chunk))
@@ -443,7 +446,8 @@ def client_send(client: Any, *, stream: bool = True, feature: str = "bench", kee
                 text = timing.text
             else:
                 response = await client.chat.completions.create(
-                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature)
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature,
+                    **extra)
                 timing.on_end(clock())
                 choices = getattr(response, "choices", None) or []
                 text = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""

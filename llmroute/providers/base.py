@@ -177,6 +177,10 @@ class OpenAICompatAdapter:
         """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
         if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
             return self.completion_from_stream_body(content)
+        return self.completion_from_dict(self.json_body(headers, content))
+
+    def json_body(self, headers: Mapping[str, str], content: bytes) -> Dict[str, Any]:
+        """A 2xx body as a JSON object. Raises a typed error for an error body or one that is not JSON."""
         try:
             data = json.loads(content)
         except ValueError:
@@ -185,7 +189,7 @@ class OpenAICompatAdapter:
             raise self._bad_body("not a JSON object")
         if is_error_payload(data):
             raise self.error_from_event(data, headers)
-        return self.completion_from_dict(data)
+        return data
 
     def completion_from_stream_body(self, content: bytes) -> tuple[ChatCompletion, bool]:
         """A whole SSE body -> the completion it adds up to: for a plain call the platform only

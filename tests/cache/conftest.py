@@ -64,7 +64,7 @@ def cache_config(server: Any, *, cache: dict[str, Any] | None = None, tiers: dic
 @pytest.fixture(scope="session")
 def embedding_server():
     """A loopback /v1/embeddings server around the real USE-multilingual model (shipped in a package)."""
-    from tests.servers.embeddings import EmbeddingServer
+    from tests.servers.embedding_model import EmbeddingServer
 
     with EmbeddingServer() as server:
         yield server

