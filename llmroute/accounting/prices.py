@@ -134,6 +134,11 @@ class Price:
     # "table" for the shipped file, "config" for an override.
     origin: str = "table"
     note: str = ""
+    # "chat" or "embedding" (billed on input tokens only).
+    mode: str = "chat"
+    # The platform's asynchronous batch API rates; None: not known or not offered.
+    batch_input_per_million: Optional[Decimal] = None
+    batch_output_per_million: Optional[Decimal] = None
 
     @property
     def cached_rate(self) -> Decimal:
@@ -161,9 +166,11 @@ class PriceTable:
 
 
 _TABLE_KEYS = {
-    "kind", "region", "model", "class", "input_per_million", "output_per_million",
-    "cached_input_per_million", "currency", "confirmed", "source", "source_date", "note",
+    "kind", "region", "model", "class", "mode", "input_per_million", "output_per_million",
+    "cached_input_per_million", "batch_input_per_million", "batch_output_per_million",
+    "currency", "confirmed", "source", "source_date", "note",
 }  # fmt: skip
+_MODES = ("chat", "embedding")
 
 
 def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
@@ -189,6 +196,12 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
             if currency not in CURRENCIES:
                 raise ValueError(f"currency must be one of {CURRENCIES}, got {currency!r}")
             cached = raw.get("cached_input_per_million")
+            mode = raw.get("mode", "chat")
+            if mode not in _MODES:
+                raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+            if not str(raw.get("source", "")).strip():
+                raise ValueError("every entry needs a `source` (the page its figures come from)")
+            batch_in, batch_out = raw.get("batch_input_per_million"), raw.get("batch_output_per_million")
             price = Price(
                 input_per_million=_non_negative(raw["input_per_million"], "input_per_million"),
                 output_per_million=_non_negative(raw["output_per_million"], "output_per_million"),
@@ -205,6 +218,9 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
                 model_class=raw.get("class"),
                 origin="table",
                 note=str(raw.get("note", "")),
+                mode=mode,
+                batch_input_per_million=None if batch_in is None else _non_negative(batch_in, "batch_input_per_million"),
+                batch_output_per_million=None if batch_out is None else _non_negative(batch_out, "batch_output_per_million"),
             )
         except KeyError as e:
             raise ConfigError(f"missing key {e.args[0]!r}", path=name, key=key) from None
@@ -411,6 +427,21 @@ class PriceBook:
                     f"to run it with cost None, flagged",
                     key=d.key,
                 )
+
+    def check_call_priced(self, deployment: DeploymentRef) -> None:
+        """The same rule for a deployment named in `create(model="provider:model")` as for a configured
+        one: with `strict`, no price is a ConfigError naming the model and the fix, before anything is sent."""
+        if not self.strict or self.lookup(deployment.provider, deployment.kind, deployment.region,
+                                          deployment.model) is not None:
+            return
+        where = f" in region {deployment.region!r}" if deployment.region else ""
+        raise ConfigError(
+            f"model {deployment.deployment!r} ({deployment.kind}{where}) has no price, so the call was not sent. "
+            f'Add [pricing."{deployment.provider}:{deployment.model}"] with input_per_million and '
+            f"output_per_million, or set pricing.strict = false to run it with cost None, flagged "
+            f"(`llmroute prices {deployment.model}` lists what ships)",
+            key=f'pricing."{deployment.deployment}"',
+        )
 
     def class_of(self, model: str, provider_name: str | None = None) -> str | None:
         """The model class ("7b", "70b") of `model`: from a config override, else any table entry."""
