@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError, LLMRouteError
+from ..percentile import percentile
 from .cost import compute_cost
 from .ledger import LedgerRecord, read_records
 from .prices import ExchangeRates, PriceBook, PricingConfig
@@ -62,16 +63,6 @@ class ReportRows(list):
     def __init__(self, rows: Iterable[dict[str, Any]] = (), totals: Sequence[dict[str, Any]] = ()) -> None:
         super().__init__(rows)
         self.totals = list(totals)
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile (0-100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 _REL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
