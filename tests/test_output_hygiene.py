@@ -45,3 +45,13 @@ def test_breaker_events_reach_an_app_that_configures_logging():
     out = _run("configured")
     assert out.returncode == 0, out.stderr
     assert "llmroute.resilience" in out.stderr and "out of rotation" in out.stderr
+
+
+def test_demo_answers_are_clean_text():
+    """What the real server sent in a demo run (`llmroute demo`, 2026-12-03): a ChatML marker the base
+    model wrote out, cut by max_tokens after its first character."""
+    from llmroute.demo import clean_answer
+
+    assert clean_answer("请写一篇2000字的报告，并给出三条投资建议。<") == "请写一篇2000字的报告，并给出三条投资建议。"
+    assert clean_answer("<|im_end|>\n\n在上海下雨<|im_end|>user\nhi<|im_") == "在上海下雨user\nhi"
+    assert clean_answer("a < b is true") == "a < b is true"  # only a trailing marker prefix goes
