@@ -209,10 +209,12 @@ def report(
     records = list(records)
     # A record with no cost (unpriced, or an error nothing was billed for) joins the group of the same
     # keys in the currency that group bills in, so "no feature" is one row, not a priced and a blank one.
+    # (When a key bills in two currencies, they go with the first in alphabetical order.)
     currency_of: dict[tuple, str] = {}
     for rec in records:
         if rec.cost is not None and rec.currency is not None:
-            currency_of.setdefault(tuple(_key_value(rec, k) for k in by_keys), rec.currency)
+            keys = tuple(_key_value(rec, k) for k in by_keys)
+            currency_of[keys] = min(rec.currency, currency_of.get(keys, rec.currency))
     for rec in records:
         keys = tuple(_key_value(rec, k) for k in by_keys)
         key = keys + (rec.currency if rec.cost is not None else currency_of.get(keys),)
