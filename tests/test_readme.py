@@ -119,6 +119,8 @@ def parse_blocks(path: Path) -> list[Block]:
 
 
 ALL_BLOCKS = [b for p in DOCS for b in parse_blocks(p)]
+# `text` blocks are not run, so they are not tests either.
+RUN_BLOCKS = [b for b in ALL_BLOCKS if b.lang != "text"]
 
 
 def _main_config_block() -> Block:
@@ -232,7 +234,7 @@ def llmroute_commands(code: str) -> list[list[str]]:
 
 
 # -- one test per block -------------------------------------------------------------------------------
-@pytest.mark.parametrize("block", ALL_BLOCKS, ids=[b.name for b in ALL_BLOCKS])
+@pytest.mark.parametrize("block", RUN_BLOCKS, ids=[b.name for b in RUN_BLOCKS])
 def test_block(block: Block, request: pytest.FixtureRequest) -> None:
     if "skip" in block.directives:
         assert block.directives["skip"], f"{block.name}: a skip directive needs a reason (<!-- test: skip: why -->)"
@@ -242,8 +244,6 @@ def test_block(block: Block, request: pytest.FixtureRequest) -> None:
         f"{block.name}: language {block.lang!r} is not run by tests/test_readme.py; use one of "
         f"{sorted(KNOWN_LANGS)} or add <!-- test: skip: why -->"
     )
-    if block.lang == "text":
-        return
     if block.lang == "toml":
         _check_toml(block)
         return
@@ -335,3 +335,15 @@ def test_harness_reads_directives_and_cuts_commands(tmp_path: Path) -> None:
     cmds = llmroute_commands("0 3 * * * cd /srv && .venv/bin/llmroute bench --target small \\\n  --out x.json "
                              "|| mail -s x a@b < /dev/null\nllmroute plan --help  # sizing\necho done\n")
     assert cmds == [["bench", "--target", "small", "--out", "x.json"], ["plan", "--help"]]
+
+
+def test_a_broken_block_fails_naming_the_block(tmp_path: Path) -> None:
+    """The README's own bug, replayed: a tier naming a provider the config lacks fails with FILE:LINE."""
+    doc = tmp_path / "x.md"
+    doc.write_text('```toml\n[providers.together]\nkind = "together"\n[tiers.t]\n'
+                   'deployments = ["fireworks:accounts/fireworks/models/llama-v3p3-70b-instruct"]\n```\n')
+    (block,) = parse_blocks(doc)
+    block.path = ROOT / "README.md"  # names are relative to the repository
+    with pytest.raises(pytest.fail.Exception) as info:
+        _check_toml(block)
+    assert "README.md:1" in str(info.value) and "unknown provider 'fireworks'" in str(info.value)

@@ -24,8 +24,7 @@ def format_rate(value: Optional[Decimal]) -> str:
     """A per-million rate as the page shows it: no exponent, no trailing zeros; '-' for none."""
     if value is None:
         return "-"
-    text = format(value.normalize(), "f")
-    return text if "." in text else text
+    return format(value.normalize(), "f")
 
 
 def _row(price: Price) -> dict[str, Any]:
