@@ -477,22 +477,29 @@ def _plan(ns: argparse.Namespace) -> int:
         for line in [head, *table]:
             out.append("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
     evens = []
-    for tp_row in (r for r in rows if r["billing"] == "per-token"):
-        for fleet_row in (r for r in rows if r["billing"] in ("on-demand", "reserved")):
-            lo = break_even_rps(fleet_cost_per_month=fleet_row["usd_per_month"][0],
-                                cost_per_request=tp_row["usd_per_request"], hours_per_month=hours)
-            hi = break_even_rps(fleet_cost_per_month=fleet_row["usd_per_month"][1],
-                                cost_per_request=tp_row["usd_per_request"], hours_per_month=hours)
+    fleets = [r for r in rows if r["billing"] in ("on-demand", "reserved")]
+    token_rows = [r for r in rows if r["billing"] == "per-token"]
+    grid: list[list[str]] = []
+    for tp_row in token_rows:
+        cells = [tp_row["name"]]
+        for fleet_row in fleets:
+            lo, hi = (break_even_rps(fleet_cost_per_month=cost, cost_per_request=tp_row["usd_per_request"],
+                                     hours_per_month=hours) for cost in fleet_row["usd_per_month"])
             if lo is None or hi is None:
+                cells.append("-")
                 continue
             evens.append({"per_token": tp_row["name"], "fleet": f"{fleet_row['billing']} {fleet_row['name']}",
                           "break_even_rps": (lo, hi)})
-            out.append(f"break-even: {tp_row['name']} per token costs as much as {fleet_row['billing']} "
-                       f"{fleet_row['name']} ({_span(*fleet_row['units'], str)} {unit}) at a mean of "
-                       f"{_span(lo, hi, lambda x: f'{x:.3g}')} req/s; below that per-token is cheaper"
-                       + ("" if hi <= traffic.peak_rps else
-                          f" (above the {traffic.peak_rps:g} req/s peak: per-token wins at this traffic)"))
+            cells.append(_span(lo, hi, lambda x: f"{x:.3g}") + (" (>peak)" if lo > traffic.peak_rps else ""))
+        grid.append(cells)
     if evens:
+        out.append("")
+        out.append("break-even: the mean req/s at which per-token costs as much as the fleet sized for the peak "
+                   "(below it, per-token is cheaper)")
+        head = ["per-token option"] + [f"vs {r['billing']} {r['name']} ({_span(*r['units'], str)})" for r in fleets]
+        widths = [max(len(c) for c in col) for col in zip(head, *grid)]
+        for line in [head, *grid]:
+            out.append("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())
         out.append("the guide: start per-token while traffic is uncertain; once it is stable, reserved "
                    "instances cut the cost by 30-50%.")
     print("\n".join(out))
