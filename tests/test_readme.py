@@ -33,7 +33,6 @@ Each block is one test whose id is ``FILE:LINE``; a failure prints the block and
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import shlex

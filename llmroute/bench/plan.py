@@ -19,7 +19,7 @@ The traffic profile is given (`--peak-rps`, `--mean-rps`, `--mean-input-tokens`,
 `--mean-cached-tokens`, `--mean-output-tokens`) or read from the ledger's last N days (`--ledger
 FILE --days N`: successful calls, mean tokens per call, the busiest minute as the peak).
 
-`capacity_plan`, `gpu_range`, `monthly_costs`, `break_even_rps` and `traffic_from_records` are pure;
+`gpu_range`, `monthly_costs`, `break_even_rps` and `traffic_from_records` are pure;
 `main(argv)` is the command-line shell.
 """
 
@@ -36,7 +36,7 @@ from typing import Any, Mapping, Sequence
 from ..errors import ConfigError, LLMRouteError
 
 __all__ = [
-    "main", "LevelChoice", "choose_level", "capacity_plan", "monthly_costs", "parse_price", "parse_throughput",
+    "main", "LevelChoice", "choose_level", "monthly_costs", "parse_price", "parse_throughput",
     "gpu_range", "TokenPrice", "catalogue_price", "break_even_rps", "Traffic", "traffic_from_records",
 ]
 
@@ -104,21 +104,6 @@ def choose_level(report: Mapping[str, Any], *, target: str | None = None, level:
                        mean_output_tokens=best.get("mean_output_tokens"), reason=reason)
 
 
-def capacity_plan(*, peak_rps: float, mean_output_tokens: float, per_instance_tokens_per_s: float,
-                  headroom: float) -> dict[str, float | int]:
-    """Instances needed to serve `peak_rps` with `headroom` (0.2 = run each at 80% of measured)."""
-    if peak_rps <= 0 or mean_output_tokens <= 0:
-        raise ConfigError("peak rate and mean output tokens must be positive", key="--peak-rps/--mean-output-tokens")
-    if not 0 <= headroom < 1:
-        raise ConfigError("must be in [0, 1)", key="--headroom")
-    if per_instance_tokens_per_s <= 0:
-        raise ConfigError("the bench level has no output throughput", key="--bench")
-    needed = peak_rps * mean_output_tokens
-    usable = per_instance_tokens_per_s * (1 - headroom)
-    return {"needed_output_tokens_per_s": needed, "usable_tokens_per_s_per_instance": usable,
-            "instances": max(1, math.ceil(needed / usable - 1e-9))}
-
-
 def parse_price(text: str, *, option: str, pair: bool) -> tuple[str, tuple[float, ...]]:
     """`"together=0.88/0.88"` (pair: input/output per million) or `"h100=2.49"` -> (name, prices)."""
     name, sep, value = text.partition("=")
@@ -158,6 +143,11 @@ def gpu_range(*, needed_tokens_per_s: float, low: float, high: float, headroom: 
     headroom, with the exact ratios so the arithmetic can be printed."""
     if not 0 <= headroom < 1:
         raise ConfigError("must be in [0, 1)", key="--headroom")
+    if needed_tokens_per_s <= 0:
+        raise ConfigError("peak rate and mean output tokens must be positive", key="--peak-rps/--mean-output-tokens")
+    if low <= 0 or high < low:
+        raise ConfigError("the throughput per GPU (or the bench level's) must be positive",
+                          key="--tokens-per-s-per-gpu/--bench")
     usable = 1 - headroom
     return {
         "ratio_fast": needed_tokens_per_s / high, "ratio_slow": needed_tokens_per_s / low,
@@ -329,7 +319,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--hours-per-month", type=float, default=730.0, help="hours billed per month (730)")
     p.add_argument("--per-instance", "--per-gpu-hour", action="append", default=[], metavar="NAME=USD_PER_HOUR",
                    help="an on-demand GPU (instance) price, repeatable: l4=0.8")
-    p.add_argument("--reserved-discount", default="0.3-0.5", metavar="LOW-HIGH",
+    p.add_argument("--reserved-discount", default="{}-{}".format(*GUIDE_RESERVED_DISCOUNT), metavar="LOW-HIGH",
                    help="reserved/committed discount off the on-demand price (the guide's 30-50%%: 0.3-0.5; 0 to omit)")
     p.add_argument("--per-token", action="append", default=[], metavar="PRICE",
                    help="a per-token price, repeatable: NAME=IN/OUT or NAME=IN/CACHED/OUT (USD per million), or "

@@ -10,7 +10,6 @@ from llmroute.bench.plan import (
     TokenPrice,
     Traffic,
     break_even_rps,
-    capacity_plan,
     catalogue_price,
     choose_level,
     gpu_range,
@@ -48,13 +47,14 @@ def test_slos_scale_throughput_to_good_requests():
     assert choice.level == 4 and choice.output_tokens_per_s == 200  # 8 delivers only 150 good tokens/s
 
 
-def test_capacity_plan_rounds_up_with_headroom():
-    plan = capacity_plan(peak_rps=20, mean_output_tokens=300, per_instance_tokens_per_s=1000, headroom=0.2)
-    assert plan["needed_output_tokens_per_s"] == 6000 and plan["instances"] == 8  # 6000 / 800 = 7.5
-    assert capacity_plan(peak_rps=8, mean_output_tokens=100, per_instance_tokens_per_s=1000, headroom=0.2)["instances"] == 1
-    assert capacity_plan(peak_rps=16, mean_output_tokens=100, per_instance_tokens_per_s=1000, headroom=0.2)["instances"] == 2
-    with pytest.raises(ConfigError):
-        capacity_plan(peak_rps=1, mean_output_tokens=1, per_instance_tokens_per_s=1, headroom=1.0)
+def test_gpu_count_rounds_up_with_headroom():
+    g = gpu_range(needed_tokens_per_s=20 * 300, low=1000, high=1000, headroom=0.2)
+    assert g["gpus_fast_headroom"] == 8  # 6000 / 800 = 7.5
+    assert gpu_range(needed_tokens_per_s=8 * 100, low=1000, high=1000, headroom=0.2)["gpus_fast_headroom"] == 1
+    assert gpu_range(needed_tokens_per_s=16 * 100, low=1000, high=1000, headroom=0.2)["gpus_fast_headroom"] == 2
+    for bad in ({"headroom": 1.0}, {"low": 0.0}, {"needed_tokens_per_s": 0.0}):
+        with pytest.raises(ConfigError):
+            gpu_range(**{"needed_tokens_per_s": 1.0, "low": 1.0, "high": 1.0, "headroom": 0.2, **bad})
 
 
 def test_monthly_costs_per_billing_model():
