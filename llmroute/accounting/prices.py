@@ -155,6 +155,8 @@ class PriceTable:
     entries: tuple[Price, ...]
     # (kind, region or None, model) -> Price
     index: Mapping[tuple[str, str | None, str], Price] = field(default_factory=dict)
+    # Platform regions the table deliberately leaves empty: (kind, region) -> why (`[[missing]]` entries).
+    missing: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
 
     def get(self, kind: str, region: str | None, model: str) -> Price | None:
         region = normalize_region(kind, region)
@@ -231,7 +233,13 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
             raise ConfigError(f"duplicate entry for {k}", path=name, key=key)
         index[k] = price
         entries.append(price)
-    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index)
+    missing: dict[tuple[str, str | None], str] = {}
+    for i, raw in enumerate(doc.get("missing", [])):
+        if set(raw) - {"kind", "region", "reason"} or "kind" not in raw or "reason" not in raw:
+            raise ConfigError("a [[missing]] entry has kind, optional region and reason", path=name,
+                              key=f"missing[{i}]")
+        missing[(raw["kind"], normalize_region(raw["kind"], raw.get("region")))] = str(raw["reason"])
+    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index, missing=missing)
 
 
 @lru_cache(maxsize=1)
@@ -421,7 +429,8 @@ class PriceBook:
             if self.lookup(d.provider, d.kind, d.region, d.model) is None:
                 where = f" in region {d.region!r}" if d.region else ""
                 raise ConfigError(
-                    f"deployment {d.deployment!r} ({d.kind}{where}, model {d.model!r}) has no price. "
+                    f"deployment {d.deployment!r} ({d.kind}{where}, model {d.model!r}) has no price"
+                    f"{self._missing_note(d.kind, d.region)}. "
                     f'Add [pricing."{d.provider}:{d.model}"] with input_per_million and output_per_million '
                     f"(0 for hardware you already pay for), or set pricing.strict = false "
                     f"to run it with cost None, flagged",
@@ -436,12 +445,17 @@ class PriceBook:
             return
         where = f" in region {deployment.region!r}" if deployment.region else ""
         raise ConfigError(
-            f"model {deployment.deployment!r} ({deployment.kind}{where}) has no price, so the call was not sent. "
+            f"model {deployment.deployment!r} ({deployment.kind}{where}) has no price"
+            f"{self._missing_note(deployment.kind, deployment.region)}, so the call was not sent. "
             f'Add [pricing."{deployment.provider}:{deployment.model}"] with input_per_million and '
             f"output_per_million, or set pricing.strict = false to run it with cost None, flagged "
             f"(`llmroute prices {deployment.model}` lists what ships)",
             key=f'pricing."{deployment.deployment}"',
         )
+
+    def _missing_note(self, kind: str, region: str | None) -> str:
+        why = self.table.missing.get((kind, normalize_region(kind, region)))
+        return f" (nothing ships for {kind}/{normalize_region(kind, region)}: {why})" if why else ""
 
     def class_of(self, model: str, provider_name: str | None = None) -> str | None:
         """The model class ("7b", "70b") of `model`: from a config override, else any table entry."""

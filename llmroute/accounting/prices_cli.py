@@ -127,6 +127,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             if r.get("source"):
                 label = r.get("deployment") or f"{r['kind']}{'/' + r['region'] if r['region'] else ''} {r['model']}"
                 print(f"{label}: {r['source']}" + (f" ({r['note']})" if r.get("note") else ""))
+    if not args.config:
+        needle = args.search.lower()
+        for (kind, region), why in sorted(table.missing.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
+            if not needle or needle in f"{kind} {region or ''}".lower() or needle in f"{kind}/{region or ''}":
+                print(f"not shipped: {kind}{'/' + region if region else ''}: {why}")
     unpriced = [r["deployment"] for r in rows if r.get("input") == "UNPRICED"]
     if unpriced:
         print(f"\n{len(unpriced)} deployment(s) have no price: add [pricing.\"provider:model\"] tables "

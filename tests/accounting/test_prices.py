@@ -312,6 +312,14 @@ def test_prices_command_lists_matches_within_120_columns_and_a_config_charge(tmp
     assert any("openai/gpt-oss-120b" in line and "0.15" in line and "0.6" in line for line in lines)
     assert any("accounts/fireworks/models/gpt-oss-20b" in line and "0.035" in line for line in lines)
     assert not any("qwen-plus" in line for line in lines)
+    # What does not ship is said, not left for the user to guess.
+    out_sf = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "siliconflow"], capture_output=True,
+                            text=True, timeout=60).stdout
+    assert "not shipped: siliconflow/intl" in out_sf and "Qwen/Qwen3-8B" in out_sf
+    assert load_price_table().missing[("bailian", "us")]
+    intl = DeploymentRef("sf:Qwen/Qwen3-8B", "sf", "siliconflow", "intl", "Qwen/Qwen3-8B", "tiers.t.deployments[0]")
+    with pytest.raises(ConfigError, match="nothing ships for siliconflow/intl"):
+        PriceBook().check_priced([intl])
     cfg = tmp_path / "c.toml"
     cfg.write_text('[providers.tg]\nkind = "together"\napi_key = "k"\n[providers.gpu]\nkind = "vllm"\n'
                    'base_url = "http://127.0.0.1:9/v1"\n[tiers.t]\ndeployments = ["tg:openai/gpt-oss-120b", '
