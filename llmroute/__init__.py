@@ -8,6 +8,8 @@ resp = client.chat.completions.create(model="small", messages=[{"role": "user", 
 This module is the whole public API. Importing it does no I/O and opens no connection.
 """
 
+import logging as _logging
+
 from .cache import ResponseCache
 from .client import AsyncClient, AsyncStream, Client, Stream
 from .config import Config, load_config
@@ -39,6 +41,10 @@ from .secrets import SecretStr
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
+
+# A library logs and never prints: without logging configured by the app, llmroute's records (breaker
+# trips, ledger trouble) go nowhere instead of to stderr through logging's last-resort handler.
+_logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 
 
 def __getattr__(name: str):

@@ -1,5 +1,5 @@
-"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`, `cache`,
-`batch`.
+"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `prices`, `health`, `calibrate`,
+`cache`, `batch`.
 
 Each subcommand lives in the module of its concept and is imported only when it runs, so
 `llmroute --help` stays fast and no subcommand pays for another's imports.
@@ -20,6 +20,7 @@ COMMANDS = {
     "bench": ("llmroute.bench.cli:main", "load-test deployments: TTFT/TPOT/ITL/E2E percentiles, throughput"),
     "plan": ("llmroute.bench.plan:main", "instances and monthly cost needed to hold a peak rate"),
     "report": ("llmroute.accounting.report:main", "cost-per-feature reports from the ledger"),
+    "prices": ("llmroute.accounting.prices_cli:main", "the shipped price table, or what a config is charged"),
     "health": ("llmroute.health:main", "breaker state of every deployment in a config"),
     "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
     "cache": ("llmroute.cache.cli:main", "response cache: backend stats, clear a namespace or all"),

@@ -250,6 +250,11 @@ class Config:
         provider = self.providers.get(provider_name)
         if provider is None or not model:
             return None
+        from .accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
+
+        # Not in any tier, so load-time pricing never saw it: the same strictness applies here.
+        self.sections.prices.check_call_priced(
+            DeploymentRef(deployment_id, provider.name, provider.kind, provider.region, model, ""))
         return _make_deployment(provider, model, DeploymentConfig(id=deployment_id), None, "")
 
     def all_deployments(self) -> List[Deployment]:
