@@ -3,7 +3,7 @@
 Every mistake is found here, at load, never at the first call: unknown keys, unknown provider kinds,
 a tier that names an unknown provider, a `${VAR}` that is not set, a cloud provider with no key.
 One section per concept: `providers`, `tiers`, `routing`, `resilience`, `pricing`, `ledger`,
-`budgets`, `guards`, `telemetry`. This module reads the config file and the environment, nothing else.
+`budgets`, `guards`, `telemetry`, `state`. This module reads the config file and the environment, nothing else.
 """
 
 from __future__ import annotations
@@ -105,6 +105,8 @@ class _RawConfig(_Section):
     telemetry: Dict[str, Any] = Field(default_factory=dict)
     # `[pools.<name>]`: client-side limits for that pool's traffic (any limit key of [resilience]).
     pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    # `[state]`: where limits, budgets and breakers live (state/config.py).
+    state: Dict[str, Any] = Field(default_factory=dict)
 
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
@@ -182,6 +184,7 @@ class Sections:
     budgets: List[Any]
     guards: Dict[str, Any]
     telemetry: Any
+    state: Any = None  # StateConfig: backend "local" (per process) or "redis"
 
 
 @dataclass
@@ -420,6 +423,13 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     _with_path(source, prices.check_priced, refs, providers=set(providers))
 
     ledger = _validated(LedgerConfig, raw.ledger, source, "ledger")
+    if ledger.url:
+        ledger.url = _expand_env(ledger.url, source=source, key="ledger.url")
+    from .state.config import StateConfig
+
+    state = _validated(StateConfig, raw.state, source, "state")
+    if state.url:
+        state.url = _expand_env(state.url, source=source, key="state.url")
     budgets = [_validated(BudgetConfig, b, source, f"budgets[{i}]") for i, b in enumerate(raw.budgets)]
     currencies = set()
     for ref in refs:
@@ -444,7 +454,8 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
                               key=f"routing.rules[{i}].pool")
     return Sections(routing=routing, resilience=base, policies=policies, pools=pools,
                     pool_names=frozenset(pool_names), pricing=pricing,
-                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
+                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry,
+                    state=state)
 
 
 def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:

@@ -48,13 +48,25 @@ class Engine:
         sections = config.sections
         self.sections = sections
         self._base_policy = sections.resilience
-        self.breakers = BreakerRegistry(self.policy)
+        from .state import open_state
+
+        self.fleet = open_state(getattr(sections, "state", None))  # None: state of this process only
+        if self.fleet is not None:
+            self.breakers = BreakerRegistry(self.policy, on_transition=self.fleet.breakers.publish,
+                                            breaker_factory=self.fleet.breakers.factory)
+        else:
+            self.breakers = BreakerRegistry(self.policy)
         self.breakers.register(d.id for d in config.all_deployments())
+        if self.fleet is not None:
+            self.fleet.breakers.attach(self.breakers, (d.id for d in config.all_deployments()))
         self.retry_budgets = BudgetRegistry(self.policy)
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
         self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
+        if self.limits is not None and self.fleet is not None:
+            self.limits = self.fleet.shared_limits(self.limits)
+        self._reservations: Dict[str, Any] = {}  # request id -> its budget reservation, until the call ends
         self.rng = random.Random()
         self.prices = sections.prices
         if ledger is None:
@@ -70,11 +82,24 @@ class Engine:
                                 f"{type(ledger).__name__}", key="ledger")
         self.budget_book = None
         if sections.budgets:
-            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())
+            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates(),
+                                          shared=self.fleet.budgets if self.fleet is not None else None)
             if isinstance(self.ledger, SQLiteSink) and self.ledger.path.exists():
                 self.budget_book.seed_from_ledger(self.ledger.path, time.time())
+            elif type(self.ledger).__name__ == "PostgresSink":
+                self._seed_from_postgres()
         self.telemetry = Telemetry(sections.telemetry)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+
+    def _seed_from_postgres(self) -> None:
+        import logging
+
+        try:
+            self.budget_book.seed_from_ledger(self.ledger.url, time.time())
+        except Exception as exc:  # noqa: BLE001 - an unreachable ledger must not stop the client
+            logging.getLogger("llmroute.budgets").warning(
+                "budgets: could not reload today's spend from the PostgreSQL ledger (%s); counting from zero",
+                type(exc).__name__)
 
     def policy(self, deployment_id: str) -> Any:
         return self.sections.policies.get(deployment_id, self._base_policy)
@@ -175,8 +200,10 @@ class Engine:
         verdict = self.budget_book.check(
             time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,
             estimated_cost=estimate.amount, currency=estimate.currency,
-            estimated_tokens=estimate.input_tokens + estimate.output_tokens,
+            estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True,
         )
+        if verdict.reservation is not None:
+            self._reservations[prepared.request_id] = verdict.reservation
         if verdict.action == "downgrade" and verdict.tier:
             routed = run.target
             run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
@@ -338,6 +365,9 @@ class Engine:
                     now: float) -> None:
         from .accounting.cost import sum_costs
 
+        reservation = self._reservations.pop(run.prepared.request_id, None)
+        if reservation is not None:
+            self.budget_book.release(reservation)
         extras: CallExtras = run.extras
         total = sum_costs(extras.costs, rates=self.sections.pricing.rates()) if extras.costs else None
         if completion is not None:
@@ -360,9 +390,19 @@ class Engine:
         )
 
     def health(self, now: float) -> Dict[str, Any]:
-        return self.breakers.health(now)
+        """Every deployment's breaker; with shared state, the fleet's view (read now) and
+        `.shared_state` saying whether Redis answers."""
+        from .state import HealthView
+
+        if self.fleet is not None:
+            self.fleet.breakers.sync_now()
+        view = HealthView(self.breakers.health(now))
+        view.shared_state = self.fleet.status() if self.fleet is not None else None
+        return view
 
     def close(self) -> None:
         if self.ledger is not None:
             self.ledger.close()
+        if self.fleet is not None:
+            self.fleet.close()
 

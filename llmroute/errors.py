@@ -47,6 +47,7 @@ __all__ = [
     "RoutingError",
     "BudgetExceededError",
     "RequestGuardError",
+    "SharedStateUnavailableError",
     "AllDeploymentsFailedError",
     "ProviderError",
     "AuthenticationError",
@@ -114,6 +115,11 @@ class BudgetExceededError(LLMRouteError):
         self.spent = spent
         self.unit = unit
         super().__init__(message)
+
+
+class SharedStateUnavailableError(LLMRouteError):
+    """`[state] on_unavailable = "refuse"` and the shared state server (Redis) did not answer in time;
+    nothing was sent."""
 
 
 class RequestGuardError(LLMRouteError):

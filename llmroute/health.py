@@ -4,6 +4,7 @@ A fresh process has seen no traffic, so by default it first sends one tiny reque
 deployment in the config (primary and backups) and then prints what the breakers make of it:
 state, failure and slow-call rates, open_until, the last error, p50/p95 TTFT and latency.
 `--no-probe` prints the table without sending anything. `--json` prints it as JSON.
+With `[state] backend = "redis"` the table is the fleet's view (breakers other processes opened).
 """
 
 from __future__ import annotations
@@ -47,6 +48,11 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(json.dumps({dep: snap.as_dict() for dep, snap in snapshots.items()}, indent=2, default=str))
         else:
             print(format_health(snapshots, now=time.monotonic()))
+        shared = getattr(snapshots, "shared_state", None)
+        if shared is not None and not args.json:
+            answer = "answering" if shared["available"] else f"UNAVAILABLE ({shared['last_error']})"
+            print(f"shared state: Redis {answer}; breakers as the fleet sees them; outages {shared['outages']}, "
+                  f"calls on local state {shared['fallbacks']}")
     unhealthy = [d for d, s in snapshots.items() if s.state != "closed"]
     return 1 if (unhealthy or failed) else 0
 

@@ -34,9 +34,11 @@ class BreakerRegistry:
         policies: PolicySource = None,
         *,
         on_transition: Optional[Callable[[Transition], None]] = None,
+        breaker_factory: Callable[[ResiliencePolicy, str], CircuitBreaker] = CircuitBreaker,
     ) -> None:
         self._policy_of = _policy_resolver(policies)
         self._on_transition = on_transition
+        self._breaker_factory = breaker_factory  # e.g. state.breakers.SharedCircuitBreaker
         self._lock = threading.Lock()
         self._breakers: dict[str, CircuitBreaker] = {}
 
@@ -47,7 +49,7 @@ class BreakerRegistry:
         with self._lock:
             breaker = self._breakers.get(deployment_id)
             if breaker is None:
-                breaker = CircuitBreaker(self._policy_of(deployment_id), deployment_id)
+                breaker = self._breaker_factory(self._policy_of(deployment_id), deployment_id)
                 self._breakers[deployment_id] = breaker
             return breaker
 
