@@ -47,6 +47,7 @@ class Fleet:
 
     def close(self) -> None:
         self.breakers.close()
+        self.budgets.close()
         if self.limits is not None:
             self.limits.close()
         self.state.close()

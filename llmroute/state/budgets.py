@@ -5,7 +5,8 @@ budget's currency (exact for every price in the price book; a reservation is rou
 call, one Lua script checks every budget the call counts toward and, if none refuses, adds the
 call's estimate (an upper bound: the whole prompt uncached plus `max_tokens`) to all of them
 atomically: concurrent calls see each other's reservations, so they cannot all pass a nearly spent
-budget. Each attempt then adds what it really cost, and the call's end takes the reservation back.
+budget. Each attempt then adds what it really cost, and the call's end takes the reservation back;
+both are sent by a background thread, batched, so the call waits for one round trip (the reserve).
 
 Overshoot bound (documented in docs/state.md): with Redis answering, a budget passes its cap only by
 what the calls admitted under it spent beyond their estimates (an attempt that outran `max_tokens`
@@ -32,6 +33,8 @@ __all__ = ["SharedBudgetCounters", "RESERVE_LUA", "UNITS_PER_CURRENCY"]
 log = logging.getLogger("llmroute.state")
 
 UNITS_PER_CURRENCY = Decimal(10) ** 9
+# Settlements (spend, reservations taken back) are sent this often, in one pipeline, off the call path.
+SETTLE_INTERVAL_S = 0.05
 
 # KEYS: counters. ARGV: reserve ("1"/"0"), ttl_s, then (limit, need, mode) per key; mode "refuse",
 # "downgrade" or "count" (counted, not judged). Returns {0} (allow), {1, i, spent} (downgrade by
@@ -77,7 +80,9 @@ class SharedBudgetCounters:
     def __init__(self, state: SharedState) -> None:
         self.state = state
         self._lock = threading.Lock()
-        self._pending: dict[str, tuple[int, int]] = {}  # key -> (units, ttl) recorded while Redis was away
+        self._pending: dict[str, tuple[int, int]] = {}  # key -> (units, ttl) not yet sent to Redis
+        self._stop = threading.Event()
+        self._flusher: Optional[threading.Thread] = None
 
     def key(self, name: str, group: Sequence[Any], window: Sequence[int]) -> str:
         parts = [name, *("" if g is None else str(g) for g in group), "-".join(f"{w:02d}" for w in window)]
@@ -99,15 +104,35 @@ class SharedBudgetCounters:
         return verdict, int(reply[1]), int(float(reply[2]))
 
     def add(self, deltas: list[tuple[str, int, int]]) -> None:
-        """(key, units, ttl): add spend (or take back a reservation, with negative units). Never raises:
-        what Redis could not take now is added when it answers again."""
+        """(key, units, ttl): add spend (or take back a reservation, with negative units). Off the
+        call's path: a background thread sends what accumulated every `SETTLE_INTERVAL_S` in one
+        pipeline (a reservation and the spend that replaces it go in the same one, so a counter is
+        never lower than the truth); what Redis could not take is sent when it answers again."""
+        with self._lock:
+            for key, units, ttl in deltas:
+                old = self._pending.get(key, (0, ttl))[0]
+                self._pending[key] = (old + units, ttl)
+            if self._flusher is None:
+                self._flusher = threading.Thread(target=self._flush_loop, name="llmroute-state-budgets", daemon=True)
+                self._flusher.start()
+
+    def flush(self) -> bool:
+        """Send the pending settlements now; False when Redis did not take them."""
         try:
-            self.state.run(lambda client: self._with_pending(client, None, deltas))
+            self.state.run(lambda client: self._with_pending(client, None))
+            return True
         except Unavailable:
-            with self._lock:
-                for key, units, ttl in deltas:
-                    old = self._pending.get(key, (0, ttl))[0]
-                    self._pending[key] = (old + units, ttl)
+            return False
+
+    def _flush_loop(self) -> None:
+        while not self._stop.wait(SETTLE_INTERVAL_S):
+            if self._pending:
+                self.flush()
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._pending:
+            self.flush()
 
     def seed(self, values: list[tuple[str, int, int]]) -> None:
         """Set counters Redis does not have yet (SET NX): the first process to start after a Redis
