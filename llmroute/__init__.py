@@ -30,6 +30,7 @@ from .errors import (
     RequestGuardError,
     RoutingError,
     ServerError,
+    SharedStateUnavailableError,
     StreamInterruptedError,
     TimeoutError,
 )
@@ -81,4 +82,5 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "SharedStateUnavailableError",
 ]
