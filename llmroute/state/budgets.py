@@ -96,8 +96,7 @@ class SharedBudgetCounters:
         for _, limit, need, mode in items:
             args += [limit, need, mode]
         script = self.state.script("budget_reserve", RESERVE_LUA)
-        reply = self.state.run(lambda client: self._with_pending(client, lambda: script(keys=keys, args=args,
-                                                                                          client=client)))
+        reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
         verdict = int(reply[0])
         if verdict == 0:
             return 0, 0, 0
@@ -119,7 +118,7 @@ class SharedBudgetCounters:
     def flush(self) -> bool:
         """Send the pending settlements now; False when Redis did not take them."""
         try:
-            self.state.run(lambda client: self._with_pending(client, None))
+            self.state.run(self._send_pending)
             return True
         except Unavailable:
             return False
@@ -148,18 +147,16 @@ class SharedBudgetCounters:
         except Unavailable:
             pass
 
-    def _with_pending(self, client: Any, then: Any, deltas: Optional[list[tuple[str, int, int]]] = None) -> Any:
+    def _send_pending(self, client: Any) -> None:
         with self._lock:
             pending, self._pending = self._pending, {}
-        todo = [(k, u, t) for k, (u, t) in pending.items()] + list(deltas or [])
         try:
-            if todo:
+            if pending:
                 pipe = client.pipeline(transaction=False)
-                for key, units, ttl in todo:
+                for key, (units, ttl) in pending.items():
                     pipe.incrby(key, units)
                     pipe.expire(key, ttl)
                 pipe.execute()
-            return then() if then is not None else None
         except BaseException:
             if pending:
                 with self._lock:

@@ -2,8 +2,8 @@
 
 `SharedLimits` has the interface of `resilience.limits.DeploymentLimits` and the same semantics
 (token buckets holding one minute's worth, a bulkhead), but the counters live in Redis and one Lua
-script decides and takes atomically, on Redis's clock: one round trip per admission, one (ZREM)
-per release. A concurrency slot is a member of a sorted set scored by its lease's expiry; each
+script decides and takes atomically, on Redis's clock: one round trip per admission. A release is
+sent by a background thread at once (a pipeline of ZREMs), off the call's path. A concurrency slot is a member of a sorted set scored by its lease's expiry; each
 process renews the slots it holds every `lease_s / 3`, so the slots of a process that died (SIGKILL,
 OOM) expire after at most `lease_s` and are taken back by the next admission.
 
@@ -102,6 +102,8 @@ class SharedLimits:
         self._lock = threading.Lock()
         self._renewer: Optional[threading.Thread] = None
         self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._to_release: list[tuple[str, str]] = []  # (slots key, slot id) to ZREM
         self._owner = uuid.uuid4().hex[:12]
 
     def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
@@ -158,11 +160,8 @@ class SharedLimits:
             held = self._held.get(lease.slots_key)
             if held is not None:
                 held.discard(lease.slot_id)
-        key, slot = lease.slots_key, lease.slot_id
-        try:
-            self.state.run(lambda client: client.zrem(key, slot))
-        except Unavailable:
-            pass  # not renewed any more: the slot frees itself when its lease ends
+            self._to_release.append((lease.slots_key, lease.slot_id))
+        self._wake.set()  # the background thread frees it now, off the call's path
 
     def in_flight(self, deployment_id: str, *, pool: str = "interactive") -> int:
         """Slots held cluster-wide (expired leases excluded); the local count while Redis is away."""
@@ -175,20 +174,51 @@ class SharedLimits:
             return self.local.in_flight(deployment_id, pool=pool)
 
     def _renew_loop(self) -> None:
+        """Frees released slots as soon as they are released (one pipeline) and renews held ones
+        every `lease_s / 3`."""
+        import time
+
         interval = max(0.05, self.state.config.lease_s / 3.0)
-        script = None
-        while not self._stop.wait(interval):
-            with self._lock:
-                held = {k: list(v) for k, v in self._held.items() if v}
-            for key, slots in held.items():
-                try:
-                    script = script or self.state.script("renew", RENEW_LUA)
-                    self.state.run(lambda client: script(keys=[key], args=[self.state.config.lease_s, *slots],
-                                                         client=client))
-                except Unavailable:
-                    break
-                except Exception:  # noqa: BLE001 - the renewer must keep running
-                    log.exception("shared state: renewing concurrency leases failed")
+        renew_at = time.monotonic() + interval
+        while not self._stop.is_set():
+            self._wake.wait(max(0.0, renew_at - time.monotonic()))
+            self._wake.clear()
+            self._free_released()
+            if time.monotonic() >= renew_at:
+                renew_at = time.monotonic() + interval
+                self._renew()
+
+    def _free_released(self) -> None:
+        with self._lock:
+            todo, self._to_release = self._to_release, []
+        if not todo:
+            return
+
+        def go(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            for key, slot in todo:
+                pipe.zrem(key, slot)
+            return pipe.execute()
+
+        try:
+            self.state.run(go)
+        except Unavailable:
+            pass  # not renewed any more: those slots free themselves when their leases end
+
+    def _renew(self) -> None:
+        with self._lock:
+            held = {k: list(v) for k, v in self._held.items() if v}
+        for key, slots in held.items():
+            try:
+                script = self.state.script("renew", RENEW_LUA)
+                self.state.run(lambda client: script(keys=[key], args=[self.state.config.lease_s, *slots],
+                                                     client=client))
+            except Unavailable:
+                return
+            except Exception:  # noqa: BLE001 - the renewer must keep running
+                log.exception("shared state: renewing concurrency leases failed")
 
     def close(self) -> None:
         self._stop.set()
+        self._wake.set()
+        self._free_released()

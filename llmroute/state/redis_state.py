@@ -63,8 +63,9 @@ class SharedState:
 
             timeout = self.config.timeout_ms / 1000.0
             # No client-side retries: the timeout is the whole bound, the outage switch does the rest.
+            # RESP2: redis-py parses it with a fraction of RESP3's CPU (measured in state_overhead.py).
             kw = dict(socket_timeout=timeout, socket_connect_timeout=timeout, retry_on_timeout=False,
-                      health_check_interval=0, retry=Retry(NoBackoff(), 0))
+                      health_check_interval=0, retry=Retry(NoBackoff(), 0), protocol=2)
             if self.config.cluster:
                 from redis.cluster import RedisCluster
 
