@@ -123,3 +123,40 @@ def test_config_errors_name_the_key():
 def test_database_password_never_shows(tmp_path):
     sink = PostgresSink("postgresql://app:s3cret-pw@127.0.0.1:1/db", spool_path=tmp_path / "s.db")
     assert "s3cret-pw" not in repr(sink)
+
+
+def test_a_call_longer_than_the_lease_keeps_its_slot(make_server, redis_server):
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"max_concurrency": 1, "queue_timeout_s": 0.1},
+                  state={"lease_s": 0.6})
+    server.push(slow_ttft(2.0))
+    with L.Client(config=cfg) as a, L.Client(config=cfg) as b:
+        slow = threading.Thread(target=lambda: a.chat.completions.create(model="chat", messages=MESSAGES))
+        slow.start()
+        deadline = time.time() + 5
+        while not server.chat_requests() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # past the lease: renewed by a's process, so still held
+        with pytest.raises(L.AllDeploymentsFailedError) as info:
+            b.chat.completions.create(model="chat", messages=MESSAGES)
+        slow.join()
+        assert "concurrency limit" in str(info.value)
+        assert b.chat.completions.create(model="chat", messages=MESSAGES).route.deployment == "p:m"  # released
+
+
+def test_async_client_shares_limits_and_budgets_with_a_sync_client(make_server, redis_server):
+    import asyncio
+
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"rpm": 3, "queue_timeout_s": 0})
+    cfg["budgets"] = [{"name": "d", "max_tokens": 10_000}]
+
+    async def three() -> list:
+        async with L.AsyncClient(config=cfg) as client:
+            return [await client.chat.completions.create(model="chat", messages=MESSAGES) for _ in range(3)]
+
+    assert len(asyncio.run(three())) == 3
+    with L.Client(config=cfg) as sync_client:  # the bucket's 3 requests are spent fleet-wide
+        with pytest.raises(L.AllDeploymentsFailedError) as info:
+            sync_client.chat.completions.create(model="chat", messages=MESSAGES)
+    assert "requests-per-minute" in str(info.value) and len(server.chat_requests()) == 3
