@@ -6,9 +6,9 @@
     spool_path = "llmroute-spool.db"
 
 `PostgresSink` is a batching sink like `SQLiteSink`: `write` appends to a buffer, a background
-thread inserts the buffer every `flush_interval_s` in one transaction. Each row's primary key is
-its record id (`request_id:attempt`), and inserts are `ON CONFLICT (record_id) DO NOTHING`, so a
-batch written twice (a replay after a timeout whose commit did land) is counted once.
+thread inserts the buffer every `flush_interval_s` in one transaction (COPY into a temp table, then
+one INSERT). Each row's primary key is its record id (`request_id:attempt`), and the insert is
+`ON CONFLICT (record_id) DO NOTHING`, so a batch written twice (a replay after a timeout whose commit did land) is counted once.
 
 While PostgreSQL is unreachable (refused, timed out, restarting), a batch goes to the spool, a
 local SQLite file (WAL, same durability as `SQLiteSink`), and the writer logs one WARNING per
@@ -202,13 +202,18 @@ class PostgresSink(_BatchingSink):
         return self._conn
 
     def _insert(self, records: list[LedgerRecord]) -> None:
+        """COPY the batch into a session temp table, then one INSERT ... ON CONFLICT DO NOTHING."""
         conn = self._connect()
         cols = ", ".join(("record_id", *COLUMNS))
-        marks = ", ".join(["%s"] * (len(COLUMNS) + 1))
-        sql = f"INSERT INTO {self.table} ({cols}) VALUES ({marks}) ON CONFLICT (record_id) DO NOTHING"
+        incoming = f"{self.table}_incoming"
         with conn.transaction():
+            conn.execute(f"CREATE TEMP TABLE IF NOT EXISTS {incoming} (LIKE {self.table}) ON COMMIT DELETE ROWS")
             with conn.cursor() as cur:
-                cur.executemany(sql, [_pg_row(r) for r in records])
+                with cur.copy(f"COPY {incoming} ({cols}) FROM STDIN") as copy:
+                    for r in records:
+                        copy.write_row(_pg_row(r))
+                cur.execute(f"INSERT INTO {self.table} ({cols}) SELECT {cols} FROM {incoming} "
+                            f"ON CONFLICT (record_id) DO NOTHING")
 
     def _write_batch(self, batch: list[LedgerRecord]) -> None:
         import psycopg

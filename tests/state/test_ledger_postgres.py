@@ -45,7 +45,7 @@ def pg_url(postgres_server):
 def test_rows_round_trip_exactly_and_a_replayed_batch_is_counted_once(pg_url, tmp_path):
     records = _records(5)
     sink = PostgresSink(pg_url, spool_path=tmp_path / "spool.db", flush_interval_s=60)
-    for r in records:
+    for r in [*records, records[1]]:  # a duplicate within one batch, too
         sink.write(r)
     sink.flush()
     for r in records[:3]:  # the same records again: a batch replayed after a timeout that did commit
