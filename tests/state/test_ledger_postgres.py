@@ -112,6 +112,11 @@ def test_report_reads_postgres_like_sqlite(pg_url, tmp_path, capsys):
     assert report_main(["--ledger", pg_url, "--by", "feature", "--format", "json"]) == 0
     out = json.loads(capsys.readouterr().out)
     assert Decimal(str(out["groups"][0]["cost"])) == sum(r.cost for r in records)
+    cfg = tmp_path / "llmroute.toml"  # the config's [ledger] URL is the default ledger
+    cfg.write_text(f'[ledger]\nsink = "postgres"\nurl = "{pg_url}"\n')
+    assert report_main(["--config", str(cfg), "--format", "json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert Decimal(str(out["groups"][0]["cost"])) == sum(r.cost for r in records)
 
 
 def test_budget_spend_is_restored_from_postgres_after_restart(pg_url, tmp_path, together_server):
