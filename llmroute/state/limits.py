@@ -13,6 +13,7 @@ admit up to N times the limit) or, with `on_unavailable = "refuse"`, the call is
 
 from __future__ import annotations
 
+import itertools
 import logging
 import threading
 import uuid
@@ -83,6 +84,10 @@ return 1
 """
 
 
+# Releases are sent at most this long after the call ends, batched into one pipeline.
+RELEASE_BATCH_S = 0.01
+
+
 @dataclass
 class SharedLease(Lease):
     """A lease whose slot (if any) is held in Redis (`slots_key`), or locally when `local_lease` is set."""
@@ -105,6 +110,7 @@ class SharedLimits:
         self._wake = threading.Event()
         self._to_release: list[tuple[str, str]] = []  # (slots key, slot id) to ZREM
         self._owner = uuid.uuid4().hex[:12]
+        self._slot_numbers = itertools.count(1)
 
     def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
         return self.local.policy(pool, deployment_id)
@@ -118,7 +124,7 @@ class SharedLimits:
         if not (p.rpm or p.tpm or p.max_concurrency):
             return Admission(True, lease=SharedLease(pool, deployment_id))
         keys = self._keys(pool, deployment_id)
-        slot_id = f"{self._owner}:{uuid.uuid4().hex[:12]}"
+        slot_id = f"{self._owner}:{next(self._slot_numbers)}"  # (uuid4 per call costs a getrandom syscall)
         args = [p.rpm or 0, p.tpm or 0, p.max_concurrency or 0, int(tokens), self.state.config.lease_s, slot_id,
                 p.queue_poll_s]
         try:
@@ -181,7 +187,8 @@ class SharedLimits:
         interval = max(0.05, self.state.config.lease_s / 3.0)
         renew_at = time.monotonic() + interval
         while not self._stop.is_set():
-            self._wake.wait(max(0.0, renew_at - time.monotonic()))
+            if self._wake.wait(max(0.0, renew_at - time.monotonic())):
+                self._stop.wait(RELEASE_BATCH_S)  # gather the releases of calls ending together
             self._wake.clear()
             self._free_released()
             if time.monotonic() >= renew_at:
