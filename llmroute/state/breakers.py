@@ -229,3 +229,5 @@ class SharedBreakers:
 
     def close(self) -> None:
         self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

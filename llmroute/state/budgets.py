@@ -126,10 +126,16 @@ class SharedBudgetCounters:
     def _flush_loop(self) -> None:
         while not self._stop.wait(SETTLE_INTERVAL_S):
             if self._pending:
-                self.flush()
+                try:
+                    self.flush()
+                except Exception:  # noqa: BLE001 - the settler must keep running
+                    log.exception("shared state: sending budget settlements failed")
 
     def close(self) -> None:
+        """Stop the settler and send what is pending (before the connection is closed)."""
         self._stop.set()
+        if self._flusher is not None:
+            self._flusher.join(timeout=5)
         if self._pending:
             self.flush()
 

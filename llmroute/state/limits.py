@@ -190,10 +190,15 @@ class SharedLimits:
             if self._wake.wait(max(0.0, renew_at - time.monotonic())):
                 self._stop.wait(RELEASE_BATCH_S)  # gather the releases of calls ending together
             self._wake.clear()
-            self._free_released()
-            if time.monotonic() >= renew_at:
-                renew_at = time.monotonic() + interval
-                self._renew()
+            if self._stop.is_set():
+                return  # close() frees what is left
+            try:
+                self._free_released()
+                if time.monotonic() >= renew_at:
+                    renew_at = time.monotonic() + interval
+                    self._renew()
+            except Exception:  # noqa: BLE001 - the renewer must keep running
+                log.exception("shared state: releasing or renewing concurrency slots failed")
 
     def _free_released(self) -> None:
         with self._lock:
@@ -228,4 +233,6 @@ class SharedLimits:
     def close(self) -> None:
         self._stop.set()
         self._wake.set()
+        if self._renewer is not None:
+            self._renewer.join(timeout=5)
         self._free_released()
