@@ -160,3 +160,26 @@ def test_async_client_shares_limits_and_budgets_with_a_sync_client(make_server, 
         with pytest.raises(L.AllDeploymentsFailedError) as info:
             sync_client.chat.completions.create(model="chat", messages=MESSAGES)
     assert "requests-per-minute" in str(info.value) and len(server.chat_requests()) == 3
+
+
+def _evalsha_count(url: str) -> int:
+    import redis
+
+    with redis.Redis.from_url(url) as r:
+        stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+@pytest.mark.parametrize("with_budget, scripts_per_call", [(False, 1), (True, 2)])
+def test_round_trips_before_sending(make_server, redis_server, with_budget, scripts_per_call):
+    """Limits cost one script call before sending, a matching budget one more; breakers none."""
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"rpm": 10_000, "max_concurrency": 10})
+    if with_budget:
+        cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
+    with L.Client(config=cfg) as client:
+        client.chat.completions.create(model="chat", messages=MESSAGES)  # scripts loaded
+        before = _evalsha_count(redis_server.url)
+        for _ in range(5):
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        assert _evalsha_count(redis_server.url) - before == 5 * scripts_per_call
