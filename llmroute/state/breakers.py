@@ -13,6 +13,9 @@ A narrow layer over the local `CircuitBreaker`s (their logic is unchanged):
   member, like a concurrency slot), so at most `half_open_probes` probes run across the fleet.
   The slot is given back when the probe's outcome is recorded or the permit released, and expires
   after the call deadline if its process died.
+* Samples: each process pushes its recent TTFT and latency samples to capped lists (the last
+  `SAMPLES_KEPT` of the fleet) in the same sync round trip and reads them back, so
+  `hedge_delay = "p95"` and health percentiles use the fleet's figures.
 
 While Redis is unavailable each breaker works alone, as in one process.
 """
@@ -24,9 +27,10 @@ import math
 import threading
 import time
 import uuid
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional
 
-from ..resilience.breaker import CircuitBreaker, Permit, Transition
+from ..resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
 from ..resilience.policy import ResiliencePolicy
 from .limits import ADMIT_LUA
 from .redis_state import SharedState, Unavailable
@@ -68,6 +72,25 @@ class SharedCircuitBreaker(CircuitBreaker):
         self._shared = shared
         self._probe_slots: dict[int, list[str]] = {}  # epoch -> slot ids held by this process
         self._slots_lock = threading.Lock()
+        # Samples not yet published, and the fleet's recent ones as last read (None: not read yet).
+        self.unpublished: list[tuple[str, float]] = []  # ("ttft" | "latency", seconds)
+        self.fleet_ttft: Optional[list[float]] = None
+        self.fleet_latency: Optional[list[float]] = None
+
+    def recent_ttft(self) -> list[float]:
+        """The fleet's recent TTFTs (for `hedge_delay = "p95"`); this process's until first read."""
+        fleet = self.fleet_ttft
+        return sorted(fleet) if fleet else super().recent_ttft()
+
+    def snapshot(self, now: float) -> BreakerSnapshot:
+        """This process's breaker, with TTFT and latency percentiles over the fleet's recent samples."""
+        snap = super().snapshot(now)
+        ttft, latency = self.fleet_ttft, self.fleet_latency
+        if not ttft and not latency:
+            return snap
+        ttft, latency = sorted(ttft or []), sorted(latency or [])
+        return replace(snap, p50_ttft_s=percentile(ttft, 50), p95_ttft_s=percentile(ttft, 95),
+                       p50_latency_s=percentile(latency, 50), p95_latency_s=percentile(latency, 95))
 
     def acquire(self, now: float) -> Optional[Permit]:
         permit = super().acquire(now)
@@ -100,7 +123,19 @@ class SharedCircuitBreaker(CircuitBreaker):
     def record(self, now: float, outcome: str, *, permit: Optional[Permit] = None, **kw: Any) -> Optional[Transition]:
         transition = super().record(now, outcome, permit=permit, **kw)
         self._give_back(permit)
+        if outcome != "caller":
+            for kind in ("ttft", "latency"):
+                value = kw.get(f"{kind}_s")
+                if value is not None:
+                    with self._slots_lock:
+                        if len(self.unpublished) < 2 * SAMPLES_KEPT:
+                            self.unpublished.append((kind, float(value)))
         return transition
+
+    def take_unpublished(self) -> list[tuple[str, float]]:
+        with self._slots_lock:
+            samples, self.unpublished = self.unpublished, []
+        return samples
 
 
 class SharedBreakers:
@@ -183,17 +218,33 @@ class SharedBreakers:
             return False
         deployments = list(self._deployments)
         keys = [self.key(d) for d in deployments]
+        breakers = [registry.breaker(d) for d in deployments]
+        outgoing = [b.take_unpublished() if isinstance(b, SharedCircuitBreaker) else [] for b in breakers]
 
         def read(client: Any) -> Any:
             pipe = client.pipeline(transaction=False)
+            for k, samples in zip(keys, outgoing):
+                for kind in ("ttft", "latency"):
+                    values = [repr(v) for what, v in samples if what == kind]
+                    if values:
+                        pipe.lpush(f"{k}:{kind}", *values)
+                        pipe.ltrim(f"{k}:{kind}", 0, SAMPLES_KEPT - 1)
+                        pipe.expire(f"{k}:{kind}", RECORD_TTL_S)
             for k in keys:
                 pipe.hgetall(k)
-            return pipe.execute()
+                pipe.lrange(f"{k}:ttft", 0, -1)
+                pipe.lrange(f"{k}:latency", 0, -1)
+            return pipe.execute()[-3 * len(keys):]
 
         try:
-            rows = self.state.run(read)
+            replies = self.state.run(read)
         except Unavailable:
             return False
+        rows = replies[0::3]
+        for b, ttft, latency in zip(breakers, replies[1::3], replies[2::3]):
+            if isinstance(b, SharedCircuitBreaker):
+                b.fleet_ttft = [float(v) for v in ttft] or None
+                b.fleet_latency = [float(v) for v in latency] or None
         now_wall, now_mono = self._wall(), self._mono()
         fleet = {}
         for deployment_id, raw in zip(deployments, rows):

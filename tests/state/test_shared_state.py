@@ -183,3 +183,15 @@ def test_round_trips_before_sending(make_server, redis_server, with_budget, scri
         for _ in range(5):
             client.chat.completions.create(model="chat", messages=MESSAGES)
         assert _evalsha_count(redis_server.url) - before == 5 * scripts_per_call
+
+
+def test_health_percentiles_are_the_fleets(make_server, redis_server):
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, state={"breaker_sync_s": 0.1})
+    with L.Client(config=cfg) as a, L.Client(config=cfg) as b:
+        for _ in range(3):
+            a.chat.completions.create(model="chat", messages=MESSAGES)
+        time.sleep(0.4)  # a's sync pushed its samples
+        snap = b.health()["p:m"]  # b made no call
+        assert snap.p50_latency_s is not None and snap.calls_in_window == 0
+        assert a.health()["p:m"].p95_latency_s == snap.p95_latency_s
