@@ -7,6 +7,7 @@ LLMRouteError                      base of every llmroute error
 ├── RoutingError                   a model name that names no tier, deployment or routing mode
 ├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError              a per-feature guard refused the call before sending
+├── SharedStateUnavailableError    Redis did not answer and [state] on_unavailable = "refuse"
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
 └── ProviderError                  a platform answered with an error, or could not be reached
     ├── AuthenticationError        401: bad or missing key (a configuration fault)
