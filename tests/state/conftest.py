@@ -1,6 +1,9 @@
-"""Fixtures: a real redis-server and a real PostgreSQL per test module, on free loopback ports."""
+"""Fixtures: a real redis-server per test and one real PostgreSQL per session (a database per test), on
+free loopback ports."""
 
 from __future__ import annotations
+
+import uuid
 
 import pytest
 
@@ -16,10 +19,21 @@ def redis_server():
         server.stop()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def postgres_server():
     server = PostgresServer().start()
     try:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def pg_url(postgres_server):
+    """A fresh database on the session's PostgreSQL."""
+    import psycopg
+
+    name = "t" + uuid.uuid4().hex[:10]
+    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
+        conn.execute(f"CREATE DATABASE {name}")
+    return postgres_server.url.rsplit("/", 1)[0] + "/" + name

@@ -47,14 +47,6 @@ def fleet():
     f.close()
 
 
-@pytest.fixture
-def pg_url(postgres_server):
-    name = "f" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres_server.url.rsplit("/", 1)[0] + "/" + name
-
-
 def _load(fleet, *, duration_s, threads=2, **kw):
     start = time.time() + 0.5
     results = fleet.ask_all({"op": "load", "model": "chat", "threads": threads, "start_at": start,

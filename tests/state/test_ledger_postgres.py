@@ -33,15 +33,6 @@ def _count(url: str, table: str = "ledger") -> int:
         return conn.execute(f"SELECT COUNT(*) FROM {table}").fetchone()[0]
 
 
-@pytest.fixture
-def pg_url(postgres_server):
-    """A fresh database per test."""
-    name = "t" + uuid.uuid4().hex[:10]
-    with psycopg.connect(postgres_server.url, autocommit=True) as conn:
-        conn.execute(f"CREATE DATABASE {name}")
-    return postgres_server.url.rsplit("/", 1)[0] + "/" + name
-
-
 def test_rows_round_trip_exactly_and_a_replayed_batch_is_counted_once(pg_url, tmp_path):
     records = _records(5)
     sink = PostgresSink(pg_url, spool_path=tmp_path / "spool.db", flush_interval_s=60)
