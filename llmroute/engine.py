@@ -66,7 +66,6 @@ class Engine:
         self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
         if self.limits is not None and self.fleet is not None:
             self.limits = self.fleet.shared_limits(self.limits)
-        self._reservations: Dict[str, Any] = {}  # request id -> its budget reservation, until the call ends
         self.rng = random.Random()
         self.prices = sections.prices
         if ledger is None:
@@ -202,8 +201,7 @@ class Engine:
             estimated_cost=estimate.amount, currency=estimate.currency,
             estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True,
         )
-        if verdict.reservation is not None:
-            self._reservations[prepared.request_id] = verdict.reservation
+        run.budget_reservation = verdict.reservation  # taken back in on_call_end
         if verdict.action == "downgrade" and verdict.tier:
             routed = run.target
             run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
@@ -365,9 +363,8 @@ class Engine:
                     now: float) -> None:
         from .accounting.cost import sum_costs
 
-        reservation = self._reservations.pop(run.prepared.request_id, None)
-        if reservation is not None:
-            self.budget_book.release(reservation)
+        if getattr(run, "budget_reservation", None) is not None:
+            self.budget_book.release(run.budget_reservation)
         extras: CallExtras = run.extras
         total = sum_costs(extras.costs, rates=self.sections.pricing.rates()) if extras.costs else None
         if completion is not None:
