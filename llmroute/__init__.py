@@ -33,6 +33,7 @@ from .errors import (
     RequestGuardError,
     RoutingError,
     ServerError,
+    SharedStateUnavailableError,
     StreamInterruptedError,
     StreamNotFinishedError,
     TimeoutError,
@@ -114,4 +115,5 @@ __all__ = [
     "EmbeddingUsage",
     "Model",
     "ModelList",
+    "SharedStateUnavailableError",
 ]

@@ -603,12 +603,10 @@ def stall_timeout(ctx: AttemptContext) -> E.TimeoutError:
 
 
 def may_have_been_billed(error: BaseException) -> bool:
-    """Did the request reach the platform, which may have done the work? A read timeout (the
-    platform was still working) or a connection dropped after the request was written. A connect
-    timeout, a refused connection and an HTTP error status mean no work was done."""
-    if isinstance(error, E.TimeoutError):
-        return error.timeout != "connect"
-    return isinstance(error, E.ConnectionError) and error.code == "connection_dropped_before_reply"
+    """Did the request reach a platform that may have done the work? A read timeout: the platform
+    was still working on it. A connect timeout, a refused connection, an HTTP error status and a
+    keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
+    return isinstance(error, E.TimeoutError) and error.timeout != "connect"
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

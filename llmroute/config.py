@@ -3,7 +3,7 @@
 Every mistake is found here, at load, never at the first call: unknown keys, unknown provider kinds,
 a tier that names an unknown provider, a `${VAR}` that is not set, a cloud provider with no key.
 One section per concept: `providers`, `tiers`, `routing`, `resilience`, `pricing`, `ledger`,
-`budgets`, `guards`, `telemetry`. This module reads the config file and the environment, nothing else.
+`budgets`, `guards`, `telemetry`, `state`. This module reads the config file and the environment, nothing else.
 """
 
 from __future__ import annotations
@@ -138,6 +138,9 @@ class _RawConfig(_Section):
     # `[batch]`: batch jobs (job store, polling, Fireworks accounts); validated by llmroute.batch.settings.
     batch: Dict[str, Any] = Field(default_factory=dict)
 
+    # `[state]`: where limits, budgets and breakers live (state/config.py).
+    state: Dict[str, Any] = Field(default_factory=dict)
+
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
 DEFAULT_POOLS = ("interactive", "batch")
@@ -220,6 +223,7 @@ class Sections:
     guards: Dict[str, Any]
     telemetry: Any
     cache: Any = None  # CacheSettings: [cache] and the tiers' `cache` tables
+    state: Any = None  # StateConfig: backend "local" (per process) or "redis"
 
 
 @dataclass
@@ -555,6 +559,13 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
 
     ledger = _validated(LedgerConfig, raw.ledger, source, "ledger")
     _with_path(source, check_ledger_path, ledger, base_dir)
+    if ledger.url:
+        ledger.url = _expand_env(ledger.url, source=source, key="ledger.url")
+    from .state.config import StateConfig
+
+    state = _validated(StateConfig, raw.state, source, "state")
+    if state.url:
+        state.url = _expand_env(state.url, source=source, key="state.url")
     budgets = [_validated(BudgetConfig, b, source, f"budgets[{i}]") for i, b in enumerate(raw.budgets)]
     currencies = set()
     for ref in refs:
@@ -581,7 +592,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     return Sections(routing=routing, resilience=base, policies=policies, pools=pools,
                     pool_names=frozenset(pool_names), pricing=pricing,
                     prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry,
-                    cache=_cache_settings(raw, source))
+                    cache=_cache_settings(raw, source), state=state)
 
 
 def _cache_settings(raw: _RawConfig, source: str) -> Any:

@@ -52,13 +52,24 @@ class Engine:
         self.sections = sections
         self._base_policy = sections.resilience
         self.rng = random.Random()
-        self.breakers = BreakerRegistry(self.policy, rng=self.rng)
+        from .state import open_state
+
+        self.fleet = open_state(getattr(sections, "state", None))  # None: state of this process only
+        if self.fleet is not None:
+            self.breakers = BreakerRegistry(self.policy, on_transition=self.fleet.breakers.publish,
+                                            breaker_factory=self.fleet.breakers.factory, rng=self.rng)
+        else:
+            self.breakers = BreakerRegistry(self.policy, rng=self.rng)
         self.breakers.register(d.id for d in config.all_deployments())
+        if self.fleet is not None:
+            self.fleet.breakers.attach(self.breakers, (d.id for d in config.all_deployments()))
         self.retry_budgets = BudgetRegistry(self.policy)
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
         self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
+        if self.limits is not None and self.fleet is not None:
+            self.limits = self.fleet.shared_limits(self.limits)
         self.prices = sections.prices
         if ledger is None:
             self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)
@@ -73,11 +84,24 @@ class Engine:
                                 f"{type(ledger).__name__}", key="ledger")
         self.budget_book = None
         if sections.budgets:
-            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())
+            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates(),
+                                          shared=self.fleet.budgets if self.fleet is not None else None)
             if isinstance(self.ledger, (SQLiteSink, JSONLSink)) and self.ledger.path.exists():
                 self.budget_book.seed_from_ledger(self.ledger.path, time.time())
+            elif type(self.ledger).__name__ == "PostgresSink":
+                self._seed_from_postgres()
         self.telemetry = Telemetry(sections.telemetry)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+
+    def _seed_from_postgres(self) -> None:
+        import logging
+
+        try:
+            self.budget_book.seed_from_ledger(self.ledger.url, time.time())
+        except Exception as exc:  # noqa: BLE001 - an unreachable ledger must not stop the client
+            logging.getLogger("llmroute.budgets").warning(
+                "budgets: could not reload today's spend from the PostgreSQL ledger (%s); counting from zero",
+                type(exc).__name__)
 
     def policy(self, deployment_id: str) -> Any:
         return self.sections.policies.get(deployment_id, self._base_policy)
@@ -182,8 +206,9 @@ class Engine:
         verdict = self.budget_book.check(
             time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,
             estimated_cost=estimate.amount, currency=estimate.currency,
-            estimated_tokens=estimate.input_tokens + estimate.output_tokens,
+            estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True,
         )
+        run.budget_reservation = verdict.reservation  # taken back in on_call_end
         if verdict.action == "downgrade" and verdict.tier:
             routed = run.target
             run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
@@ -358,6 +383,8 @@ class Engine:
                     now: float) -> None:
         from .accounting.cost import sum_costs
 
+        if getattr(run, "budget_reservation", None) is not None:
+            self.budget_book.release(run.budget_reservation)
         extras: CallExtras = run.extras
         total = sum_costs(extras.costs, rates=self.sections.pricing.rates()) if extras.costs else None
         if completion is not None:
@@ -380,12 +407,20 @@ class Engine:
         )
 
     def health(self, now: float) -> Dict[str, Any]:
+        """Every deployment's breaker (with shared state, the fleet's view, read now), plus `.ledger`
+        (the sink's counts) and `.shared_state` (whether Redis answers; None when local)."""
         from .health import HealthReport
 
+        if self.fleet is not None:
+            self.fleet.breakers.sync_now()
         sink_health = getattr(self.ledger, "health", None)
-        return HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
+        report = HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
+        report.shared_state = self.fleet.status() if self.fleet is not None else None
+        return report
 
     def close(self) -> None:
         if self.ledger is not None:
             self.ledger.close()
+        if self.fleet is not None:
+            self.fleet.close()
 

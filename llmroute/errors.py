@@ -7,6 +7,7 @@ LLMRouteError                      base of every llmroute error
 ├── RoutingError                   a model name that names no tier, deployment or routing mode
 ├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError              a per-feature guard refused the call before sending
+├── SharedStateUnavailableError    Redis did not answer and [state] on_unavailable = "refuse"
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
 ├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
 └── ProviderError                  a platform answered with an error, or could not be reached
@@ -48,6 +49,7 @@ __all__ = [
     "RoutingError",
     "BudgetExceededError",
     "RequestGuardError",
+    "SharedStateUnavailableError",
     "AllDeploymentsFailedError",
     "ProviderError",
     "AuthenticationError",
@@ -116,6 +118,11 @@ class BudgetExceededError(LLMRouteError):
         self.spent = spent
         self.unit = unit
         super().__init__(message)
+
+
+class SharedStateUnavailableError(LLMRouteError):
+    """`[state] on_unavailable = "refuse"` and the shared state server (Redis) did not answer in time;
+    nothing was sent."""
 
 
 class RequestGuardError(LLMRouteError):

@@ -11,6 +11,7 @@ sending anything (all closed in a fresh process). `--json` prints it as JSON.
 Probes are paid calls: they are written to the ledger with metadata `llmroute_probe = "health"`
 and no feature, and `llmroute report` leaves them out unless `--include-probes`.
 Exit code: 0 when every deployment is closed and answered its probes, else 1.
+With `[state] backend = "redis"` the table is the fleet's view (breakers other processes opened).
 """
 
 from __future__ import annotations
@@ -55,11 +56,13 @@ def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
 
 class HealthReport(dict):
     """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
-    ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one."""
+    ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
+    and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
 
-    def __init__(self, snapshots: Any, *, ledger: Any = None) -> None:
+    def __init__(self, snapshots: Any, *, ledger: Any = None, shared_state: Any = None) -> None:
         super().__init__(snapshots)
         self.ledger = ledger
+        self.shared_state = shared_state
 
     def ledger_line(self) -> str:
         led = self.ledger
@@ -87,6 +90,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         probes = None if args.no_probe else probe_deployments(client, args.rounds)
         snapshots = client.health()
     ledger = getattr(snapshots, "ledger", None)
+    shared = getattr(snapshots, "shared_state", None)
     status = {dep: health_status(snap, probes.get(dep) if probes else None) for dep, snap in snapshots.items()}
     if args.json:
         out: Dict[str, Any] = {}
@@ -94,12 +98,18 @@ def main(argv: Optional[List[str]] = None) -> int:
             out[dep] = {**snap.as_dict(), "status": status[dep]}
             if probes is not None and dep in probes:
                 out[dep]["probes"] = probes[dep].as_dict()
-        # "ledger" cannot clash with a deployment id: those always hold a ':'.
+        # "ledger" and "shared_state" cannot clash with a deployment id: those always hold a ':'.
         out["ledger"] = ledger.as_dict() if ledger is not None else None
+        if shared is not None:
+            out["shared_state"] = shared
         print(scrub(json.dumps(out, indent=2, default=str)))
     else:
         print(scrub(format_health(snapshots, now=time.monotonic(), probes=probes)))
         print(scrub(snapshots.ledger_line()) if hasattr(snapshots, "ledger_line") else "")
+        if shared is not None:
+            answer = "answering" if shared["available"] else f"UNAVAILABLE ({shared['last_error']})"
+            print(scrub(f"shared state: Redis {answer}; breakers as the fleet sees them; outages "
+                        f"{shared['outages']}, calls on local state {shared['fallbacks']}"))
     failed = any(t.failed for t in probes.values()) if probes else False
     ledger_bad = ledger is not None and (ledger.lost or ledger.last_error)
     return 1 if failed or ledger_bad or any(s != "closed" for s in status.values()) else 0

@@ -26,8 +26,14 @@ instead (the route should say so); a call already on that tier is allowed. After
 current windows from an existing ledger so a restart does not reset the spend.
 
 Money spent in another currency than the budget's is converted with `[pricing.exchange_rates]`; a
-call with no price (`pricing.strict = false`) counts toward token caps only. Concurrent in-flight
-calls are not reserved against each other: the cap can be passed by at most the calls in flight.
+call with no price (`pricing.strict = false`) counts toward token caps only.
+
+Reserve-then-settle: `check(..., reserve=True)` (what the client does) also adds the estimate to
+every counter the call counts toward and returns it as `verdict.reservation`; each attempt's
+`record` adds its real cost and `release(reservation)` at the call's end takes the estimate back.
+Concurrent calls therefore see each other's estimates. With a `shared` counter store
+(`state.budgets.SharedBudgetCounters`, `[state] backend = "redis"`) the check and the reservation
+are one atomic step across every process; docs/state.md gives the overshoot bound.
 
 `BudgetBook` is sans-I/O except `seed_from_ledger`; time is always passed in (`now`, unix seconds).
 """
@@ -262,17 +268,29 @@ class BudgetVerdict:
     tier: str | None = None  # the tier to use instead, when downgrading
     budget: str | None = None  # the budget that decided it
     reason: str = ""
+    reservation: Any = None  # with check(reserve=True): hand it to `release` when the call ends
 
 
 _ALLOW = BudgetVerdict()
 
 
+@dataclass
+class Reservation:
+    """A call's estimate, added to its counters by `check(reserve=True)`; `release` takes it back once."""
+
+    local: list  # (counter key, window, amount) in the local counters
+    shared: list  # (redis key, units, ttl) in the shared counters
+    released: bool = False
+
+
 class BudgetBook:
     """Spend counters per (budget, group, window). Thread-safe; no clock of its own."""
 
-    def __init__(self, budgets: Sequence[BudgetConfig], *, rates: ExchangeRates | None = None) -> None:
+    def __init__(self, budgets: Sequence[BudgetConfig], *, rates: ExchangeRates | None = None,
+                 shared: Any = None) -> None:
         self.budgets = list(budgets)
         self.rates = rates
+        self.shared = shared  # SharedBudgetCounters, or None: counters of this process only
         self._lock = threading.Lock()
         # (budget name, group) -> (window, spent); one window kept per counter: old ones drop off.
         self._spent: dict[tuple[str, tuple[str | None, ...]], tuple[tuple[int, ...], Decimal | int]] = {}
@@ -325,27 +343,98 @@ class BudgetBook:
         estimated_cost: Decimal | None = None,
         currency: str | None = None,
         estimated_tokens: int = 0,
+        reserve: bool = False,
     ) -> BudgetVerdict:
         """Decide before a call. Raises BudgetExceededError for a `refuse` budget; returns a
-        downgrade verdict for the first `downgrade` budget it would pass (unless already on its tier)."""
+        downgrade verdict for the first `downgrade` budget it would pass (unless already on its tier).
+        `reserve`: also count the estimate until `release(verdict.reservation)`."""
         metadata = metadata or {}
+        matching = list(self._matching(feature, metadata, estimated_cost, currency, estimated_tokens))
+        if not matching:
+            return _ALLOW
+        if self.shared is not None:
+            verdict = self._check_shared(now, matching, feature, metadata, tier, reserve)
+            if verdict is not None:
+                return verdict
         downgrade: BudgetVerdict | None = None
         with self._lock:
-            for b, key, need in self._matching(feature, metadata, estimated_cost, currency, estimated_tokens):
+            for b, key, need in matching:
                 spent = self._current(b, key, now)
                 if spent + need <= b.limit:  # type: ignore[operator]
                     continue
-                group = ", ".join(f"{d}={v}" for d, v in zip(b.per, b.group_of(feature, metadata)))
-                scope = f" for {group}" if group else ""
-                text = (
-                    f"budget {b.name!r}{scope}: {b.period} limit {_fmt(b.limit)} {b.unit}, spent {_fmt(spent)}, "
-                    f"this call ~{_fmt(need)}"
-                )
+                text = self._over_text(b, feature, metadata, spent, need)
                 if b.action == "refuse":
                     raise BudgetExceededError(text, budget=b.name, limit=b.limit, spent=spent, unit=b.unit)
                 if downgrade is None and tier != b.downgrade_tier:
                     downgrade = BudgetVerdict("downgrade", b.downgrade_tier, b.name, text + f"; downgraded to tier {b.downgrade_tier!r}")
-        return downgrade or _ALLOW
+            if not reserve:
+                return downgrade or _ALLOW
+            held = []
+            for b, key, need in matching:
+                window = window_of(b.period, now)
+                self._add(key, window, need)
+                held.append((key, window, need))
+        reservation = Reservation(local=held, shared=[])
+        if downgrade is not None:
+            return BudgetVerdict(downgrade.action, downgrade.tier, downgrade.budget, downgrade.reason, reservation)
+        return BudgetVerdict(reservation=reservation)
+
+    @staticmethod
+    def _over_text(b: BudgetConfig, feature: str | None, metadata: Mapping[str, Any], spent: Any, need: Any) -> str:
+        group = ", ".join(f"{d}={v}" for d, v in zip(b.per, b.group_of(feature, metadata)))
+        scope = f" for {group}" if group else ""
+        return (f"budget {b.name!r}{scope}: {b.period} limit {_fmt(b.limit)} {b.unit}, spent {_fmt(spent)}, "
+                f"this call ~{_fmt(need)}")
+
+    def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
+                      tier: str | None, reserve: bool) -> BudgetVerdict | None:
+        """The check (and reservation) against the shared counters; None when they are unavailable."""
+        from ..state.budgets import from_units, to_units, ttl_of
+        from ..state.redis_state import Unavailable
+
+        items, held = [], []
+        for b, key, need in matching:
+            money = b.max_cost is not None
+            rkey = self.shared.key(b.name, key[1], window_of(b.period, now))
+            need_units = to_units(need, money=money, up=True)
+            mode = "refuse" if b.action == "refuse" else ("downgrade" if tier != b.downgrade_tier else "count")
+            items.append((rkey, to_units(b.limit, money=money), need_units, mode))
+            held.append((rkey, -need_units, ttl_of(b.period)))
+        try:
+            verdict, index, spent_units = self.shared.reserve(items, max(t for *_, t in held), reserve=reserve)
+        except Unavailable:
+            self.shared.state.fallback("budgets")
+            return None
+        reservation = Reservation(local=[], shared=held) if reserve and verdict != 2 else None
+        if verdict == 0:
+            return BudgetVerdict(reservation=reservation)
+        b, _, need = matching[index - 1]
+        spent = from_units(spent_units, money=b.max_cost is not None)
+        text = self._over_text(b, feature, metadata, spent, need)
+        if verdict == 2:
+            raise BudgetExceededError(text, budget=b.name, limit=b.limit, spent=spent, unit=b.unit)
+        return BudgetVerdict("downgrade", b.downgrade_tier, b.name,
+                             text + f"; downgraded to tier {b.downgrade_tier!r}", reservation)
+
+    def release(self, reservation: "Reservation | None") -> None:
+        """Take a call's reservation back (at its end; repeats are ignored)."""
+        if reservation is None or reservation.released:
+            return
+        reservation.released = True
+        if reservation.local:
+            with self._lock:
+                for key, window, amount in reservation.local:
+                    self._add(key, window, -amount)
+        if reservation.shared:
+            self.shared.add(reservation.shared)
+
+    def _add(self, key: tuple[str, tuple[str | None, ...]], window: tuple[int, ...], add: Any) -> None:
+        got = self._spent.get(key)
+        if got is None or got[0] < window:
+            self._spent[key] = (window, add)
+        elif got[0] == window:
+            self._spent[key] = (window, got[1] + add)  # type: ignore[operator]
+        # A record from an older window than the counter's (late, out of order) no longer counts.
 
     def record(
         self,
@@ -359,15 +448,18 @@ class BudgetBook:
     ) -> None:
         """Add what an attempt cost (ts: when it ended, unix seconds)."""
         metadata = metadata or {}
+        shared = []
         with self._lock:
             for b, key, add in self._matching(feature, metadata, amount, currency, tokens):
                 window = window_of(b.period, ts)
-                got = self._spent.get(key)
-                if got is None or got[0] < window:
-                    self._spent[key] = (window, add)
-                elif got[0] == window:
-                    self._spent[key] = (window, got[1] + add)  # type: ignore[operator]
-                # A record from an older window than the counter's (late, out of order) no longer counts.
+                self._add(key, window, add)
+                if self.shared is not None and add:
+                    from ..state.budgets import to_units, ttl_of
+
+                    shared.append((self.shared.key(b.name, key[1], window), to_units(add, money=b.max_cost is not None),
+                                   ttl_of(b.period)))
+        if shared:
+            self.shared.add(shared)
 
     def record_ledger(self, rec: LedgerRecord) -> None:
         self.record(
@@ -380,18 +472,35 @@ class BudgetBook:
         )
 
     def seed_from_ledger(self, path: str | os.PathLike[str], now: float) -> int:
-        """Reload the current windows' spend from a ledger file; returns the records read.
-        A missing file seeds nothing."""
-        if not self.budgets or not os.path.exists(path):
+        """Reload the current windows' spend from a ledger file (or a postgresql:// ledger); returns
+        the records read. A missing file seeds nothing. With shared counters, the ones Redis lacks
+        (a Redis restarted empty) are set from it."""
+        is_url = isinstance(path, str) and path.startswith(("postgresql://", "postgres://"))
+        if not self.budgets or (not is_url and not os.path.exists(path)):
             return 0
         monthly = any(b.period == "monthly" for b in self.budgets)
         t = time.gmtime(now)
         start = time.struct_time((t.tm_year, t.tm_mon, 1 if monthly else t.tm_mday, 0, 0, 0, 0, 0, 0))
         since = float(calendar.timegm(start))
         n = 0
-        for rec in read_records(path, since=since):
-            self.record_ledger(rec)
-            n += 1
+        shared, self.shared = self.shared, None  # count the ledger locally, then seed Redis once
+        try:
+            for rec in read_records(path, since=since):
+                self.record_ledger(rec)
+                n += 1
+        finally:
+            self.shared = shared
+        if shared is not None:
+            from ..state.budgets import to_units, ttl_of
+
+            with self._lock:
+                values = []
+                for (name, group), (window, spent) in self._spent.items():
+                    b = next(x for x in self.budgets if x.name == name)
+                    if window == window_of(b.period, now):
+                        values.append((shared.key(name, group, window), to_units(spent, money=b.max_cost is not None),
+                                       ttl_of(b.period)))
+            shared.seed(values)
         return n
 
 

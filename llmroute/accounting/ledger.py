@@ -82,7 +82,7 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = [
     "LedgerRecord",
@@ -590,13 +590,22 @@ class LedgerConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    # sqlite: a database file; jsonl: a text file; memory: kept in the process; none: no ledger.
-    sink: Literal["sqlite", "jsonl", "memory", "none"] = "sqlite"
+    # sqlite: a database file; jsonl: a text file; memory: kept in the process; none: no ledger;
+    # postgres: a shared PostgreSQL database at `url` (ledger_postgres.py), spooling to `spool_path`.
+    sink: Literal["sqlite", "jsonl", "memory", "none", "postgres"] = "sqlite"
     path: str = "llmroute-ledger.db"
+    url: Optional[str] = None  # postgres only; ${VAR} is expanded at load
+    spool_path: str = "llmroute-spool.db"
     # A crash loses at most the records of the last interval.
     flush_interval_s: float = Field(default=1.0, gt=0, le=3600)
     # Records kept in memory while storage fails (retried every interval); past it the oldest are lost.
     max_spool_records: int = Field(default=MAX_BUFFERED_RECORDS, ge=1, le=10_000_000)
+
+    @model_validator(mode="after")
+    def _postgres_url(self) -> "LedgerConfig":
+        if self.sink == "postgres" and not (self.url or "").startswith(("postgresql://", "postgres://", "${")):
+            raise ValueError('sink = "postgres" needs url = "postgresql://user@host:port/database"')
+        return self
 
 
 def check_ledger_path(config: LedgerConfig, base_dir: str | os.PathLike[str] | None) -> None:
@@ -642,6 +651,11 @@ def open_sink(config: LedgerConfig, *, base_dir: str | os.PathLike[str] | None =
         return None
     if config.sink == "memory":
         return MemorySink()
+    if config.sink == "postgres":
+        from .ledger_postgres import PostgresSink
+
+        spool = _resolve(config.spool_path, base_dir)
+        return PostgresSink(config.url or "", spool_path=spool, flush_interval_s=config.flush_interval_s)
     path = _resolve(config.path, base_dir)
     sink = JSONLSink(path, config.flush_interval_s) if config.sink == "jsonl" else SQLiteSink(path, config.flush_interval_s)
     sink.max_spool = config.max_spool_records
@@ -659,11 +673,17 @@ def _is_sqlite(path: Path) -> bool:
 def read_records(
     path: str | os.PathLike[str], *, since: float | None = None, until: float | None = None
 ) -> Iterator[LedgerRecord]:
-    """Records in a ledger file (SQLite or JSONL, told apart by content), oldest first.
+    """Records in a ledger file (SQLite or JSONL, told apart by content) or a PostgreSQL ledger
+    (a postgresql:// URL), oldest first.
 
     `since` <= ts < `until` (unix seconds) when given. Raises FileNotFoundError for a missing file
     and ValueError for a file that is neither format.
     """
+    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
+        from .ledger_postgres import read_postgres
+
+        yield from read_postgres(path, since=since, until=until)
+        return
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no ledger at {p}")
@@ -700,6 +720,23 @@ def _read_jsonl(p: Path, since: float | None, until: float | None) -> Iterator[L
                 yield rec
 
 
+def select_sql(cols: list[str], table: str, since: float | None, until: float | None, *, order: str,
+               mark: str = "?") -> tuple[str, list[float]]:
+    """SELECT of `cols` with `since` <= ts < `until` (each when given), in `order`; `mark`: the
+    driver's placeholder."""
+    where, args = [], []
+    if since is not None:
+        where.append(f"ts >= {mark}")
+        args.append(since)
+    if until is not None:
+        where.append(f"ts < {mark}")
+        args.append(until)
+    sql = f"SELECT {', '.join(cols)} FROM {table}"
+    if where:
+        sql += " WHERE " + " AND ".join(where)
+    return sql + f" ORDER BY {order}", args
+
+
 def _read_sqlite(p: Path, since: float | None, until: float | None) -> Iterator[LedgerRecord]:
     conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
     try:
@@ -708,17 +745,7 @@ def _read_sqlite(p: Path, since: float | None, until: float | None) -> Iterator[
         if not have:
             raise ValueError(f"{p}: a SQLite file with no `ledger` table")
         cols = [c for c in COLUMNS if c in have]
-        where, args = [], []
-        if since is not None:
-            where.append("ts >= ?")
-            args.append(since)
-        if until is not None:
-            where.append("ts < ?")
-            args.append(until)
-        sql = f"SELECT {', '.join(cols)} FROM ledger"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        sql += " ORDER BY ts, id"
+        sql, args = select_sql(cols, "ledger", since, until, order="ts, id")
         for row in conn.execute(sql, args):
             yield LedgerRecord.from_row(row)
     finally:

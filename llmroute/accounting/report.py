@@ -42,6 +42,7 @@ import html
 import io
 import json
 import math
+import os
 import re
 import sys
 import time
@@ -726,15 +727,18 @@ def _load_config(path: str) -> tuple[PricingConfig, str | None]:
         pricing = PricingConfig.model_validate(doc.get("pricing", {}))
     except Exception as e:  # pydantic.ValidationError
         raise ConfigError(str(e), path=path, key="pricing") from None
-    ledger = doc.get("ledger", {}).get("path") if isinstance(doc.get("ledger"), dict) else None
-    if ledger and not Path(ledger).is_absolute():
+    section = doc.get("ledger") if isinstance(doc.get("ledger"), dict) else {}
+    ledger = section.get("url") if section.get("sink") == "postgres" else section.get("path")
+    if ledger and "${" in ledger:
+        ledger = os.path.expandvars(ledger)
+    if ledger and not ledger.startswith(("postgresql://", "postgres://")) and not Path(ledger).is_absolute():
         ledger = str(Path(path).parent / ledger)
     return pricing, ledger
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmroute report", description="Cost report from an llmroute ledger.")
-    p.add_argument("--ledger", help="ledger file (SQLite or JSONL); default: [ledger] path of --config, "
+    p.add_argument("--ledger", help="ledger file (SQLite or JSONL) or postgresql:// URL; default: [ledger] of --config, "
                                     "else llmroute-ledger.db")  # fmt: skip
     p.add_argument("--by", default="feature", help=f"comma-separated group keys: {','.join(GROUP_KEYS)},metadata.<key>")
     p.add_argument("--since", help="7d, 24h, 30m, or an ISO date/datetime (UTC)")
@@ -760,12 +764,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             book = PriceBook(pricing)
             ledger = ledger or cfg_ledger
         ledger = ledger or "llmroute-ledger.db"
-        if not Path(ledger).exists():
+        is_url = ledger.startswith(("postgresql://", "postgres://"))
+        if not is_url and not Path(ledger).exists():
             print(f"llmroute report: no ledger at {ledger}", file=sys.stderr)
             return 2
         from ..cli_paths import check_ledger_input, check_output
 
-        check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
+        if not is_url:
+            check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
         check_output(args.out or ("llmroute-report.html" if args.format == "html" else None), "--out")
         by_keys = _check_by(args.by.split(","))
         now = time.time()
@@ -792,7 +798,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 text += "\n" + to_length_table(lengths)
         else:
             t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
-            title = f"llmroute cost report: {Path(ledger).name}" + (f", since {args.since}" if args.since else "")
+            title = f"llmroute cost report: {'PostgreSQL ledger' if is_url else Path(ledger).name}" + (
+                f", since {args.since}" if args.since else "")
             records = (r for r in read_records(ledger, since=t_since, until=t_until)
                        if args.include_probes or not is_probe(r))
             text = to_html(rows, by_keys, records, title=title,

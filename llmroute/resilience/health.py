@@ -39,10 +39,12 @@ class BreakerRegistry:
         *,
         on_transition: Optional[Callable[[Transition], None]] = None,
         rng: Optional[random.Random] = None,
+        breaker_factory: Callable[..., CircuitBreaker] = CircuitBreaker,
     ) -> None:
         self._policy_of = _policy_resolver(policies)
         self._rng = rng  # jitters open periods; None: exact
         self._on_transition = on_transition
+        self._breaker_factory = breaker_factory  # e.g. state.breakers.SharedCircuitBreaker
         self._lock = threading.Lock()
         self._breakers: dict[str, CircuitBreaker] = {}
 
@@ -53,7 +55,7 @@ class BreakerRegistry:
         with self._lock:
             breaker = self._breakers.get(deployment_id)
             if breaker is None:
-                breaker = CircuitBreaker(self._policy_of(deployment_id), deployment_id, rng=self._rng)
+                breaker = self._breaker_factory(self._policy_of(deployment_id), deployment_id, rng=self._rng)
                 self._breakers[deployment_id] = breaker
             return breaker
 

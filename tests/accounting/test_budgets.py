@@ -186,3 +186,17 @@ def test_estimate_is_an_upper_bound():
     assert est.amount == D("0.002") and est.estimated  # 1000 x 1 + 500 x 2, nothing assumed cached
     assert estimate_cost(p, prompt_tokens=0, max_tokens=None, default_max_tokens=100).amount == D("0.0002")
     assert estimate_cost(None, prompt_tokens=10, max_tokens=10).amount is None
+
+
+def test_reservations_hold_concurrent_calls_to_the_cap_until_released():
+    b = BudgetBook([BudgetConfig(name="d", max_cost=D("1"), currency="USD")])
+    first = b.check(NOON, feature=None, estimated_cost=D("0.6"), currency="USD", reserve=True)
+    with pytest.raises(BudgetExceededError):  # the first call's estimate is still reserved
+        b.check(NOON, feature=None, estimated_cost=D("0.6"), currency="USD", reserve=True)
+    b.record(NOON, feature=None, amount=D("0.1"), currency="USD", tokens=0)  # what the first really cost
+    b.release(first.reservation)
+    b.release(first.reservation)  # a repeat is ignored
+    assert b.spent("d", NOON) == D("0.1")
+    second = b.check(NOON, feature=None, estimated_cost=D("0.6"), currency="USD", reserve=True)
+    assert second.reservation is not None and b.spent("d", NOON) == D("0.7")
+    assert b.check(NOON, feature=None, estimated_cost=D("0.3"), currency="USD").reservation is None  # a plain check

@@ -1,0 +1,53 @@
+"""Shared state for many processes: `[state] backend = "redis"` (limits, budgets, breakers).
+
+`open_state(config)` returns None for the default `backend = "local"` (each process keeps its own
+state, as in one process) or a `Fleet` holding the Redis connection and the shared parts the engine
+plugs in. Nothing here connects at import.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Dict, Optional
+
+from .config import StateConfig
+
+__all__ = ["StateConfig", "Fleet", "open_state"]
+
+
+class Fleet:
+    """This process's handle on the shared state: connection, shared budgets and breakers."""
+
+    def __init__(self, config: StateConfig) -> None:
+        from .breakers import SharedBreakers
+        from .budgets import SharedBudgetCounters
+        from .redis_state import SharedState
+
+        self.config = config
+        self.state = SharedState(config)
+        self.budgets = SharedBudgetCounters(self.state)
+        self.breakers = SharedBreakers(self.state)
+        self.limits: Any = None
+
+    def shared_limits(self, local: Any) -> Any:
+        from .limits import SharedLimits
+
+        self.limits = SharedLimits(self.state, local)
+        return self.limits
+
+    def status(self) -> Dict[str, Any]:
+        out = self.state.status()
+        out["breakers_adopted"] = self.breakers.adopted
+        return out
+
+    def close(self) -> None:
+        self.breakers.close()
+        self.budgets.close()
+        if self.limits is not None:
+            self.limits.close()
+        self.state.close()
+
+
+def open_state(config: Optional[StateConfig]) -> Optional[Fleet]:
+    if config is None or config.backend == "local":
+        return None
+    return Fleet(config)

@@ -1,0 +1,287 @@
+"""Breakers shared through Redis: one process's discovery protects every process.
+
+A narrow layer over the local `CircuitBreaker`s (their logic is unchanged):
+
+* Publish: each transition a process's breaker makes (trip, hold, disable, close) is written to the
+  deployment's hash `<prefix>{breakers}:<deployment>` by one script that never shortens an open
+  deadline and never lets a stale "closed" overwrite a newer trip. Deadlines are wall-clock seconds.
+* Adopt: every process reads all the hashes (one pipelined round trip) every `breaker_sync_s` and
+  holds its own breaker open until the fleet's deadline (`CircuitBreaker.extend_open`: a hold, not a
+  trip), so an open breaker is skipped everywhere within one sync interval plus one round trip.
+* Probes: when the open period ends, every process's breaker goes half-open at about the same time;
+  `SharedCircuitBreaker.acquire` then also takes a cluster-wide probe slot (a leased sorted-set
+  member, like a concurrency slot), so at most `half_open_probes` probes run across the fleet.
+  The slot is given back when the probe's outcome is recorded or the permit released, and expires
+  after the call deadline if its process died.
+* Samples: each process pushes its recent TTFT and latency samples to capped lists (the last
+  `SAMPLES_KEPT` of the fleet) in the same sync round trip and reads them back, so
+  `hedge_delay = "p95"` and health percentiles use the fleet's figures.
+
+While Redis is unavailable each breaker works alone, as in one process.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import threading
+import time
+import uuid
+from dataclasses import replace
+from typing import Any, Callable, Iterable, Optional
+
+from ..resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
+from ..resilience.policy import ResiliencePolicy
+from .limits import ADMIT_LUA
+from .redis_state import SharedState, Unavailable
+
+__all__ = ["SharedBreakers", "SharedCircuitBreaker", "PUBLISH_LUA"]
+
+log = logging.getLogger("llmroute.state")
+
+# KEYS: the deployment's hash. ARGV: state ("open"/"closed"), open_until (wall s, "inf"), reason,
+# disabled ("1"/"0"), now (wall s), process id, ttl_s. Returns 1 when written.
+PUBLISH_LUA = """
+local cur = redis.call('HMGET', KEYS[1], 'state', 'open_until')
+local now = tonumber(ARGV[5])
+local cur_until = tonumber(cur[2] or '0') or 0
+if cur[2] == 'inf' then cur_until = math.huge end
+local new_until = tonumber(ARGV[2]) or 0
+if ARGV[2] == 'inf' then new_until = math.huge end
+if ARGV[1] == 'open' then
+  if cur[1] == 'open' and cur_until >= new_until then return 0 end
+else
+  if cur[1] == 'open' and cur_until > now and ARGV[4] ~= '1' then return 0 end
+end
+redis.call('HSET', KEYS[1], 'state', ARGV[1], 'open_until', ARGV[2], 'reason', ARGV[3], 'disabled', ARGV[4],
+           'changed_at', ARGV[5], 'by', ARGV[6])
+redis.call('HINCRBY', KEYS[1], 'trips', ARGV[1] == 'open' and 1 or 0)
+redis.call('EXPIRE', KEYS[1], ARGV[7])
+return 1
+"""
+
+# Shared breaker records outlive any open period worth remembering.
+RECORD_TTL_S = 7 * 86400
+
+
+class SharedCircuitBreaker(CircuitBreaker):
+    """A `CircuitBreaker` whose half-open probes also need a cluster-wide probe slot."""
+
+    def __init__(self, policy: ResiliencePolicy, deployment_id: str, shared: "SharedBreakers", *,
+                 rng: Optional[random.Random] = None) -> None:
+        super().__init__(policy, deployment_id, rng=rng)
+        self._shared = shared
+        self._probe_slots: dict[int, list[str]] = {}  # epoch -> slot ids held by this process
+        self._slots_lock = threading.Lock()
+        # Samples not yet published, and the fleet's recent ones as last read (None: not read yet).
+        self.unpublished: list[tuple[str, float]] = []  # ("ttft" | "latency", seconds)
+        self.fleet_ttft: Optional[list[float]] = None
+        self.fleet_latency: Optional[list[float]] = None
+
+    def recent_ttft(self) -> list[float]:
+        """The fleet's recent TTFTs (for `hedge_delay = "p95"`); this process's until first read."""
+        fleet = self.fleet_ttft
+        return sorted(fleet) if fleet else super().recent_ttft()
+
+    def snapshot(self, now: float) -> BreakerSnapshot:
+        """This process's breaker, with TTFT and latency percentiles over the fleet's recent samples."""
+        snap = super().snapshot(now)
+        ttft, latency = self.fleet_ttft, self.fleet_latency
+        if not ttft and not latency:
+            return snap
+        ttft, latency = sorted(ttft or []), sorted(latency or [])
+        return replace(snap, p50_ttft_s=percentile(ttft, 50), p95_ttft_s=percentile(ttft, 95),
+                       p50_latency_s=percentile(latency, 50), p95_latency_s=percentile(latency, 95))
+
+    def acquire(self, now: float) -> Optional[Permit]:
+        permit = super().acquire(now)
+        if permit is None or not permit.probe:
+            return permit
+        slot = self._shared.take_probe(self.deployment_id, self.policy)
+        if slot is False:
+            super().release(permit)
+            return None
+        if slot:
+            with self._slots_lock:
+                self._probe_slots.setdefault(permit.epoch, []).append(slot)
+        return permit
+
+    def _give_back(self, permit: Optional[Permit]) -> None:
+        if permit is None or not permit.probe:
+            return
+        with self._slots_lock:
+            slots = self._probe_slots.get(permit.epoch)
+            slot = slots.pop() if slots else None
+            if slots is not None and not slots:
+                del self._probe_slots[permit.epoch]
+        if slot:
+            self._shared.give_probe(self.deployment_id, slot)
+
+    def release(self, permit: Optional[Permit]) -> None:
+        super().release(permit)
+        self._give_back(permit)
+
+    def record(self, now: float, outcome: str, *, permit: Optional[Permit] = None, **kw: Any) -> Optional[Transition]:
+        transition = super().record(now, outcome, permit=permit, **kw)
+        self._give_back(permit)
+        if outcome != "caller":
+            for kind in ("ttft", "latency"):
+                value = kw.get(f"{kind}_s")
+                if value is not None:
+                    with self._slots_lock:
+                        if len(self.unpublished) < 2 * SAMPLES_KEPT:
+                            self.unpublished.append((kind, float(value)))
+        return transition
+
+    def take_unpublished(self) -> list[tuple[str, float]]:
+        with self._slots_lock:
+            samples, self.unpublished = self.unpublished, []
+        return samples
+
+
+class SharedBreakers:
+    """Publishes this process's breaker transitions and adopts the fleet's open deadlines."""
+
+    def __init__(self, state: SharedState, *, wall: Callable[[], float] = time.time,
+                 mono: Callable[[], float] = time.monotonic) -> None:
+        self.state = state
+        self._wall = wall
+        self._mono = mono
+        self._owner = uuid.uuid4().hex[:12]
+        self._registry: Any = None
+        self._deployments: list[str] = []
+        self._stop = threading.Event()
+        self._thread: Optional[threading.Thread] = None
+        self.fleet: dict[str, dict[str, Any]] = {}  # last read: deployment -> shared record
+        self.adopted = 0  # open deadlines taken from another process
+
+    def key(self, deployment_id: str) -> str:
+        return self.state.key("breakers", deployment_id)
+
+    def factory(self, policy: ResiliencePolicy, deployment_id: str, *,
+                rng: Optional[random.Random] = None) -> SharedCircuitBreaker:
+        if deployment_id not in self._deployments:
+            self._deployments.append(deployment_id)
+        return SharedCircuitBreaker(policy, deployment_id, self, rng=rng)
+
+    def attach(self, registry: Any, deployment_ids: Iterable[str]) -> None:
+        """Watch `registry`'s breakers (those of `deployment_ids` and any created later)."""
+        self._registry = registry
+        for deployment_id in deployment_ids:
+            if deployment_id not in self._deployments:
+                self._deployments.append(deployment_id)
+        self.sync_now()
+        self._thread = threading.Thread(target=self._loop, name="llmroute-state-breakers", daemon=True)
+        self._thread.start()
+
+    # -- publish --------------------------------------------------------------------------------
+    def publish(self, transition: Transition) -> None:
+        if transition.to_state not in ("open", "closed"):
+            return
+        now_wall, now_mono = self._wall(), self._mono()
+        until = "0"
+        if transition.to_state == "open" and transition.open_until is not None:
+            until = "inf" if math.isinf(transition.open_until) else repr(now_wall + (transition.open_until - now_mono))
+        args = [transition.to_state, until, transition.reason[:300], "1" if transition.disabled else "0",
+                repr(now_wall), self._owner, RECORD_TTL_S]
+        key = self.key(transition.deployment_id)
+        try:
+            script = self.state.script("breaker_publish", PUBLISH_LUA)
+            self.state.run(lambda client: script(keys=[key], args=args, client=client))
+        except Unavailable:
+            pass  # this process's breaker still protects this process
+
+    # -- probes ---------------------------------------------------------------------------------
+    def take_probe(self, deployment_id: str, policy: ResiliencePolicy) -> "str | bool | None":
+        """A cluster-wide probe slot id; False when the fleet's probes are all out; None without Redis."""
+        key = self.state.key("breakers", deployment_id + ":probes")
+        slot = f"{self._owner}:{uuid.uuid4().hex[:8]}"
+        args = [0, 0, policy.half_open_probes, 0, max(1.0, policy.deadline_s + 5.0), slot, 0]
+        try:
+            script = self.state.script("admit", ADMIT_LUA)
+            reply = self.state.run(lambda client: script(keys=[key + ":r", key + ":t", key], args=args, client=client))
+        except Unavailable:
+            return None
+        return slot if int(reply[0]) == 1 else False
+
+    def give_probe(self, deployment_id: str, slot: str) -> None:
+        key = self.state.key("breakers", deployment_id + ":probes")
+        try:
+            self.state.run(lambda client: client.zrem(key, slot))
+        except Unavailable:
+            pass  # expires with its lease
+
+    # -- adopt ----------------------------------------------------------------------------------
+    def sync_now(self) -> bool:
+        """Read the fleet's breakers (one round trip) and hold open what another process opened.
+        False when Redis did not answer."""
+        registry = self._registry
+        if registry is None:
+            return False
+        deployments = list(self._deployments)
+        keys = [self.key(d) for d in deployments]
+        breakers = [registry.breaker(d) for d in deployments]
+        outgoing = [b.take_unpublished() if isinstance(b, SharedCircuitBreaker) else [] for b in breakers]
+
+        def read(client: Any) -> Any:
+            pipe = client.pipeline(transaction=False)
+            for k, samples in zip(keys, outgoing):
+                for kind in ("ttft", "latency"):
+                    values = [repr(v) for what, v in samples if what == kind]
+                    if values:
+                        pipe.lpush(f"{k}:{kind}", *values)
+                        pipe.ltrim(f"{k}:{kind}", 0, SAMPLES_KEPT - 1)
+                        pipe.expire(f"{k}:{kind}", RECORD_TTL_S)
+            for k in keys:
+                pipe.hgetall(k)
+                pipe.lrange(f"{k}:ttft", 0, -1)
+                pipe.lrange(f"{k}:latency", 0, -1)
+            return pipe.execute()[-3 * len(keys):]
+
+        try:
+            replies = self.state.run(read)
+        except Unavailable:
+            return False
+        rows = replies[0::3]
+        for b, ttft, latency in zip(breakers, replies[1::3], replies[2::3]):
+            if isinstance(b, SharedCircuitBreaker):
+                b.fleet_ttft = [float(v) for v in ttft] or None
+                b.fleet_latency = [float(v) for v in latency] or None
+        now_wall, now_mono = self._wall(), self._mono()
+        fleet = {}
+        for deployment_id, raw in zip(deployments, rows):
+            if not raw:
+                continue
+            rec = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+                   for k, v in raw.items()}
+            fleet[deployment_id] = rec
+            if rec.get("state") != "open":
+                continue
+            until_wall = math.inf if rec.get("open_until") == "inf" else float(rec.get("open_until") or 0)
+            if until_wall <= now_wall:
+                continue
+            until_mono = math.inf if math.isinf(until_wall) else now_mono + (until_wall - now_wall)
+            breaker = registry.breaker(deployment_id)
+            local_until = breaker.open_until(now_mono)
+            if local_until is not None and local_until >= until_mono - 0.05:
+                continue
+            if rec.get("by") == self._owner and local_until is not None:
+                continue
+            breaker.extend_open(now_mono, until_mono, reason=f"opened by another process: {rec.get('reason', '')}")
+            self.adopted += 1
+        self.fleet = fleet
+        return True
+
+    def _loop(self) -> None:
+        interval = self.state.config.breaker_sync_s
+        while not self._stop.wait(interval):
+            try:
+                self.sync_now()
+            except Exception:  # noqa: BLE001 - the sync thread must keep running
+                log.exception("shared state: breaker sync failed")
+
+    def close(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,197 @@
+"""Shared state in one process, two clients standing for two processes: refuse or fall back when Redis
+is away, the fleet's breakers in `client.health()` and `llmroute health`, probes limited fleet-wide."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+import pytest
+
+import llmroute as L
+from llmroute.accounting.ledger_postgres import PostgresSink
+from llmroute.health import main as health_main
+from tests.servers.fault import slow_ttft, status
+from tests.state.servers import free_port
+
+MESSAGES = [{"role": "user", "content": "hello"}]
+
+
+def _config(server, redis_url, *, backup=None, resilience=None, state=None):
+    providers = {"p": {"kind": "vllm", "base_url": server.base_url}}
+    deployments = ["p:m"]
+    if backup is not None:
+        providers["b"] = {"kind": "vllm", "base_url": backup.base_url}
+        deployments.append("b:m")
+    return {
+        "providers": providers,
+        "tiers": {"chat": {"deployments": deployments}},
+        "pricing": {f"{n}:*": {"input_per_million": 0, "output_per_million": 0} for n in providers},
+        "resilience": {"max_retries": 0, **(resilience or {})},
+        "ledger": {"sink": "memory"},
+        "state": {"backend": "redis", "url": redis_url, "key_prefix": "s:", "timeout_ms": 200, **(state or {})},
+    }
+
+
+def test_refuse_mode_raises_a_typed_error_and_sends_nothing(make_server):
+    server = make_server("fault")
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    cfg = _config(server, dead, resilience={"rpm": 100}, state={"on_unavailable": "refuse"})
+    with L.Client(config=cfg) as client:
+        with pytest.raises(L.SharedStateUnavailableError) as info:
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+    assert "refuse" in str(info.value) and server.chat_requests() == []
+
+
+def test_local_mode_goes_on_warns_once_and_health_says_so(make_server, caplog):
+    server = make_server("fault")
+    dead = f"redis://127.0.0.1:{free_port()}/0"
+    cfg = _config(server, dead, resilience={"rpm": 100, "max_concurrency": 4}, state={"retry_interval_s": 60})
+    caplog.set_level(logging.WARNING, logger="llmroute.state")
+    with L.Client(config=cfg) as client:
+        for _ in range(3):
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        view = client.health()
+    assert len(server.chat_requests()) == 3
+    shared = view.shared_state
+    assert shared["available"] is False and shared["outages"] == 1 and shared["fallbacks"] >= 3
+    assert sum("Redis unavailable" in m for m in caplog.messages) == 1
+    assert set(view) == {"p:m"} and view["p:m"].state == "closed"
+
+
+def test_health_shows_a_breaker_another_process_opened(make_server, redis_server, tmp_path, capsys):
+    bad = make_server("fault")
+    cfg = _config(bad, redis_server.url, resilience={"consecutive_failures": 2, "open_s": 60, "open_max_s": 60})
+    bad.push(status(503), status(503))
+    with L.Client(config=cfg) as opener:
+        for _ in range(2):
+            with pytest.raises(L.LLMRouteError):
+                opener.chat.completions.create(model="chat", messages=MESSAGES)
+        assert opener.health()["p:m"].state == "open"
+    with L.Client(config=cfg) as fresh:  # another process: it never called p:m
+        view = fresh.health()
+        assert view["p:m"].state == "open" and "another process" in view["p:m"].reason
+        with pytest.raises(L.AllDeploymentsFailedError):
+            fresh.chat.completions.create(model="chat", messages=MESSAGES)
+    assert len(bad.chat_requests()) == 2
+    path = tmp_path / "llmroute.toml"
+    path.write_text(
+        f'[providers.p]\nkind = "vllm"\nbase_url = "{bad.base_url}"\n'
+        f'[tiers.chat]\ndeployments = ["p:m"]\n'
+        f'[pricing."p:*"]\ninput_per_million = 0\noutput_per_million = 0\n'
+        f'[ledger]\nsink = "none"\n'
+        f'[state]\nbackend = "redis"\nurl = "{redis_server.url}"\nkey_prefix = "s:"\n')
+    assert health_main(["--config", str(path), "--no-probe"]) == 1  # unhealthy: p:m is open
+    out = capsys.readouterr().out
+    assert "p:m" in out and "open" in out and "shared state: Redis answering" in out
+
+
+def test_half_open_probes_are_limited_across_processes(make_server, redis_server):
+    primary, backup = make_server("fault"), make_server("fault")
+    cfg = _config(primary, redis_server.url, backup=backup,
+                  resilience={"consecutive_failures": 1, "open_s": 0.5, "half_open_probes": 1})
+    primary.push(status(503))
+    with L.Client(config=cfg) as a, L.Client(config=cfg) as b:
+        assert a.chat.completions.create(model="chat", messages=MESSAGES).route.deployment == "b:m"  # tripped
+        time.sleep(0.8)  # open period over: both breakers are half-open
+        primary.push(slow_ttft(1.0))
+        probe = threading.Thread(target=lambda: a.chat.completions.create(model="chat", messages=MESSAGES))
+        probe.start()
+        deadline = time.time() + 5
+        while len(primary.chat_requests()) < 2 and time.time() < deadline:
+            time.sleep(0.01)
+        other = b.chat.completions.create(model="chat", messages=MESSAGES)  # the fleet's one probe is out
+        probe.join()
+    assert other.route.deployment == "b:m" and other.route.attempts[0].status == "skipped"
+    assert len(primary.chat_requests()) == 2  # the failed call and a's probe; none from b
+
+
+def test_config_errors_name_the_key():
+    base = {"providers": {}, "tiers": {}}
+    with pytest.raises(L.ConfigError) as info:
+        L.Client(config={**base, "state": {"backend": "redis"}})
+    assert info.value.key == "state" and "url" in str(info.value)
+    with pytest.raises(L.ConfigError) as info:
+        L.Client(config={**base, "state": {"backend": "redis", "url": "http://127.0.0.1:6379"}})
+    assert "redis://" in str(info.value)
+    with pytest.raises(L.ConfigError) as info:
+        L.Client(config={**base, "state": {"backend": "memcached"}})
+    assert info.value.key == "state.backend"
+
+
+def test_database_password_never_shows(tmp_path):
+    sink = PostgresSink("postgresql://app:s3cret-pw@127.0.0.1:1/db", spool_path=tmp_path / "s.db")
+    assert "s3cret-pw" not in repr(sink)
+
+
+def test_a_call_longer_than_the_lease_keeps_its_slot(make_server, redis_server):
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"max_concurrency": 1, "queue_timeout_s": 0.1},
+                  state={"lease_s": 0.6})
+    server.push(slow_ttft(2.0))
+    with L.Client(config=cfg) as a, L.Client(config=cfg) as b:
+        slow = threading.Thread(target=lambda: a.chat.completions.create(model="chat", messages=MESSAGES))
+        slow.start()
+        deadline = time.time() + 5
+        while not server.chat_requests() and time.time() < deadline:
+            time.sleep(0.01)
+        time.sleep(1.0)  # past the lease: renewed by a's process, so still held
+        with pytest.raises(L.AllDeploymentsFailedError) as info:
+            b.chat.completions.create(model="chat", messages=MESSAGES)
+        slow.join()
+        assert "concurrency limit" in str(info.value)
+        assert b.chat.completions.create(model="chat", messages=MESSAGES).route.deployment == "p:m"  # released
+
+
+def test_async_client_shares_limits_and_budgets_with_a_sync_client(make_server, redis_server):
+    import asyncio
+
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"rpm": 3, "queue_timeout_s": 0})
+    cfg["budgets"] = [{"name": "d", "max_tokens": 10_000}]
+
+    async def three() -> list:
+        async with L.AsyncClient(config=cfg) as client:
+            return [await client.chat.completions.create(model="chat", messages=MESSAGES) for _ in range(3)]
+
+    assert len(asyncio.run(three())) == 3
+    with L.Client(config=cfg) as sync_client:  # the bucket's 3 requests are spent fleet-wide
+        with pytest.raises(L.AllDeploymentsFailedError) as info:
+            sync_client.chat.completions.create(model="chat", messages=MESSAGES)
+    assert "requests-per-minute" in str(info.value) and len(server.chat_requests()) == 3
+
+
+def _evalsha_count(url: str) -> int:
+    import redis
+
+    with redis.Redis.from_url(url) as r:
+        stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+@pytest.mark.parametrize("with_budget, scripts_per_call", [(False, 1), (True, 2)])
+def test_round_trips_before_sending(make_server, redis_server, with_budget, scripts_per_call):
+    """Limits cost one script call before sending, a matching budget one more; breakers none."""
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, resilience={"rpm": 10_000, "max_concurrency": 10})
+    if with_budget:
+        cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
+    with L.Client(config=cfg) as client:
+        client.chat.completions.create(model="chat", messages=MESSAGES)  # scripts loaded
+        before = _evalsha_count(redis_server.url)
+        for _ in range(5):
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        assert _evalsha_count(redis_server.url) - before == 5 * scripts_per_call
+
+
+def test_health_percentiles_are_the_fleets(make_server, redis_server):
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, state={"breaker_sync_s": 0.1})
+    with L.Client(config=cfg) as a, L.Client(config=cfg) as b:
+        for _ in range(3):
+            a.chat.completions.create(model="chat", messages=MESSAGES)
+        time.sleep(0.4)  # a's sync pushed its samples
+        snap = b.health()["p:m"]  # b made no call
+        assert snap.p50_latency_s is not None and snap.calls_in_window == 0
+        assert a.health()["p:m"].p95_latency_s == snap.p95_latency_s
