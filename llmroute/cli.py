@@ -1,4 +1,4 @@
-"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`.
+"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`, `router`.
 
 Each subcommand lives in the module of its concept and is imported only when it runs, so
 `llmroute --help` stays fast and no subcommand pays for another's imports.
@@ -21,6 +21,7 @@ COMMANDS = {
     "report": ("llmroute.accounting.report:main", "cost-per-feature reports from the ledger"),
     "health": ("llmroute.health:main", "breaker state of every deployment in a config"),
     "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
+    "router": ("llmroute.routing.router_cli:main", "fit and evaluate a router on your own outcome data"),
 }
 
 

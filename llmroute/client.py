@@ -183,6 +183,21 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
     run.failed(state.ctx, error, _now(), content_started=True, partial=state)
 
 
+def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                     comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                     source: str = "user") -> None:
+    """`client.feedback(request_id_or_response, score, label=, comment=, messages=)`: the call's
+    request id (or its response/stream), a score (True/False for thumbs), an optional label and
+    comment, and the conversation's `messages` when `llmroute router fit --ledger` should learn
+    from it. Stored beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
+    InvalidRequestError, a ledger that cannot hold feedback ConfigError."""
+    from .accounting.feedback import make_feedback, write_feedback
+
+    record = make_feedback(target, score, now=time.time(), label=label, comment=comment, messages=messages,
+                           source=source)
+    write_feedback(engine.ledger, record)
+
+
 class _Completions:
     def __init__(self, client: "Client") -> None:
         self._client = client
@@ -337,6 +352,10 @@ class Client:
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
+
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], **kwargs: Any) -> None:
+        """Attach a quality score in [0, 1] to a call in the ledger; see `_record_feedback`."""
+        _record_feedback(self._engine, request_id_or_response, score, **kwargs)
 
     def close(self) -> None:
         self._transport.close()
@@ -590,6 +609,10 @@ class AsyncClient:
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
         return self._engine.health(_now())
+
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], **kwargs: Any) -> None:
+        """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write)."""
+        _record_feedback(self._engine, request_id_or_response, score, **kwargs)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

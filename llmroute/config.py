@@ -332,6 +332,7 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             raise ConfigError(f"tier name {name!r} is reserved or contains ':'", path=source, key=f"tiers.{name}")
 
     sections = _sections(raw, providers, tiers, source)
+    sections.routing.load_model(base_dir, source)  # [routing] model: a fitted router file
     return Config(providers=providers, tiers=tiers, raw=raw, sections=sections, source=source, base_dir=base_dir)
 
 

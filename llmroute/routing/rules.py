@@ -5,7 +5,8 @@
 2. `routing.default` when it names a tier (reason `default: small`);
 3. otherwise (`default = "auto"`) the classifier's score against `routing.threshold`: at or above
    it the request goes to `routing.large_tier`, below it to `routing.small_tier`
-   (reason `classifier: code request (score 0.83 >= 0.55)`).
+   (reason `classifier: code request (score 0.83 >= 0.55)`). With `routing.model` set, the fitted
+   router loaded from that file scores instead of the heuristic (fitted.py).
 
 Which tier is "large" and which "small" is config, not a naming convention: `large_tier` and
 `small_tier` default to "large" and "small" and must name configured tiers whenever the
@@ -22,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..errors import ConfigError
 from .classifier import classify, estimate_tokens
@@ -80,6 +81,28 @@ class RoutingConfig(BaseModel):
     large_tier: str = "large"
     small_tier: str = "small"
     rules: list[RoutingRule] = Field(default_factory=list)
+    model: str | None = None
+    """A fitted router file (`llmroute router fit`), relative to the config file; None: the heuristic."""
+    _scorer: Any = PrivateAttr(default=None)
+
+    def load_model(self, base_dir: Any = None, source: str | None = None) -> None:
+        """Read `model` (the only I/O here; done once, at config load). ConfigError names the file."""
+        if self.model is None:
+            self._scorer = None
+            return
+        from .fitted import load_model
+
+        try:
+            self._scorer = load_model(self.model, base=base_dir)
+        except ConfigError as exc:
+            if source is not None and exc.path is None:
+                raise ConfigError(exc.detail, path=source, key="routing.model") from None
+            raise
+
+    @property
+    def scorer(self) -> Any:
+        """The loaded fitted router, or None when the heuristic classifier scores."""
+        return self._scorer
 
 
 def check_routing(
@@ -219,7 +242,8 @@ def decide(
             )
     if config.default != "auto":
         return RouteDecision(tier=config.default, reason=f"default: {config.default}")
-    result = classify(query.messages, max_tokens=query.max_tokens)
+    scorer = config._scorer
+    result = (scorer.classify if scorer is not None else classify)(query.messages, max_tokens=query.max_tokens)
     threshold = config.threshold
     if result.score >= threshold:
         tier, op = large_tier or config.large_tier, ">="

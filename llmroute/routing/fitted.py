@@ -1,0 +1,241 @@
+"""A fitted router: a team's own scorer, learned from its outcomes, loaded from a small JSON file.
+
+The score is a logistic model over two kinds of features of a conversation:
+
+* what the heuristic classifier already computes (`classifier.classify`): its log-odds, its task
+  type, and its counts (input and requested output tokens, code blocks, formula symbols,
+  quantities, constraints, questions, conversation depth), each on a log scale;
+* the n-grams of the instruction window (the start and end of the last user message, the same
+  window the classifier reads): lower-cased words and word pairs, and for non-ASCII text (Chinese
+  has no spaces) its characters and character pairs.
+
+The model file keeps only the n-grams the fit gave a weight, by name, so inference is dict
+lookups and a set intersection, its route reasons can name the n-grams that decided, and a file
+of a few thousand features is ~100 KB of readable JSON. `router fit` (fit.py) writes it; the
+`[routing] model = "router.json"` key loads it at config load; `decide()` then calls
+`FittedRouter.classify` where it would call the heuristic, with the same result type, so
+thresholds and `llmroute calibrate` work on its scores as on the heuristic's.
+
+Inference is pure (no I/O, no clock, no state): `load_model` is the only function that reads a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .classifier import _PUNCT_TO_SPACE, _WINDOW_ASCII, _WINDOW_CJK, Classification, classify, message_text
+
+__all__ = ["FittedRouter", "load_model", "conversation_features", "MODEL_FORMAT", "MODEL_VERSION"]
+
+MODEL_FORMAT = "llmroute.router"
+MODEL_VERSION = 1
+
+_NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
+_new_tuple = tuple.__new__
+
+
+def _instruction_window(messages: Sequence[Mapping[str, Any]]) -> str:
+    """The lower-cased start and end of the last user message (else of the last message with text),
+    cut as the classifier cuts its instruction window."""
+    ask = ""
+    fallback = ""
+    for message in messages:
+        if not isinstance(message, Mapping):
+            continue
+        content = message.get("content")
+        text = content if type(content) is str and "tool_calls" not in message else message_text(message)
+        if not text:
+            continue
+        fallback = text
+        if message.get("role") == "user":
+            ask = text
+    ask = ask or fallback
+    # The classifier sizes its window by the ASCII share; the ends' script is a close stand-in.
+    head, tail = _WINDOW_ASCII if ask.isascii() or ask[:64].isascii() else _WINDOW_CJK
+    if len(ask) > head + tail:
+        return (ask[:head] + "\n" + ask[-tail:]).lower()
+    return ask.lower()
+
+
+def _ngrams(window: str) -> tuple[list[str], list[str], list[str]]:
+    """(words, word pairs, character n-grams of the non-ASCII runs) of one window."""
+    words = window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
+    pairs = [a + " " + b for a, b in zip(words, words[1:])]
+    chars: list[str] = []
+    if not window.isascii():
+        for run in _NON_ASCII_RUN_RE.findall(window):
+            chars.extend(run)
+            chars.extend(run[i:i + 2] for i in range(len(run) - 1))
+    return words, pairs, chars
+
+
+def _dense(result: Classification) -> list[tuple[str, float]]:
+    """The classifier's conclusions as named numeric features, each on a log scale."""
+    score = min(max(result.score, 1e-9), 1.0 - 1e-9)
+    requested = result.requested_output_tokens
+    return [
+        ("heuristic", math.log(score / (1.0 - score))),
+        ("category=" + result.category, 1.0),
+        ("input_tokens", math.log2(1.0 + result.input_tokens) / 4.0),
+        ("output_tokens", math.log2(1.0 + requested) / 4.0 if requested is not None else 0.0),
+        ("code_blocks", math.log2(1.0 + result.code_blocks)),
+        ("math_signals", math.log2(1.0 + result.math_signals) / 2.0),
+        ("quantities", math.log2(1.0 + max(0, result.quantities)) / 2.0),
+        ("constraints", math.log2(1.0 + result.constraints) / 2.0),
+        ("questions", math.log2(1.0 + result.questions) / 2.0),
+        ("user_turns", math.log2(float(max(1, result.user_turns)))),
+    ]
+
+
+def conversation_features(
+    messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str]]]:
+    """Everything a fitted model reads from one conversation: the heuristic's result, its dense
+    features and the window's n-grams. The fit (fit.py) and inference both go through here."""
+    result = classify(messages, max_tokens=max_tokens)
+    return result, _dense(result), _ngrams(_instruction_window(messages))
+
+
+class FittedRouter:
+    """A loaded model file: `classify(messages, max_tokens=)` gives a `Classification` whose score is
+    the fitted probability that the request needs the large tier and whose reason names the
+    features that weighed most. Immutable after construction."""
+
+    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "_word_keys", "_pair_keys", "_char_keys")
+
+    def __init__(
+        self,
+        *,
+        bias: float,
+        dense: Mapping[str, float],
+        words: Mapping[str, float],
+        pairs: Mapping[str, float],
+        chars: Mapping[str, float],
+        meta: Mapping[str, Any] | None = None,
+        name: str = "fitted",
+    ) -> None:
+        self.name = name
+        self.bias = float(bias)
+        self.dense = dict(dense)
+        self.words = dict(words)
+        self.pairs = dict(pairs)
+        self.chars = dict(chars)
+        self.meta = dict(meta or {})
+        self._word_keys = self.words.keys()
+        self._pair_keys = self.pairs.keys()
+        self._char_keys = self.chars.keys()
+
+    def _contributions(
+        self, dense: Iterable[tuple[str, float]], ngrams: tuple[list[str], list[str], list[str]]
+    ) -> list[tuple[float, str]]:
+        out: list[tuple[float, str]] = []
+        weights = self.dense
+        for name, value in dense:
+            weight = weights.get(name)
+            if weight is not None and value:
+                out.append((weight * value, name))
+        words, pairs, chars = ngrams
+        # Presence, not counts: each n-gram contributes once (set intersections run in C).
+        for table, keys, grams, label in (
+            (self.words, self._word_keys, words, "'{}'"),
+            (self.pairs, self._pair_keys, pairs, "'{}'"),
+            (self.chars, self._char_keys, chars, "'{}'"),
+        ):
+            if grams:
+                for gram in keys & set(grams):
+                    out.append((table[gram], label.format(gram)))
+        return out
+
+    def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
+        """(log-odds, each active feature's contribution, the heuristic's result)."""
+        result, dense, ngrams = conversation_features(messages, max_tokens=max_tokens)
+        contributions = self._contributions(dense, ngrams)
+        total = self.bias
+        for value, _ in contributions:
+            total += value
+        return total, contributions, result
+
+    def classify(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
+        """Score this conversation with the fitted model. Pure, deterministic, no I/O."""
+        total, contributions, heuristic = self.logit(messages, max_tokens=max_tokens)
+        total = max(-60.0, min(60.0, total))
+        score = 1.0 / (1.0 + math.exp(-total))
+        # The reason names the two features that pushed hardest the way the score ended up.
+        pushing = sorted((c for c in contributions if (c[0] > 0) == (total >= 0)), key=lambda c: -abs(c[0]))[:2]
+        named = ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
+        reason = f"{self.name}: {named}" if named else f"{self.name}: no strong feature"
+        return _new_tuple(Classification, (score, reason, *heuristic[2:]))
+
+    def to_json(self) -> dict[str, Any]:
+        """The model file's content (see `docs/routing.md` for the format)."""
+        return {
+            "format": MODEL_FORMAT,
+            "version": MODEL_VERSION,
+            "meta": self.meta,
+            "bias": self.bias,
+            "dense": self.dense,
+            "ngrams": {"words": self.words, "word_pairs": self.pairs, "chars": self.chars},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, name: str = "fitted", source: str | None = None) -> FittedRouter:
+        """Build from a parsed model file; ConfigError naming `source` on anything malformed."""
+        def bad(detail: str) -> ConfigError:
+            return ConfigError(f"router model: {detail}", path=source, key="routing.model")
+
+        if not isinstance(data, Mapping) or data.get("format") != MODEL_FORMAT:
+            raise bad(f"not a router model file (expected \"format\": \"{MODEL_FORMAT}\")")
+        version = data.get("version")
+        if version != MODEL_VERSION:
+            raise bad(f"model version {version!r} is not supported (this llmroute reads version {MODEL_VERSION}); refit it")
+        bias = data.get("bias")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise bad("\"bias\" must be a finite number")
+        ngrams = data.get("ngrams")
+        if not isinstance(ngrams, Mapping):
+            raise bad("\"ngrams\" must be an object with words, word_pairs and chars")
+        tables = {}
+        for key, table in (("dense", data.get("dense")), ("words", ngrams.get("words")),
+                           ("word_pairs", ngrams.get("word_pairs")), ("chars", ngrams.get("chars"))):
+            if not isinstance(table, Mapping):
+                raise bad(f"\"{key}\" must be an object of feature -> weight")
+            for feature, weight in table.items():
+                if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                    raise bad(f"{key}[{feature!r}] must be a finite number")
+            tables[key] = {str(k): float(v) for k, v in table.items()}
+        meta = data.get("meta") if isinstance(data.get("meta"), Mapping) else {}
+        return cls(bias=float(bias), dense=tables["dense"], words=tables["words"], pairs=tables["word_pairs"],
+                   chars=tables["chars"], meta=meta, name=name)
+
+
+def _label(name: str) -> str:
+    if name == "heuristic":
+        return "heuristic"
+    return name
+
+
+def load_model(path: str | Path, *, base: str | Path | None = None) -> FittedRouter:
+    """Read a model file (a path relative to `base`, the config file's folder, when given).
+
+    Raises ConfigError naming the file on a missing, unreadable or malformed model."""
+    path = Path(path)
+    if base is not None and not path.is_absolute():
+        path = Path(base) / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read router model: {exc.strerror}", path=str(path), key="routing.model") from None
+    except UnicodeDecodeError:
+        raise ConfigError("router model is not UTF-8 JSON", path=str(path), key="routing.model") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"router model is not JSON ({exc.msg}, line {exc.lineno})", path=str(path),
+                          key="routing.model") from None
+    return FittedRouter.from_json(data, name=f"fitted {path.name}", source=str(path))
