@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FittedRouter, conversation_features
+from .fitted import FittedRouter, _ngram_weight, conversation_features
 
 __all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized"]
 
@@ -178,11 +178,12 @@ def fit_featurized(
     rows: list[list[tuple[int, float]]] = []
     for example in examples:
         row = [(index[name], value) for name, value in example.dense if value]
+        norm = _ngram_weight(example)
         for kind, grams in enumerate((example.words, example.pairs, example.chars)):
             for gram in grams:
                 at = index.get((kind, gram))
                 if at is not None:
-                    row.append((at, 1.0))
+                    row.append((at, norm))
         rows.append(row)
 
     order = list(range(len(rows)))

@@ -75,6 +75,16 @@ def _ngrams(window: str) -> tuple[list[str], list[str], list[str]]:
     return words, pairs, chars
 
 
+def _ngram_weight_of(distinct: int) -> float:
+    """The value of each present n-gram in a window with `distinct` distinct n-grams: 1/sqrt(n),
+    scaled to 1 at 100 (the L2 normalisation of text classifiers)."""
+    return 10.0 / math.sqrt(distinct) if distinct else 0.0
+
+
+def _ngram_weight(features: Any) -> float:
+    return _ngram_weight_of(len(features.words) + len(features.pairs) + len(features.chars))
+
+
 def _dense(result: Classification) -> list[tuple[str, float]]:
     """The classifier's conclusions as named numeric features, each on a log scale."""
     score = min(max(result.score, 1e-9), 1.0 - 1e-9)
@@ -93,6 +103,10 @@ def _dense(result: Classification) -> list[tuple[str, float]]:
     ]
 
 
+_DENSE_NAMES = frozenset({"heuristic", "input_tokens", "output_tokens", "code_blocks", "math_signals", "quantities",
+                          "constraints", "questions", "user_turns"})
+
+
 def conversation_features(
     messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
 ) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str]]]:
@@ -107,7 +121,7 @@ class FittedRouter:
     the fitted probability that the request needs the large tier and whose reason names the
     features that weighed most. Immutable after construction."""
 
-    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "_word_keys", "_pair_keys", "_char_keys")
+    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "ngrams", "_keys")
 
     def __init__(
         self,
@@ -127,12 +141,13 @@ class FittedRouter:
         self.pairs = dict(pairs)
         self.chars = dict(chars)
         self.meta = dict(meta or {})
-        self._word_keys = self.words.keys()
-        self._pair_keys = self.pairs.keys()
-        self._char_keys = self.chars.keys()
+        # One table for the lookups: the kinds never share a key (a word is ASCII without spaces, a
+        # pair has a space, a character n-gram is non-ASCII).
+        self.ngrams = {**self.words, **self.pairs, **self.chars}
+        self._keys = self.ngrams.keys()
 
     def _contributions(
-        self, dense: Iterable[tuple[str, float]], ngrams: tuple[list[str], list[str], list[str]]
+        self, dense: Iterable[tuple[str, float]], ngrams: tuple[Iterable[str], Iterable[str], Iterable[str]]
     ) -> list[tuple[float, str]]:
         out: list[tuple[float, str]] = []
         weights = self.dense
@@ -141,15 +156,14 @@ class FittedRouter:
             if weight is not None and value:
                 out.append((weight * value, name))
         words, pairs, chars = ngrams
-        # Presence, not counts: each n-gram contributes once (set intersections run in C).
-        for table, keys, grams, label in (
-            (self.words, self._word_keys, words, "'{}'"),
-            (self.pairs, self._pair_keys, pairs, "'{}'"),
-            (self.chars, self._char_keys, chars, "'{}'"),
-        ):
-            if grams:
-                for gram in keys & set(grams):
-                    out.append((table[gram], label.format(gram)))
+        grams = {*words, *pairs, *chars}
+        if grams:
+            # Presence, not counts: each distinct n-gram contributes once (the set intersection runs
+            # in C), scaled so that a window's n-grams weigh the same in total whatever its length.
+            norm = _ngram_weight_of(len(grams))
+            table = self.ngrams
+            for gram in self._keys & grams:
+                out.append((table[gram] * norm, gram))
         return out
 
     def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
@@ -160,6 +174,15 @@ class FittedRouter:
         for value, _ in contributions:
             total += value
         return total, contributions, result
+
+    def score_features(self, features: Any) -> float:
+        """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
+        contributions = self._contributions(features.dense, (features.words, features.pairs, features.chars))
+        total = self.bias
+        for value, _ in contributions:
+            total += value
+        total = max(-60.0, min(60.0, total))
+        return 1.0 / (1.0 + math.exp(-total))
 
     def classify(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
         """Score this conversation with the fitted model. Pure, deterministic, no I/O."""
@@ -215,9 +238,12 @@ class FittedRouter:
 
 
 def _label(name: str) -> str:
-    if name == "heuristic":
-        return "heuristic"
-    return name
+    """How a feature is named in a route reason: n-grams quoted, the heuristic's task type plain."""
+    if name.startswith("category="):
+        return name[len("category="):]
+    if name in _DENSE_NAMES:
+        return name
+    return repr(name)
 
 
 def load_model(path: str | Path, *, base: str | Path | None = None) -> FittedRouter:
