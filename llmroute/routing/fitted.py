@@ -21,8 +21,10 @@ Inference is pure (no I/O, no clock, no state): `load_model` is the only functio
 
 from __future__ import annotations
 
+import heapq
 import json
 import math
+import operator
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -65,13 +67,14 @@ def _instruction_window(messages: Sequence[Mapping[str, Any]]) -> str:
 
 def _ngrams(window: str) -> tuple[list[str], list[str], list[str]]:
     """(words, word pairs, character n-grams of the non-ASCII runs) of one window."""
+    # C-level loops only (map over zip / str iteration): this runs on every routed call.
     words = window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
-    pairs = [a + " " + b for a, b in zip(words, words[1:])]
+    pairs = list(map(" ".join, zip(words, words[1:])))
     chars: list[str] = []
     if not window.isascii():
         for run in _NON_ASCII_RUN_RE.findall(window):
             chars.extend(run)
-            chars.extend(run[i:i + 2] for i in range(len(run) - 1))
+            chars.extend(map(operator.add, run, run[1:]))
     return words, pairs, chars
 
 
@@ -156,14 +159,15 @@ class FittedRouter:
             if weight is not None and value:
                 out.append((weight * value, name))
         words, pairs, chars = ngrams
-        grams = {*words, *pairs, *chars}
+        grams = set(words)
+        grams.update(pairs)
+        grams.update(chars)
         if grams:
             # Presence, not counts: each distinct n-gram contributes once (the set intersection runs
             # in C), scaled so that a window's n-grams weigh the same in total whatever its length.
             norm = _ngram_weight_of(len(grams))
             table = self.ngrams
-            for gram in self._keys & grams:
-                out.append((table[gram] * norm, gram))
+            out.extend([(table[gram] * norm, gram) for gram in self._keys & grams])
         return out
 
     def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
@@ -190,7 +194,8 @@ class FittedRouter:
         total = max(-60.0, min(60.0, total))
         score = 1.0 / (1.0 + math.exp(-total))
         # The reason names the two features that pushed hardest the way the score ended up.
-        pushing = sorted((c for c in contributions if (c[0] > 0) == (total >= 0)), key=lambda c: -abs(c[0]))[:2]
+        strongest = heapq.nlargest(2, contributions) if total >= 0 else heapq.nsmallest(2, contributions)
+        pushing = [c for c in strongest if (c[0] > 0) == (total >= 0)]
         named = ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
         reason = f"{self.name}: {named}" if named else f"{self.name}: no strong feature"
         return _new_tuple(Classification, (score, reason, *heuristic[2:]))
