@@ -755,7 +755,11 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
 
     Four phases: features (`_features`) -> task type (`_category`) -> effects (`_effects`) -> score
     (`_score`)."""
-    f = _features(messages)
+    return _classify(_features(messages), max_tokens)
+
+
+def _classify(f: _Features, max_tokens: int | None) -> Classification:
+    """Phases 2-4 on features already read (a fitted router reads them once for both scorers)."""
     category, formal, numbers, math_signals, large = _category(f)
     effects, requested = _effects(f, category, formal, numbers, math_signals, large, max_tokens)
     score, reason = _score(category, effects)

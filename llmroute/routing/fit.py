@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FittedRouter, _ngram_weight, conversation_features
+from .fitted import FittedRouter, _ngram_weight_of, conversation_features, ngram_count
 
 __all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized"]
 
@@ -54,6 +54,7 @@ class Featurized:
     words: frozenset[str]
     pairs: frozenset[str]
     chars: frozenset[str]
+    ngram_count: int
 
 
 def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None) -> list[Featurized]:
@@ -63,7 +64,8 @@ def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: 
         _, dense, (words, pairs, chars) = conversation_features(
             messages, max_tokens=max_tokens[index] if max_tokens is not None else None
         )
-        out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars)))
+        out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars),
+                              ngram_count(words, pairs, chars)))
     return out
 
 
@@ -178,7 +180,7 @@ def fit_featurized(
     rows: list[list[tuple[int, float]]] = []
     for example in examples:
         row = [(index[name], value) for name, value in example.dense if value]
-        norm = _ngram_weight(example)
+        norm = _ngram_weight_of(example.ngram_count)
         for kind, grams in enumerate((example.words, example.pairs, example.chars)):
             for gram in grams:
                 at = index.get((kind, gram))

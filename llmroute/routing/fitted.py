@@ -21,17 +21,16 @@ Inference is pure (no I/O, no clock, no state): `load_model` is the only functio
 
 from __future__ import annotations
 
-import heapq
 import json
 import math
 import operator
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence, Sized
 from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .classifier import _PUNCT_TO_SPACE, _WINDOW_ASCII, _WINDOW_CJK, Classification, classify, message_text
+from .classifier import _PUNCT_TO_SPACE, Classification, _classify, _Features, _features
 
 __all__ = ["FittedRouter", "load_model", "conversation_features", "MODEL_FORMAT", "MODEL_VERSION"]
 
@@ -42,40 +41,18 @@ _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
 _new_tuple = tuple.__new__
 
 
-def _instruction_window(messages: Sequence[Mapping[str, Any]]) -> str:
-    """The lower-cased start and end of the last user message (else of the last message with text),
-    cut as the classifier cuts its instruction window."""
-    ask = ""
-    fallback = ""
-    for message in messages:
-        if not isinstance(message, Mapping):
-            continue
-        content = message.get("content")
-        text = content if type(content) is str and "tool_calls" not in message else message_text(message)
-        if not text:
-            continue
-        fallback = text
-        if message.get("role") == "user":
-            ask = text
-    ask = ask or fallback
-    # The classifier sizes its window by the ASCII share; the ends' script is a close stand-in.
-    head, tail = _WINDOW_ASCII if ask.isascii() or ask[:64].isascii() else _WINDOW_CJK
-    if len(ask) > head + tail:
-        return (ask[:head] + "\n" + ask[-tail:]).lower()
-    return ask.lower()
-
-
-def _ngrams(window: str) -> tuple[list[str], list[str], list[str]]:
-    """(words, word pairs, character n-grams of the non-ASCII runs) of one window."""
+def _ngrams(f: _Features) -> tuple[Iterable[str], list[str], list[str]]:
+    """(words, word pairs, character pairs of the non-ASCII runs) of the classifier's instruction
+    window. The words are the classifier's own token set; pairs need their order, so a second split."""
     # C-level loops only (map over zip / str iteration): this runs on every routed call.
+    window = f.window
     words = window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
     pairs = list(map(" ".join, zip(words, words[1:])))
     chars: list[str] = []
     if not window.isascii():
         for run in _NON_ASCII_RUN_RE.findall(window):
-            chars.extend(run)
             chars.extend(map(operator.add, run, run[1:]))
-    return words, pairs, chars
+    return f.tokens, pairs, chars
 
 
 def _ngram_weight_of(distinct: int) -> float:
@@ -84,8 +61,10 @@ def _ngram_weight_of(distinct: int) -> float:
     return 10.0 / math.sqrt(distinct) if distinct else 0.0
 
 
-def _ngram_weight(features: Any) -> float:
-    return _ngram_weight_of(len(features.words) + len(features.pairs) + len(features.chars))
+def ngram_count(words: Sized, pairs: Sized, chars: Sized) -> int:
+    """The n-gram count `_ngram_weight_of` normalises by: distinct words, every word pair and
+    character pair (repeats included: counting them distinct would cost a set per call)."""
+    return len(words) + len(pairs) + len(chars)
 
 
 def _dense(result: Classification) -> list[tuple[str, float]]:
@@ -112,11 +91,13 @@ _DENSE_NAMES = frozenset({"heuristic", "input_tokens", "output_tokens", "code_bl
 
 def conversation_features(
     messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
-) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str]]]:
+) -> tuple[Classification, list[tuple[str, float]], tuple[Iterable[str], list[str], list[str]]]:
     """Everything a fitted model reads from one conversation: the heuristic's result, its dense
-    features and the window's n-grams. The fit (fit.py) and inference both go through here."""
-    result = classify(messages, max_tokens=max_tokens)
-    return result, _dense(result), _ngrams(_instruction_window(messages))
+    features and the window's n-grams, from one read of the conversation. The fit (fit.py) and
+    inference both go through here."""
+    f = _features(messages)
+    result = _classify(f, max_tokens)
+    return result, _dense(result), _ngrams(f)
 
 
 class FittedRouter:
@@ -150,7 +131,8 @@ class FittedRouter:
         self._keys = self.ngrams.keys()
 
     def _contributions(
-        self, dense: Iterable[tuple[str, float]], ngrams: tuple[Iterable[str], Iterable[str], Iterable[str]]
+        self, dense: Iterable[tuple[str, float]], words: Iterable[str], pairs: Iterable[str], chars: Iterable[str],
+        ngram_count: int,
     ) -> list[tuple[float, str]]:
         out: list[tuple[float, str]] = []
         weights = self.dense
@@ -158,22 +140,25 @@ class FittedRouter:
             weight = weights.get(name)
             if weight is not None and value:
                 out.append((weight * value, name))
-        words, pairs, chars = ngrams
-        grams = set(words)
-        grams.update(pairs)
-        grams.update(chars)
-        if grams:
-            # Presence, not counts: each distinct n-gram contributes once (the set intersection runs
-            # in C), scaled so that a window's n-grams weigh the same in total whatever its length.
-            norm = _ngram_weight_of(len(grams))
+        if ngram_count:
+            # Presence, not counts: each n-gram in the table contributes once, scaled so that a
+            # window's n-grams weigh the same in total whatever its length. The intersections
+            # iterate the window's side in C (dict-keys views check membership by hash).
+            keys = self._keys
+            hits = keys & words
+            if pairs:
+                hits |= keys & pairs
+            if chars:
+                hits |= keys & chars
+            norm = _ngram_weight_of(ngram_count)
             table = self.ngrams
-            out.extend([(table[gram] * norm, gram) for gram in self._keys & grams])
+            out.extend([(table[gram] * norm, gram) for gram in hits])
         return out
 
     def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
         """(log-odds, each active feature's contribution, the heuristic's result)."""
-        result, dense, ngrams = conversation_features(messages, max_tokens=max_tokens)
-        contributions = self._contributions(dense, ngrams)
+        result, dense, (words, pairs, chars) = conversation_features(messages, max_tokens=max_tokens)
+        contributions = self._contributions(dense, words, pairs, chars, ngram_count(words, pairs, chars))
         total = self.bias
         for value, _ in contributions:
             total += value
@@ -181,7 +166,8 @@ class FittedRouter:
 
     def score_features(self, features: Any) -> float:
         """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
-        contributions = self._contributions(features.dense, (features.words, features.pairs, features.chars))
+        contributions = self._contributions(features.dense, features.words, features.pairs, features.chars,
+                                            features.ngram_count)
         total = self.bias
         for value, _ in contributions:
             total += value
@@ -194,8 +180,14 @@ class FittedRouter:
         total = max(-60.0, min(60.0, total))
         score = 1.0 / (1.0 + math.exp(-total))
         # The reason names the two features that pushed hardest the way the score ended up.
-        strongest = heapq.nlargest(2, contributions) if total >= 0 else heapq.nsmallest(2, contributions)
-        pushing = [c for c in strongest if (c[0] > 0) == (total >= 0)]
+        pick = max if total >= 0 else min  # C-level scans; heapq.nlargest loops in Python
+        pushing = []
+        if contributions:
+            first = pick(contributions)
+            pushing.append(first)
+            if len(contributions) > 1:
+                pushing.append(pick(c for c in contributions if c is not first))
+        pushing = [c for c in pushing if (c[0] > 0) == (total >= 0)]
         named = ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
         reason = f"{self.name}: {named}" if named else f"{self.name}: no strong feature"
         return _new_tuple(Classification, (score, reason, *heuristic[2:]))
