@@ -241,6 +241,19 @@ def test_feedback_goes_to_the_ledger_and_feeds_router_fit(servers, tmp_path, cap
     assert router_main(["fit", "--ledger", str(ledger), "--out", str(tmp_path / "r.json")]) == 1  # too few
     assert "at least 20" in capsys.readouterr().err
 
+    # A team's thumbs on 24 small-tier answers: wrong on the zebra questions, right on the others.
+    with Client(config=config) as client:
+        for prompt, needs_large in _rows()[:24]:
+            messages = [{"role": "user", "content": prompt}]
+            resp = client.chat.completions.create(model="auto", messages=messages, max_tokens=16)
+            assert resp.route.tier == "small"
+            client.feedback(resp, not needs_large, messages=messages)
+    out = tmp_path / "r.json"
+    assert router_main(["fit", "--ledger", str(ledger), "--out", str(out)]) == 0
+    assert "25 usable, 1 skipped" in capsys.readouterr().err
+    learned = load_model(out)
+    assert _score(learned, "and the zebra, please?") > _score(learned, "and the horse, please?")
+
 
 def test_feedback_with_jsonl_and_memory_ledgers(servers, tmp_path):
     vllm, sglang = servers
