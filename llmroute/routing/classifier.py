@@ -378,8 +378,9 @@ def _logit(p: float) -> float:
 _LOGIT = {name: _logit(prior) for name, (prior, _) in _CATEGORIES.items()}
 
 
-def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
-    """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens).
+def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str], list[str]]:
+    """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens,
+    the tokens in order).
 
     Positions are in characters (English ones approximated from the token index) so that "which
     task is named first" can be compared across scripts.
@@ -425,7 +426,7 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
                         placed = first.get(kind)
                         if placed is None or placed > position:
                             first[kind] = position
-    return first, count, token_set
+    return first, count, token_set, tokens
 
 
 def _asks_quantity_last(window: str) -> bool:
@@ -452,7 +453,7 @@ class _Features:
 
     __slots__ = ("ask", "ask_tokens", "context_tokens", "input_tokens", "user_turns", "window", "wide", "ascii_ask",
                  "first", "count", "tokens", "fences", "code_blocks", "math_signals", "constraints", "questions",
-                 "text_length", "choice")
+                 "text_length", "choice", "words")
 
 
 def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
@@ -503,7 +504,7 @@ def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
     wide = ask if len(ask) <= 2 * _WIDE_CHARS else ask[:_WIDE_CHARS] + "\n" + ask[-_WIDE_CHARS:]
 
     # --- features (on the window; only C-level counts read the wide view) --------------------
-    first, count, tokens = _scan(window)
+    first, count, tokens, words = _scan(window)
     fences = wide.count("```") // 2
     code_blocks = fences
     if not fences and "\n" in window and (
@@ -559,7 +560,7 @@ def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
     f.ask, f.ask_tokens, f.context_tokens, f.input_tokens, f.user_turns = ask, ask_tokens, context_tokens, input_tokens, user_turns
     f.window, f.wide, f.ascii_ask, f.first, f.count, f.tokens = window, wide, ascii_ask, first, count, tokens
     f.fences, f.code_blocks, f.math_signals, f.constraints, f.questions = fences, code_blocks, math_signals, constraints, questions
-    f.text_length, f.choice = text_length, choice
+    f.text_length, f.choice, f.words = text_length, choice, words
     return f
 
 

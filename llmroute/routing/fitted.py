@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .classifier import _PUNCT_TO_SPACE, Classification, _classify, _Features, _features
+from .classifier import Classification, _classify, _Features, _features
 
 __all__ = ["FittedRouter", "load_model", "conversation_features", "MODEL_FORMAT", "MODEL_VERSION"]
 
@@ -43,10 +43,10 @@ _new_tuple = tuple.__new__
 
 def _ngrams(f: _Features) -> tuple[Iterable[str], list[str], list[str]]:
     """(words, word pairs, character pairs of the non-ASCII runs) of the classifier's instruction
-    window. The words are the classifier's own token set; pairs need their order, so a second split."""
+    window. The words are the classifier's own tokens (its set, and its list for the pairs)."""
     # C-level loops only (map over zip / str iteration): this runs on every routed call.
     window = f.window
-    words = window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
+    words = f.words
     pairs = list(map(" ".join, zip(words, words[1:])))
     chars: list[str] = []
     if not window.isascii():
