@@ -8,6 +8,7 @@ Python loop sized to the classifier's median (what this machine's jitter alone d
 writes JSON.
 
     python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out] [--fitted [router.json]]
+    python benchmarks/classifier_latency.py --against d38ce33 --calls 3000   # before/after a change
 """
 
 from __future__ import annotations
@@ -108,13 +109,53 @@ def _labelled_model() -> FittedRouter:
                [1.0 if r["tier"] == "large" else 0.0 for r in rows], FitOptions(min_count=1, holdout=0.0, l2_grid=()))
 
 
+def _against(rev: str, calls: int) -> int:
+    """classify() at git revision `rev` and now, timed interleaved in one process (the order
+    alternates per round), on the same prompts: what a change to the classifier costs."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:llmroute/routing/classifier.py"],
+                            check=True, capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("llmroute.routing._classifier_at_rev", f.name)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    os.unlink(f.name)
+    scorers = {rev: module.classify, "now": classify}
+    timings: dict[str, list[int]] = {name: [] for name in scorers}
+    clock = time.perf_counter_ns
+    for messages in PROMPTS.values():
+        for _ in range(300):
+            for fn in scorers.values():
+                fn(messages)
+    order = list(scorers.items())
+    for round_ in range(calls):
+        for messages in PROMPTS.values():
+            for name, fn in (order if round_ % 2 else order[::-1]):
+                started = clock()
+                fn(messages)
+                timings[name].append(clock() - started)
+    for name, ns in timings.items():
+        ns.sort()
+        print(f"classify() at {name:10s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
+              f"p99 {_percentile(ns, 0.99):8.1f}  ({len(ns)} calls)")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=5000, help="timed calls per prompt kind")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out")
     parser.add_argument("--fitted", nargs="?", const="labelled", default=None, metavar="MODEL",
                         help="time a fitted router's decision instead (a model file, or the labelled prompts' fit)")
+    parser.add_argument("--against", metavar="REV", help="time classify() at this git revision and now, interleaved")
     args = parser.parse_args(argv)
+    if args.against:
+        return _against(args.against, args.calls)
     global classify
     label = "classify()"
     if args.fitted:

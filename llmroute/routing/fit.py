@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FittedRouter, _ngram_weight_of, conversation_features, ngram_count
+from .fitted import FittedRouter, _ngram_weight_of, conversation_features
 
 __all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized"]
 
@@ -61,11 +61,11 @@ def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: 
     """Features of each conversation, computed once so that several fits can share them."""
     out = []
     for index, messages in enumerate(conversations):
-        _, dense, (words, pairs, chars) = conversation_features(
+        _, dense, (words, pairs, chars, count) = conversation_features(
             messages, max_tokens=max_tokens[index] if max_tokens is not None else None
         )
         out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars),
-                              ngram_count(words, pairs, chars)))
+                              count))
     return out
 
 

@@ -25,7 +25,7 @@ import json
 import math
 import operator
 import re
-from collections.abc import Iterable, Mapping, Sequence, Sized
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -41,30 +41,25 @@ _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
 _new_tuple = tuple.__new__
 
 
-def _ngrams(f: _Features) -> tuple[Iterable[str], list[str], list[str]]:
-    """(words, word pairs, character pairs of the non-ASCII runs) of the classifier's instruction
-    window. The words are the classifier's own tokens (its set, and its list for the pairs)."""
+def _ngrams(f: _Features) -> tuple[list[str], list[str], list[str], int]:
+    """(words, word pairs, character pairs of the non-ASCII runs, how many distinct words plus pairs)
+    of the classifier's instruction window. The words are the classifier's own tokens, in order:
+    a dict-keys view intersects a list by probing each item (a set it may scan from the other side)."""
     # C-level loops only (map over zip / str iteration): this runs on every routed call.
-    window = f.window
     words = f.words
     pairs = list(map(" ".join, zip(words, words[1:])))
     chars: list[str] = []
-    if not window.isascii():
-        for run in _NON_ASCII_RUN_RE.findall(window):
+    if not f.window.isascii():
+        for run in _NON_ASCII_RUN_RE.findall(f.window):
             chars.extend(map(operator.add, run, run[1:]))
-    return f.tokens, pairs, chars
+    return words, pairs, chars, len(f.tokens) + len(pairs) + len(chars)
 
 
 def _ngram_weight_of(distinct: int) -> float:
-    """The value of each present n-gram in a window with `distinct` distinct n-grams: 1/sqrt(n),
-    scaled to 1 at 100 (the L2 normalisation of text classifiers)."""
+    """The value of each present n-gram in a window with `distinct` n-grams (distinct words, every
+    word and character pair: counting pairs distinct would cost a set per call): 1/sqrt(n), scaled
+    to 1 at 100 (the L2 normalisation of text classifiers)."""
     return 10.0 / math.sqrt(distinct) if distinct else 0.0
-
-
-def ngram_count(words: Sized, pairs: Sized, chars: Sized) -> int:
-    """The n-gram count `_ngram_weight_of` normalises by: distinct words, every word pair and
-    character pair (repeats included: counting them distinct would cost a set per call)."""
-    return len(words) + len(pairs) + len(chars)
 
 
 def _dense(result: Classification) -> list[tuple[str, float]]:
@@ -91,7 +86,7 @@ _DENSE_NAMES = frozenset({"heuristic", "input_tokens", "output_tokens", "code_bl
 
 def conversation_features(
     messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
-) -> tuple[Classification, list[tuple[str, float]], tuple[Iterable[str], list[str], list[str]]]:
+) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str], int]]:
     """Everything a fitted model reads from one conversation: the heuristic's result, its dense
     features and the window's n-grams, from one read of the conversation. The fit (fit.py) and
     inference both go through here."""
@@ -130,66 +125,74 @@ class FittedRouter:
         self.ngrams = {**self.words, **self.pairs, **self.chars}
         self._keys = self.ngrams.keys()
 
-    def _contributions(
+    def _sum(
         self, dense: Iterable[tuple[str, float]], words: Iterable[str], pairs: Iterable[str], chars: Iterable[str],
         ngram_count: int,
-    ) -> list[tuple[float, str]]:
-        out: list[tuple[float, str]] = []
+    ) -> tuple[float, list[tuple[float, str]], set[str], float]:
+        """(log-odds, each dense feature's contribution, the n-grams found in the table, their scale)."""
+        total = self.bias
+        named: list[tuple[float, str]] = []
         weights = self.dense
         for name, value in dense:
             weight = weights.get(name)
             if weight is not None and value:
-                out.append((weight * value, name))
+                contribution = weight * value
+                total += contribution
+                named.append((contribution, name))
+        hits: set[str] = set()
+        norm = 0.0
         if ngram_count:
             # Presence, not counts: each n-gram in the table contributes once, scaled so that a
             # window's n-grams weigh the same in total whatever its length. The intersections
-            # iterate the window's side in C (dict-keys views check membership by hash).
+            # iterate the window's side in C (dict-keys views check membership by hash), and so do
+            # sum(map(...)) and max(..., key=...) below.
             keys = self._keys
             hits = keys & words
             if pairs:
                 hits |= keys & pairs
             if chars:
                 hits |= keys & chars
-            norm = _ngram_weight_of(ngram_count)
-            table = self.ngrams
-            out.extend([(table[gram] * norm, gram) for gram in hits])
-        return out
+            if hits:
+                norm = _ngram_weight_of(ngram_count)
+                total += norm * sum(map(self.ngrams.__getitem__, hits))
+        return total, named, hits, norm
 
     def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
-        """(log-odds, each active feature's contribution, the heuristic's result)."""
-        result, dense, (words, pairs, chars) = conversation_features(messages, max_tokens=max_tokens)
-        contributions = self._contributions(dense, words, pairs, chars, ngram_count(words, pairs, chars))
-        total = self.bias
-        for value, _ in contributions:
-            total += value
-        return total, contributions, result
+        """(log-odds, the contributions that weighed most, the heuristic's result): every dense
+        feature's, and the two n-grams that pushed hardest the way the log-odds ended up."""
+        result, dense, (words, pairs, chars, count) = conversation_features(messages, max_tokens=max_tokens)
+        total, named, hits, norm = self._sum(dense, words, pairs, chars, count)
+        if hits:
+            weight = self.ngrams.__getitem__
+            pick = max if total >= 0 else min
+            first = pick(hits, key=weight)
+            named.append((weight(first) * norm, first))
+            if len(hits) > 1:
+                hits.discard(first)
+                second = pick(hits, key=weight)
+                named.append((weight(second) * norm, second))
+        return total, named, result
 
     def score_features(self, features: Any) -> float:
         """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
-        contributions = self._contributions(features.dense, features.words, features.pairs, features.chars,
-                                            features.ngram_count)
-        total = self.bias
-        for value, _ in contributions:
-            total += value
+        total = self._sum(features.dense, features.words, features.pairs, features.chars, features.ngram_count)[0]
         total = max(-60.0, min(60.0, total))
         return 1.0 / (1.0 + math.exp(-total))
 
     def classify(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
         """Score this conversation with the fitted model. Pure, deterministic, no I/O."""
-        total, contributions, heuristic = self.logit(messages, max_tokens=max_tokens)
+        total, named, heuristic = self.logit(messages, max_tokens=max_tokens)
         total = max(-60.0, min(60.0, total))
         score = 1.0 / (1.0 + math.exp(-total))
         # The reason names the two features that pushed hardest the way the score ended up.
-        pick = max if total >= 0 else min  # C-level scans; heapq.nlargest loops in Python
-        pushing = []
-        if contributions:
-            first = pick(contributions)
-            pushing.append(first)
-            if len(contributions) > 1:
-                pushing.append(pick(c for c in contributions if c is not first))
-        pushing = [c for c in pushing if (c[0] > 0) == (total >= 0)]
-        named = ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
-        reason = f"{self.name}: {named}" if named else f"{self.name}: no strong feature"
+        if total >= 0:
+            pushing = sorted([c for c in named if c[0] > 0], reverse=True)[:2]
+        else:
+            pushing = sorted([c for c in named if c[0] < 0])[:2]
+        if pushing:
+            reason = self.name + ": " + ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
+        else:
+            reason = self.name + ": no strong feature"
         return _new_tuple(Classification, (score, reason, *heuristic[2:]))
 
     def to_json(self) -> dict[str, Any]:
