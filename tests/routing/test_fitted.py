@@ -270,6 +270,26 @@ def test_feedback_with_jsonl_and_memory_ledgers(servers, tmp_path):
             client.feedback(resp, 1)
 
 
+def test_async_client_feedback(servers):
+    import asyncio
+
+    from llmroute import AsyncClient
+    from llmroute.accounting.ledger import MemorySink
+
+    vllm, sglang = servers
+    sink = MemorySink()
+
+    async def go():
+        async with AsyncClient(config=_config(vllm, sglang), ledger=sink) as client:
+            resp = await client.chat.completions.create(model="auto", messages=[{"role": "user", "content": "hi"}])
+            client.feedback(resp, 0.25, comment="too terse")
+            return resp
+
+    resp = asyncio.run(go())
+    assert [(f.request_id, f.score, f.comment, f.tier) for f in sink.feedback] == [
+        (resp.route.request_id, 0.25, "too terse", "small")]
+
+
 def test_fit_featurized_validates_lengths():
     feats = featurize([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]])
     with pytest.raises(ValueError, match="labels"):
