@@ -3,11 +3,14 @@ calibrate with a model, and `client.feedback` feeding `router fit --ledger` (ove
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import sqlite3
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from llmroute import Client
 from llmroute.config import load_config
@@ -294,3 +297,35 @@ def test_fit_featurized_validates_lengths():
     feats = featurize([[{"role": "user", "content": "a"}], [{"role": "user", "content": "b"}]])
     with pytest.raises(ValueError, match="labels"):
         fit_featurized(feats, [1.0])
+
+
+@pytest.mark.parametrize("messages", [
+    [],
+    [{"role": "user", "content": None}],
+    [{"role": "user", "content": ""}],
+    ["not a message", 42, None],
+    [{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}],
+    [{"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f", "arguments": "{\"a\": 1}"}}]}],
+    [{"role": "user", "content": "斑马" * 5000 + "zebra " * 5000}],
+])
+def test_odd_and_huge_inputs_score_in_range(model, messages):
+    result = model.classify(messages, max_tokens=100)
+    assert 0.0 <= result.score <= 1.0 and result.reason.startswith("fitted")
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.text(max_size=600))
+def test_any_text_scores_in_range_and_matches_precomputed_features(text):
+    model = _property_model()
+    messages = [{"role": "user", "content": text}]
+    score = model.classify(messages).score
+    assert 0.0 <= score <= 1.0
+    assert model.score_features(featurize([messages])[0]) == pytest.approx(score, abs=1e-12)
+
+
+
+@functools.lru_cache(maxsize=1)
+def _property_model() -> FittedRouter:
+    """Every n-gram kept (min_count 1), so random text meets the table as often as it can."""
+    return fit([[{"role": "user", "content": p}] for p, _ in _rows()], [y for _, y in _rows()],
+               FitOptions(min_count=1, holdout=0.0, l2_grid=(), l2=1e-3, max_epochs=5))
