@@ -22,7 +22,7 @@ from llmroute.routing.fitted import MODEL_VERSION, FittedRouter, load_model
 from llmroute.routing.outcomes import gain_label, load_outcomes, outcomes_from_ledger
 from llmroute.routing.router_cli import main as router_main
 from llmroute.routing.rules import RouteQuery, RoutingConfig, decide
-from tests.routing.test_client_routing import LARGE_DEP, SMALL_DEP, _config, _served_by, servers  # noqa: F401
+from tests.routing.test_client_routing import LARGE_DEP, SMALL_DEP, _config, _served_by
 
 # A team whose small model fails on anything about zebras (in English or Chinese), whatever its length.
 _TOPICS = ["the weather", "my invoice", "a refund", "the meeting", "our roadmap", "a typo", "the login page",
