@@ -7,7 +7,11 @@ The score is a logistic model over two kinds of features of a conversation:
   quantities, constraints, questions, conversation depth), each on a log scale;
 * the n-grams of the instruction window (the start and end of the last user message, the same
   window the classifier reads): lower-cased words and word pairs, and for non-ASCII text (Chinese
-  has no spaces) its characters and character pairs.
+  has no spaces) its character pairs.
+
+The score estimates the large tier's expected gain on a 0-1 scale (fit.py's label: 1 only the large
+answers well, 0.5 no difference, 0 only the small does), so above 0.5 the large tier is expected
+to do better.
 
 The model file keeps only the n-grams the fit gave a weight, by name, so inference is dict
 lookups and a set intersection, its route reasons can name the n-grams that decided, and a file
@@ -42,7 +46,7 @@ _new_tuple = tuple.__new__
 
 
 def _ngrams(f: _Features) -> tuple[list[str], list[str], list[str], int]:
-    """(words, word pairs, character pairs of the non-ASCII runs, how many distinct words plus pairs)
+    """(words, word pairs, character pairs of the non-ASCII runs, distinct words + all pairs)
     of the classifier's instruction window. The words are the classifier's own tokens, in order:
     a dict-keys view intersects a list by probing each item (a set it may scan from the other side)."""
     # C-level loops only (map over zip / str iteration): this runs on every routed call.
@@ -97,8 +101,9 @@ def conversation_features(
 
 class FittedRouter:
     """A loaded model file: `classify(messages, max_tokens=)` gives a `Classification` whose score is
-    the fitted probability that the request needs the large tier and whose reason names the
-    features that weighed most. Immutable after construction."""
+    the fitted estimate of the large tier's gain (above 0.5: the large tier expected to do better),
+    whose reason names the two features that weighed most, and whose other fields are the
+    heuristic's. Not to be mutated after construction."""
 
     __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "ngrams", "_keys")
 
