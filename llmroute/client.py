@@ -353,9 +353,10 @@ class Client:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
-    def feedback(self, request_id_or_response: Any, score: Union[float, bool], **kwargs: Any) -> None:
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None) -> None:
         """Attach a quality score in [0, 1] to a call in the ledger; see `_record_feedback`."""
-        _record_feedback(self._engine, request_id_or_response, score, **kwargs)
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages)
 
     def close(self) -> None:
         self._transport.close()
@@ -610,9 +611,10 @@ class AsyncClient:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
         return self._engine.health(_now())
 
-    def feedback(self, request_id_or_response: Any, score: Union[float, bool], **kwargs: Any) -> None:
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None) -> None:
         """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write)."""
-        _record_feedback(self._engine, request_id_or_response, score, **kwargs)
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -12,7 +12,8 @@ Which tier is "large" and which "small" is config, not a naming convention: `lar
 `small_tier` default to "large" and "small" and must name configured tiers whenever the
 classifier can run (`default = "auto"`), which `check_routing` enforces at load.
 
-This module is sans-I/O: plain values in, a `RouteDecision` out; no clock, no network, no logging.
+This module is sans-I/O: plain values in, a `RouteDecision` out; no clock, no network, no logging
+(`RoutingConfig.load_model` reads the fitted router file once, at config load, through fitted.py).
 It never raises on a request (a rule that cannot be evaluated simply does not match); config
 mistakes are caught by `check_routing` at load time instead.
 """
