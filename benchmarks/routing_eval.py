@@ -37,14 +37,14 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from llmroute.routing.classifier import classify  # noqa: E402
 from llmroute.routing.evaluate import evaluate_scores  # noqa: E402
-from llmroute.routing.fit import featurize, fit_featurized  # noqa: E402
+from llmroute.routing.fit import FitOptions, featurize, fit_featurized  # noqa: E402
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"
@@ -136,7 +136,8 @@ def _gain(weak: Sequence[bool], strong: Sequence[bool]) -> list[float]:
     return [(int(s) - int(w) + 1) / 2 for w, s in zip(weak, strong)]
 
 
-def cross_validated_scores(features: list, labels: list[float], folds: int, seed: int) -> tuple[list[float], list[dict]]:
+def cross_validated_scores(features: list, labels: list[float], folds: int, seed: int,
+                           options: FitOptions = FitOptions()) -> tuple[list[float], list[dict]]:
     """Out-of-fold scores: each prompt scored by a model fitted on the other folds (seeded fold
     assignment). The fit chooses its own penalty and passes on a held-out tenth of its training
     rows; the test fold is never seen before it is scored."""
@@ -147,7 +148,7 @@ def cross_validated_scores(features: list, labels: list[float], folds: int, seed
     fits = []
     for fold in range(folds):
         train = [i for i in range(len(features)) if fold_of[i] != fold]
-        model = fit_featurized([features[i] for i in train], [labels[i] for i in train])
+        model = fit_featurized([features[i] for i in train], [labels[i] for i in train], options)
         fits.append({k: model.meta[k] for k in ("rows", "ngrams_kept", "l2", "epochs", "holdout_log_loss")})
         for i in range(len(features)):
             if fold_of[i] == fold:
@@ -155,7 +156,8 @@ def cross_validated_scores(features: list, labels: list[float], folds: int, seed
     return scores, fits
 
 
-def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed: int) -> dict:
+def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed: int,
+               options: FitOptions = FitOptions()) -> dict:
     """5-fold CV within each table and cross-domain both ways, beside random, length-only and the
     heuristic on the same prompts."""
     tables = {}
@@ -167,13 +169,13 @@ def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed:
     reports = []
     for name, (prompts, weak, strong, dropped, features, featurize_s) in tables.items():
         started = time.perf_counter()
-        cv_scores, fits = cross_validated_scores(features, _gain(weak, strong), folds, seed)
+        cv_scores, fits = cross_validated_scores(features, _gain(weak, strong), folds, seed, options)
         cv_seconds = time.perf_counter() - started
         routers = [evaluate_router(f"fitted-cv{folds}", cv_scores, weak, strong, threshold, bins)]
         for other, (o_prompts, o_weak, o_strong, _, o_features, _) in tables.items():
             if other == name:
                 continue
-            model = fit_featurized(o_features, _gain(o_weak, o_strong))
+            model = fit_featurized(o_features, _gain(o_weak, o_strong), options)
             routers.append(evaluate_router(f"fit-on-{other}", [model.score_features(f) for f in features],
                                            weak, strong, threshold, bins))
         routers.append(evaluate_router("heuristic", [classify([{"role": "user", "content": p}]).score for p in prompts],
@@ -223,18 +225,21 @@ def main(argv: list[str] | None = None) -> int:
                         help="instead: the fitted router, 5-fold CV within each table and cross-domain")
     parser.add_argument("--folds", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0, help="fold assignment seed")
+    parser.add_argument("--dense-only", action="store_true",
+                        help="with --fitted: no n-grams, only the heuristic's features (what transfers across domains)")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         print(f"routing_eval: data folder not found: {args.data}", file=sys.stderr)
         return 2
     if args.fitted:
-        result = run_fitted(args.data, args.threshold, args.bins or None, args.folds, args.seed)
+        options = FitOptions(min_count=10**9, max_ngrams=0) if args.dense_only else FitOptions()
+        result = run_fitted(args.data, args.threshold, args.bins or None, args.folds, args.seed, options)
         for report in result["reports"]:
             print(_table(report))
             print(f"fits: {report['fits']}; featurize {report['featurize_seconds']:.1f} s, CV {report['cv_seconds']:.1f} s")
             print()
         args.out.mkdir(parents=True, exist_ok=True)
-        out_file = args.out / "routing_eval_fitted.json"
+        out_file = args.out / ("routing_eval_dense.json" if args.dense_only else "routing_eval_fitted.json")
         out_file.write_text(json.dumps(result, indent=2))
         print(f"wrote {out_file}")
         return 0
