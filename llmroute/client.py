@@ -183,13 +183,24 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
     run.failed(state.ctx, error, _now(), content_started=True, partial=state)
 
 
+def _shadow_runner(client: "Client") -> Any:
+    """The `[routing.shadow]` runner (llmroute/routing/shadow.py) when its rate is above 0, else None."""
+    routing = client.config.sections.routing
+    if not client.config.raw.routing or routing.shadow.rate <= 0:
+        return None
+    from .routing.shadow import ShadowRunner
+
+    return ShadowRunner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
+
+
 def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: Optional[str] = None,
                      comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
                      source: str = "user") -> None:
     """`client.feedback(request_id_or_response, score, label=, comment=, messages=)`: the call's
     request id (or its response/stream), a score (True/False for thumbs), an optional label and
     comment, and the conversation's `messages` when `llmroute router fit --ledger` should learn
-    from it. Stored beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
+    from it; `source` says who judged ("user", or "shadow" for a shadow comparison's judge). Stored
+    beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
     InvalidRequestError, a ledger that cannot hold feedback ConfigError."""
     from .accounting.feedback import make_feedback, write_feedback
 
@@ -225,6 +236,7 @@ class Client:
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
+        self._shadow = _shadow_runner(self)
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -341,24 +353,32 @@ class Client:
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
         run = CallRun(self._engine, prepared, _now())
         op = self._attempts(run)
         if prepared.stream:
             return Stream(run, op)
         completion, reported = op.parsed  # type: ignore[misc]
-        return run.succeeded(op.ctx, completion, reported, _now(), None)
+        result = run.succeeded(op.ctx, completion, reported, _now(), None)
+        if original is not None:
+            self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
+        return result
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
     def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None) -> None:
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                 source: str = "user") -> None:
         """Attach a quality score in [0, 1] to a call in the ledger; see `_record_feedback`."""
-        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages)
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
+                         source=source)
 
     def close(self) -> None:
+        if self._shadow is not None:
+            self._shadow.close()
         self._transport.close()
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
@@ -612,9 +632,11 @@ class AsyncClient:
         return self._engine.health(_now())
 
     def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None) -> None:
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                 source: str = "user") -> None:
         """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write)."""
-        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages)
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
+                         source=source)
 
     async def aclose(self) -> None:
         await self._transport.aclose()

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..errors import ConfigError
 from .classifier import classify, estimate_tokens
+from .shadow import ShadowConfig
 
 __all__ = [
     "RoutingRuleWhen",
@@ -84,6 +85,8 @@ class RoutingConfig(BaseModel):
     rules: list[RoutingRule] = Field(default_factory=list)
     model: str | None = None
     """A fitted router file (`llmroute router fit`), relative to the config file; None: the heuristic."""
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    """`[routing.shadow]`: background comparisons with the large tier (shadow.py); off by default."""
     _scorer: Any = PrivateAttr(default=None)
 
     def load_model(self, base_dir: Any = None, source: str | None = None) -> None:
@@ -134,6 +137,12 @@ def check_routing(
                     f"rule {index} can never match: min_{name}={low} > max_{name}={high}",
                     key=f"routing.rules[{index}].when",
                 )
+    judge = config.shadow.judge
+    if judge is not None and judge not in tier_names and judge not in deployment_names:
+        raise ConfigError(f"the shadow judge {judge!r} is not a tier or deployment; configured tiers: {known}",
+                          key="routing.shadow.judge")
+    if config.shadow.rate > 0 and config.default == "auto" and config.large_tier == config.small_tier:
+        raise ConfigError("shadow comparisons need distinct large_tier and small_tier", key="routing.shadow.rate")
     if config.default != "auto" and config.default not in tier_names:
         raise ConfigError(
             f"default must be \"auto\" or a tier name, not {config.default!r}; configured tiers: {known}",
