@@ -1,4 +1,5 @@
-"""Latency of `classify()` on ~2,000-character prompts, English, Chinese and mixed.
+"""Latency of `classify()` (or, with `--fitted`, a fitted router's decision) on ~2,000-character
+prompts, English, Chinese and mixed.
 
 The budget (issue 3) is p99 < 0.1 ms for a 2,000-character prompt. Each prompt kind is timed with
 time.perf_counter_ns over `--calls` calls after a warm-up; calls are interleaved across kinds so
@@ -6,7 +7,8 @@ machine noise spreads evenly. Prints p50/p90/p99/max per kind and overall, then 
 Python loop sized to the classifier's median (what this machine's jitter alone does to a p99), and
 writes JSON.
 
-    python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out]
+    python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out] [--fitted [router.json]]
+    python benchmarks/classifier_latency.py --against d38ce33 --calls 3000   # before/after a change
 """
 
 from __future__ import annotations
@@ -23,6 +25,10 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from llmroute.routing.classifier import classify  # noqa: E402
+from llmroute.routing.fit import FitOptions, fit  # noqa: E402
+from llmroute.routing.fitted import FittedRouter, load_model  # noqa: E402
+
+LABELLED = REPO_ROOT / "tests" / "routing" / "labelled_prompts.jsonl"
 
 TARGET_CHARS = 2000
 
@@ -95,11 +101,68 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
             "p99_us": _percentile(ns, 0.99), "max_us": ns[-1] / 1000.0}
 
 
+def _labelled_model() -> FittedRouter:
+    """A model fitted on the labelled product prompts, every n-gram kept (min_count 1): the largest
+    vocabulary those prompts give, so lookups are not flattered by a tiny table."""
+    rows = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines() if line.strip()]
+    return fit([[{"role": "user", "content": r["prompt"]}] for r in rows],
+               [1.0 if r["tier"] == "large" else 0.0 for r in rows], FitOptions(min_count=1, holdout=0.0, l2_grid=()))
+
+
+def _against(rev: str, calls: int) -> int:
+    """classify() at git revision `rev` and now, timed interleaved in one process (the order
+    alternates per round), on the same prompts: what a change to the classifier costs."""
+    import importlib.util
+    import subprocess
+    import tempfile
+
+    source = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:llmroute/routing/classifier.py"],
+                            check=True, capture_output=True, text=True).stdout
+    with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location("llmroute.routing._classifier_at_rev", f.name)
+    module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    os.unlink(f.name)
+    scorers = {rev: module.classify, "now": classify}
+    timings: dict[str, list[int]] = {name: [] for name in scorers}
+    clock = time.perf_counter_ns
+    for messages in PROMPTS.values():
+        for _ in range(300):
+            for fn in scorers.values():
+                fn(messages)
+    order = list(scorers.items())
+    for round_ in range(calls):
+        for messages in PROMPTS.values():
+            for name, fn in (order if round_ % 2 else order[::-1]):
+                started = clock()
+                fn(messages)
+                timings[name].append(clock() - started)
+    for name, ns in timings.items():
+        ns.sort()
+        print(f"classify() at {name:10s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
+              f"p99 {_percentile(ns, 0.99):8.1f}  ({len(ns)} calls)")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=5000, help="timed calls per prompt kind")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out")
+    parser.add_argument("--fitted", nargs="?", const="labelled", default=None, metavar="MODEL",
+                        help="time a fitted router's decision instead (a model file, or the labelled prompts' fit)")
+    parser.add_argument("--against", metavar="REV", help="time classify() at this git revision and now, interleaved")
     args = parser.parse_args(argv)
+    if args.against:
+        return _against(args.against, args.calls)
+    global classify
+    label = "classify()"
+    if args.fitted:
+        model = _labelled_model() if args.fitted == "labelled" else load_model(args.fitted)
+        classify = model.classify
+        label = f"fitted router ({args.fitted}: {len(model.ngrams)} n-grams)"
+        print(label)
     kinds = list(PROMPTS)
     for messages in PROMPTS.values():
         for _ in range(500):
@@ -141,8 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"p99 over all kinds: {overall['p99_us']:.1f} us ({'within' if budget_ok else 'OVER'} the 100 us budget); "
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     args.out.mkdir(parents=True, exist_ok=True)
-    out_file = args.out / "classifier_latency.json"
-    out_file.write_text(json.dumps({
+    out_file = args.out / ("fitted_router_latency.json" if args.fitted else "classifier_latency.json")
+    out_file.write_text(json.dumps({"scorer": label,
         "calls_per_kind": args.calls, "python": platform.python_version(), "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0], "rows": rows, "overall": overall, "reference_loop": reference, "p99_within_budget": budget_ok,
     }, indent=2))

@@ -17,9 +17,15 @@ The curve is exact: it is evaluated at every distinct score (tied prompts move t
 between), rather than RouteLLM's 10 quantile bins; `--bins 10` reproduces RouteLLM's coarser APGR.
 Baselines: random (seeded, averaged), length-only (score = prompt length) and oracle.
 
-These tables are a test set: nothing in the classifier is fitted to them.
+These tables are a test set: nothing in the heuristic classifier is fitted to them. `--fitted`
+evaluates the fitted router (llmroute/routing/fit.py) honestly: 5-fold cross-validation within each
+table (fit on four folds, score the fifth, one pooled curve over the out-of-fold scores) and
+cross-domain (fit on all of one table, score the other), beside the heuristic, length-only and
+random on the same prompts. The fit picks its penalty and passes on a held-out tenth of its own
+training rows; no setting is chosen by looking at a test fold.
 
     python benchmarks/routing_eval.py [--data DIR] [--threshold 0.55] [--out benchmarks/out]
+    python benchmarks/routing_eval.py --fitted [--folds 5] [--seed 0]
 """
 
 from __future__ import annotations
@@ -31,12 +37,14 @@ import random
 import sys
 import time
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Sequence
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
 from llmroute.routing.classifier import classify  # noqa: E402
+from llmroute.routing.evaluate import evaluate_scores  # noqa: E402
+from llmroute.routing.fit import FitOptions, featurize, fit_featurized  # noqa: E402
 
 WEAK = "mistralai/Mixtral-8x7B-Instruct-v0.1"
 STRONG = "gpt-4-1106-preview"
@@ -76,104 +84,9 @@ def load_dataset(folder: Path) -> tuple[list[str], list[bool], list[bool], int]:
     return prompts, weak, strong, dropped
 
 
-def quality_curve(scores: Sequence[float], weak: Sequence[bool], strong: Sequence[bool]) -> list[tuple[float, float]]:
-    """(share of strong calls, quality) at every distinct threshold, from 0 to 1."""
-    n = len(scores)
-    order = sorted(range(n), key=lambda i: -scores[i])
-    correct = sum(weak)
-    points = [(0.0, correct / n)]
-    i = 0
-    while i < n:
-        j = i
-        # prompts with the same score go to the strong model together
-        while j < n and scores[order[j]] == scores[order[i]]:
-            k = order[j]
-            correct += int(strong[k]) - int(weak[k])
-            j += 1
-        points.append((j / n, correct / n))
-        i = j
-    return points
-
-
-def binned_curve(scores: Sequence[float], weak: Sequence[bool], strong: Sequence[bool], bins: int) -> list[tuple[float, float]]:
-    """RouteLLM's evaluation: thresholds at the score quantiles (`pd.qcut` bin edges)."""
-    ranked = sorted(scores)
-    n = len(ranked)
-    edges = []
-    for b in range(bins + 1):
-        pos = (n - 1) * b / bins
-        lo = int(pos)
-        hi = min(lo + 1, n - 1)
-        edges.append(ranked[lo] + (ranked[hi] - ranked[lo]) * (pos - lo))
-    points = []
-    for b, edge in enumerate(edges):
-        chosen = [(s > edge) if b == len(edges) - 1 else (s >= edge) for s in scores]
-        share = sum(chosen) / n
-        quality = sum(strong[i] if chosen[i] else weak[i] for i in range(n)) / n
-        points.append((share, quality))
-    return sorted(points)
-
-
-def _area(points: Sequence[tuple[float, float]]) -> float:
-    return sum((x1 - x0) * (y0 + y1) / 2 for (x0, y0), (x1, y1) in zip(points, points[1:]))
-
-
-def _share_reaching(points: Sequence[tuple[float, float]], target: float) -> float:
-    """Smallest share at which quality reaches `target`, interpolating linearly between points."""
-    if points[0][1] >= target:
-        return 0.0
-    for (x0, y0), (x1, y1) in zip(points, points[1:]):
-        if y1 >= target:
-            return x0 if y1 == y0 else x0 + (x1 - x0) * (target - y0) / (y1 - y0)
-    return 1.0
-
-
-def roc_auc(scores: Sequence[float], positive: Sequence[bool]) -> float:
-    """Probability that a random positive outscores a random negative (ties count half)."""
-    pairs = sorted(zip(scores, positive))
-    rank_sum = 0.0
-    i = 0
-    n = len(pairs)
-    while i < n:
-        j = i
-        while j < n and pairs[j][0] == pairs[i][0]:
-            j += 1
-        mid_rank = (i + 1 + j) / 2  # average 1-based rank of the tie group
-        rank_sum += mid_rank * sum(1 for k in range(i, j) if pairs[k][1])
-        i = j
-    pos = sum(positive)
-    neg = n - pos
-    if pos == 0 or neg == 0:
-        return float("nan")
-    return (rank_sum - pos * (pos + 1) / 2) / (pos * neg)
-
-
-def metrics(points, weak_q: float, strong_q: float) -> dict[str, float]:
-    gap = strong_q - weak_q
-    pgr_points = [(x, (y - weak_q) / gap) for x, y in points]
-    share_95 = _share_reaching(points, 0.95 * strong_q)
-    return {
-        "apgr": _area(pgr_points),
-        "cpt50": _share_reaching(points, weak_q + 0.5 * gap),
-        "cpt80": _share_reaching(points, weak_q + 0.8 * gap),
-        "share_at_95pct_quality": share_95,
-        "cost_saved_at_95pct_quality": 1.0 - (share_95 + (1.0 - share_95) * WEAK_COST),
-    }
-
-
 def evaluate_router(name: str, scores: Sequence[float], weak, strong, threshold: float | None, bins: int | None) -> dict:
-    n = len(scores)
-    weak_q = sum(weak) / n
-    strong_q = sum(strong) / n
-    result = {"router": name, **metrics(quality_curve(scores, weak, strong), weak_q, strong_q)}
-    if bins:
-        result["apgr_binned"] = metrics(binned_curve(scores, weak, strong, bins), weak_q, strong_q)["apgr"]
-    needs = [s and not w for w, s in zip(weak, strong)]
-    result["roc_auc_needs_strong"] = roc_auc(scores, needs)
-    if threshold is not None:
-        to_large = [s >= threshold for s in scores]
-        result["share_large_at_threshold"] = sum(to_large) / n
-        result["false_cheap_rate_at_threshold"] = sum(1 for i in range(n) if needs[i] and not to_large[i]) / max(1, sum(needs))
+    result = evaluate_scores(name, scores, weak, strong, threshold=threshold, bins=bins, small_cost=WEAK_COST)
+    del result["curve"]
     return result
 
 
@@ -218,20 +131,85 @@ def run(name: str, folder: Path, threshold: float, bins: int | None) -> dict:
     }
 
 
+def _gain(weak: Sequence[bool], strong: Sequence[bool]) -> list[float]:
+    """The fit's label (llmroute.routing.outcomes.gain_label): (strong - weak + 1) / 2."""
+    return [(int(s) - int(w) + 1) / 2 for w, s in zip(weak, strong)]
+
+
+def cross_validated_scores(features: list, labels: list[float], folds: int, seed: int,
+                           options: FitOptions = FitOptions()) -> tuple[list[float], list[dict]]:
+    """Out-of-fold scores: each prompt scored by a model fitted on the other folds (seeded fold
+    assignment). The fit chooses its own penalty and passes on a held-out tenth of its training
+    rows; the test fold is never seen before it is scored."""
+    order = list(range(len(features)))
+    random.Random(seed).shuffle(order)
+    fold_of = {index: position % folds for position, index in enumerate(order)}
+    scores = [0.0] * len(features)
+    fits = []
+    for fold in range(folds):
+        train = [i for i in range(len(features)) if fold_of[i] != fold]
+        model = fit_featurized([features[i] for i in train], [labels[i] for i in train], options)
+        fits.append({k: model.meta[k] for k in ("rows", "ngrams_kept", "l2", "epochs", "holdout_log_loss")})
+        for i in range(len(features)):
+            if fold_of[i] == fold:
+                scores[i] = model.score_features(features[i])
+    return scores, fits
+
+
+def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed: int,
+               options: FitOptions = FitOptions()) -> dict:
+    """5-fold CV within each table and cross-domain both ways, beside random, length-only and the
+    heuristic on the same prompts."""
+    tables = {}
+    for name in ("mmlu", "gsm8k"):
+        prompts, weak, strong, dropped = load_dataset(data / name)
+        started = time.perf_counter()
+        features = featurize([[{"role": "user", "content": p}] for p in prompts])
+        tables[name] = (prompts, weak, strong, dropped, features, time.perf_counter() - started)
+    reports = []
+    for name, (prompts, weak, strong, dropped, features, featurize_s) in tables.items():
+        started = time.perf_counter()
+        cv_scores, fits = cross_validated_scores(features, _gain(weak, strong), folds, seed, options)
+        cv_seconds = time.perf_counter() - started
+        routers = [evaluate_router(f"fitted-cv{folds}", cv_scores, weak, strong, threshold, bins)]
+        for other, (o_prompts, o_weak, o_strong, _, o_features, _) in tables.items():
+            if other == name:
+                continue
+            model = fit_featurized(o_features, _gain(o_weak, o_strong), options)
+            routers.append(evaluate_router(f"fit-on-{other}", [model.score_features(f) for f in features],
+                                           weak, strong, threshold, bins))
+        routers.append(evaluate_router("heuristic", [classify([{"role": "user", "content": p}]).score for p in prompts],
+                                       weak, strong, threshold, bins))
+        routers.append(evaluate_router("length-only", [float(len(p)) for p in prompts], weak, strong, None, bins))
+        randoms = []
+        for s in range(RANDOM_SEEDS):
+            rng = random.Random(s)
+            randoms.append(evaluate_router("random", [rng.random() for _ in prompts], weak, strong, 0.5, bins))
+        routers.append(_mean(randoms))
+        needs = [s and not w for w, s in zip(weak, strong)]
+        reports.append({
+            "dataset": name, "prompts": len(prompts), "dropped_contaminated": dropped,
+            "weak_accuracy": sum(weak) / len(weak), "strong_accuracy": sum(strong) / len(strong),
+            "needs_strong_share": sum(needs) / len(needs), "threshold": threshold, "folds": folds, "seed": seed,
+            "featurize_seconds": featurize_s, "cv_seconds": cv_seconds, "fits": fits, "routers": routers,
+        })
+    return {"reports": reports, "weak_cost": WEAK_COST}
+
+
 def _table(report: dict) -> str:
     head = (
         f"{report['dataset']}: {report['prompts']} prompts ({report['dropped_contaminated']} contaminated dropped), "
         f"weak {report['weak_accuracy']:.3f}, strong {report['strong_accuracy']:.3f}, "
         f"needs strong {report['needs_strong_share']:.3f}"
     )
-    cols = f"{'router':12s} {'APGR':>6s} {'APGR10':>6s} {'CPT50':>6s} {'CPT80':>6s} {'share95':>7s} {'saved95':>7s} {'AUC':>6s} {'large@t':>7s} {'fcheap@t':>8s}"
+    cols = f"{'router':14s} {'APGR':>6s} {'APGR10':>6s} {'CPT50':>6s} {'CPT80':>6s} {'share95':>7s} {'saved95':>7s} {'AUC':>6s} {'large@t':>7s} {'fcheap@t':>8s}"
     lines = [head, cols]
     for r in report["routers"]:
         def opt(key: str) -> str:
             return f"{r[key]:.3f}" if key in r else "-"
         lines.append(
-            f"{r['router']:12s} {r['apgr']:6.3f} {opt('apgr_binned'):>6s} {r['cpt50']:6.3f} {r['cpt80']:6.3f} "
-            f"{r['share_at_95pct_quality']:7.3f} {r['cost_saved_at_95pct_quality']:7.1%} {r['roc_auc_needs_strong']:6.3f} "
+            f"{r['router']:14s} {r['apgr']:6.3f} {opt('apgr_binned'):>6s} {r['cpt50']:6.3f} {r['cpt80']:6.3f} "
+            f"{r['share_at_95pct_quality']:7.3f} {r['cost_saved_at_95pct_quality']:7.1%} {r['roc_auc_needs_large']:6.3f} "
             f"{opt('share_large_at_threshold'):>7s} {opt('false_cheap_rate_at_threshold'):>8s}"
         )
     return "\n".join(lines)
@@ -243,10 +221,28 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threshold", type=float, default=0.55, help="the configured routing.threshold")
     parser.add_argument("--bins", type=int, default=10, help="also report RouteLLM's binned APGR (0: off)")
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out")
+    parser.add_argument("--fitted", action="store_true",
+                        help="instead: the fitted router, 5-fold CV within each table and cross-domain")
+    parser.add_argument("--folds", type=int, default=5)
+    parser.add_argument("--seed", type=int, default=0, help="fold assignment seed")
+    parser.add_argument("--dense-only", action="store_true",
+                        help="with --fitted: no n-grams, only the heuristic's features (what transfers across domains)")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         print(f"routing_eval: data folder not found: {args.data}", file=sys.stderr)
         return 2
+    if args.fitted:
+        options = FitOptions(min_count=10**9, max_ngrams=0) if args.dense_only else FitOptions()
+        result = run_fitted(args.data, args.threshold, args.bins or None, args.folds, args.seed, options)
+        for report in result["reports"]:
+            print(_table(report))
+            print(f"fits: {report['fits']}; featurize {report['featurize_seconds']:.1f} s, CV {report['cv_seconds']:.1f} s")
+            print()
+        args.out.mkdir(parents=True, exist_ok=True)
+        out_file = args.out / ("routing_eval_dense.json" if args.dense_only else "routing_eval_fitted.json")
+        out_file.write_text(json.dumps(result, indent=2))
+        print(f"wrote {out_file}")
+        return 0
     reports = []
     for name in ("mmlu", "gsm8k"):
         folder = args.data / name

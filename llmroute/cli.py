@@ -1,5 +1,5 @@
 """The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `prices`, `health`, `calibrate`,
-`cache`, `batch`.
+`router`, `cache`, `batch`.
 
 Each subcommand lives in the module of its concept and is imported only when it runs, so
 `llmroute --help` stays fast and no subcommand pays for another's imports.
@@ -23,8 +23,8 @@ COMMANDS = {
     "prices": ("llmroute.accounting.prices_cli:main", "the shipped price table, or what a config is charged"),
     "health": ("llmroute.health:main", "breaker state of every deployment in a config"),
     "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
+    "router": ("llmroute.routing.router_cli:main", "fit and evaluate a router on your own outcome data"),
     "cache": ("llmroute.cache.cli:main", "response cache: backend stats, clear a namespace or all"),
-
     "batch": ("llmroute.batch.cli:main", "batch jobs on the platforms' batch APIs: submit, status, wait, fetch"),
 }
 

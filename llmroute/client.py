@@ -224,6 +224,32 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
     run.failed(state.ctx, error, _now(), content_started=True, partial=state, recover=False)
 
 
+def _shadow_runner(client: "Client") -> Any:
+    """The `[routing.shadow]` runner (llmroute/routing/shadow.py) when its rate is above 0, else None."""
+    routing = client.config.sections.routing
+    if not client.config.raw.routing or routing.shadow.rate <= 0:
+        return None
+    from .routing.shadow import ShadowRunner
+
+    return ShadowRunner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
+
+
+def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                     comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                     source: str = "user") -> None:
+    """`client.feedback(request_id_or_response, score, label=, comment=, messages=)`: the call's
+    request id (or its response/stream), a score (True/False for thumbs), an optional label and
+    comment, and the conversation's `messages` when `llmroute router fit --ledger` should learn
+    from it; `source` says who judged ("user", or "shadow" for a shadow comparison's judge). Stored
+    beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
+    InvalidRequestError, a ledger that cannot hold feedback ConfigError."""
+    from .accounting.feedback import make_feedback, write_feedback
+
+    record = make_feedback(target, score, now=time.time(), label=label, comment=comment, messages=messages,
+                           source=source)
+    write_feedback(engine.ledger, record)
+
+
 class _Completions:
     def __init__(self, client: "Client") -> None:
         self._client = client
@@ -257,6 +283,7 @@ class Client:
         from .models import Models
 
         self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
+        self._shadow = _shadow_runner(self)
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -387,6 +414,7 @@ class Client:
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
         kwargs, cache_args = pop_cache_args(kwargs)
+        original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
         cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
@@ -397,9 +425,13 @@ class Client:
             return Stream(run, op, self._attempts)
         if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
             with Stream(run, op, self._attempts) as stream:
-                return stream.get_final_completion()
-        completion, reported = op.parsed  # type: ignore[misc]
-        return run.succeeded(op.ctx, completion, reported, _now(), None)
+                result = stream.get_final_completion()
+        else:
+            completion, reported = op.parsed  # type: ignore[misc]
+            result = run.succeeded(op.ctx, completion, reported, _now(), None)
+        if original is not None:
+            self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
+        return result
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
@@ -414,7 +446,16 @@ class Client:
             self._batches = Batches(self)
         return self._batches
 
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                 source: str = "user") -> None:
+        """Attach a quality score in [0, 1] to a call in the ledger; see `_record_feedback`."""
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
+                         source=source)
+
     def close(self) -> None:
+        if self._shadow is not None:
+            self._shadow.close()
         if getattr(self, "_batches", None) is not None:
             self._batches.close()
         self._transport.close()
@@ -716,6 +757,13 @@ class AsyncClient:
 
             self._batches = AsyncBatches(self)
         return self._batches
+
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                 source: str = "user") -> None:
+        """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write)."""
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
+                         source=source)
 
     async def aclose(self) -> None:
         if getattr(self, "_batches", None) is not None:

@@ -448,6 +448,7 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
 
     _check_same_settings(tiers, source)
     sections = _sections(raw, providers, tiers, source, base_dir)
+    sections.routing.load_model(base_dir, source)  # [routing] model: a fitted router file
     return Config(providers=providers, tiers=tiers, raw=raw, sections=sections, source=source, base_dir=base_dir)
 
 

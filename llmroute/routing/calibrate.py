@@ -3,7 +3,8 @@
 As RouteLLM does, the threshold is a quantile of the classifier's scores on real prompts: with
 `--large-share 0.3`, 30% of those prompts score at or above it. Prompts come from a JSONL file
 (`{"prompt": "..."}` or `{"messages": [...]}` per line) or from the SQLite ledger, whose
-`router_score` column holds the score of every routed call (no re-classification needed).
+`router_score` column holds the score of every routed call (no re-classification needed). With a
+fitted router (`--model`, or `[routing] model` in `--config`), JSONL prompts are scored by it.
 
 `threshold_for_share` is pure; the file handling lives in `load_prompts`, `load_scores` and
 `write_threshold`, which only touch the files named on the command line. `write_threshold` edits
@@ -32,7 +33,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 from ..errors import ConfigError
 from .classifier import classify
 
-__all__ = ["threshold_for_share", "load_prompts", "load_scores", "write_threshold", "main"]
+__all__ = ["threshold_for_share", "read_jsonl", "conversation_of", "load_prompts", "load_scores", "write_threshold", "main"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -74,49 +75,60 @@ def _is_sqlite(path: Path) -> bool:
         raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
 
 
-def load_prompts(path: str | Path) -> list[list[dict[str, Any]]]:
-    """Conversations from a JSONL file, one per line: {"prompt": str} or {"messages": [...]}.
+def read_jsonl(path: str | Path) -> list[tuple[int, Mapping[str, Any]]]:
+    """(line number, object) for each non-blank line of a JSONL file of prompts or outcomes.
 
-    Raises ConfigError naming the file and line on a line it cannot use.
-    """
+    Raises ConfigError naming the file and line on a line that is not a JSON object."""
     path = Path(path)
-    conversations: list[list[dict[str, Any]]] = []
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
         raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
     except UnicodeDecodeError:
         raise ConfigError("prompts file is not UTF-8 text (JSONL or an SQLite ledger expected)", path=str(path)) from None
+    rows: list[tuple[int, Mapping[str, Any]]] = []
     for number, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
-        where = f"line {number}"
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
-            raise ConfigError(f"{where}: not JSON ({exc.msg})", path=str(path)) from None
+            raise ConfigError(f"line {number}: not JSON ({exc.msg})", path=str(path)) from None
         if not isinstance(row, Mapping):
-            raise ConfigError(f"{where}: expected an object with \"prompt\" or \"messages\"", path=str(path))
-        if isinstance(row.get("prompt"), str):
-            conversations.append([{"role": "user", "content": row["prompt"]}])
-        elif isinstance(row.get("messages"), list) and all(isinstance(m, Mapping) for m in row["messages"]):
-            conversations.append([dict(m) for m in row["messages"]])
-        else:
-            raise ConfigError(
-                f"{where}: needs \"prompt\" (a string) or \"messages\" (a list of objects)", path=str(path)
-            )
+            raise ConfigError(f"line {number}: expected an object with \"prompt\" or \"messages\"", path=str(path))
+        rows.append((number, row))
+    return rows
+
+
+def conversation_of(row: Mapping[str, Any], number: int, path: str | Path) -> list[dict[str, Any]]:
+    """The conversation of one JSONL row: {"prompt": str} or {"messages": [...]}; ConfigError otherwise."""
+    if isinstance(row.get("prompt"), str):
+        return [{"role": "user", "content": row["prompt"]}]
+    if isinstance(row.get("messages"), list) and all(isinstance(m, Mapping) for m in row["messages"]):
+        return [dict(m) for m in row["messages"]]
+    raise ConfigError(f"line {number}: needs \"prompt\" (a string) or \"messages\" (a list of objects)", path=str(path))
+
+
+def load_prompts(path: str | Path) -> list[list[dict[str, Any]]]:
+    """Conversations from a JSONL file, one per line: {"prompt": str} or {"messages": [...]}.
+
+    Raises ConfigError naming the file and line on a line it cannot use.
+    """
+    conversations = [conversation_of(row, number, path) for number, row in read_jsonl(path)]
     if not conversations:
         raise ConfigError("no prompts in file", path=str(path))
     return conversations
 
 
-def load_scores(path: str | Path) -> list[float]:
+def load_scores(path: str | Path, scorer: Any = None) -> list[float]:
     """Classifier scores for the prompts in `path`: read from an SQLite ledger's `router_score`
     column (rows where it is NULL, i.e. calls not routed by the classifier, are skipped), or
-    computed by classifying each conversation of a JSONL file."""
+    computed by classifying each conversation of a JSONL file, with `scorer.classify` (a fitted
+    router) when given, else the heuristic."""
     path = Path(path)
     if not _is_sqlite(path):
-        return [classify(messages).score for messages in load_prompts(path)]
+        score = scorer.classify if scorer is not None else classify
+        return [score(messages).score for messages in load_prompts(path)]
     try:
         with sqlite3.connect(f"file:{path}?mode=ro", uri=True) as db:
             columns = {row[1] for row in db.execute("PRAGMA table_info(ledger)")}
@@ -259,6 +271,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--large-share", type=float, required=True, help="share of requests for the large tier, 0..1")
     parser.add_argument("--config", default="llmroute.toml", help="config file to write with --write (default llmroute.toml)")
     parser.add_argument("--write", action="store_true", help="also set threshold under [routing] in --config")
+    parser.add_argument("--model", help="score with this fitted router file (default: --config's [routing] model)")
     args = parser.parse_args(argv)
     if not 0.0 <= args.large_share <= 1.0:
         print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
@@ -270,7 +283,16 @@ def main(argv: list[str] | None = None) -> int:
         if args.write:
             check_input(args.config, "--config")
             check_output(args.config, "--config")
-        scores = load_scores(args.prompts)
+        scorer = None
+        if args.model:
+            from .fitted import load_model
+
+            scorer = load_model(args.model)
+        elif Path(args.config).exists():
+            from .router_cli import scorer_from_config
+
+            scorer = scorer_from_config(args.config)[0]
+        scores = load_scores(args.prompts, scorer)
         # Floor to 6 decimals: printing must not push the prompt at the cut out of the large share.
         threshold = math.floor(threshold_for_share(scores, args.large_share) * 1e6) / 1e6
         share = sum(1 for s in scores if s >= threshold) / len(scores)

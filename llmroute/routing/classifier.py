@@ -378,8 +378,9 @@ def _logit(p: float) -> float:
 _LOGIT = {name: _logit(prior) for name, (prior, _) in _CATEGORIES.items()}
 
 
-def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
-    """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens).
+def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str], list[str]]:
+    """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens,
+    the tokens in order).
 
     Positions are in characters (English ones approximated from the token index) so that "which
     task is named first" can be compared across scripts.
@@ -425,7 +426,7 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str]]:
                         placed = first.get(kind)
                         if placed is None or placed > position:
                             first[kind] = position
-    return first, count, token_set
+    return first, count, token_set, tokens
 
 
 def _asks_quantity_last(window: str) -> bool:
@@ -447,8 +448,17 @@ def _numbers(ask: str, tokens: set[str]) -> int:
     return len(runs) - len(runs & _SEPARATOR_RUNS) + len(tokens & _NUMBER_WORDS)
 
 
-def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
-    """Score how likely this conversation needs the large tier. Pure, deterministic, no I/O."""
+class _Features:
+    """What the features phase read from one conversation (mutable only inside `_features`)."""
+
+    __slots__ = ("ask", "ask_tokens", "context_tokens", "input_tokens", "user_turns", "window", "wide", "ascii_ask",
+                 "first", "count", "tokens", "fences", "code_blocks", "math_signals", "constraints", "questions",
+                 "text_length", "choice", "words")
+
+
+def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
+    """Phase 1: the conversation's sizes, the instruction window and wide view, and every cue and
+    count read from them."""
     ask = ""
     user_turns = 0
     context_tokens = 0.0
@@ -494,7 +504,7 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     wide = ask if len(ask) <= 2 * _WIDE_CHARS else ask[:_WIDE_CHARS] + "\n" + ask[-_WIDE_CHARS:]
 
     # --- features (on the window; only C-level counts read the wide view) --------------------
-    first, count, tokens = _scan(window)
+    first, count, tokens, words = _scan(window)
     fences = wide.count("```") // 2
     code_blocks = fences
     if not fences and "\n" in window and (
@@ -546,6 +556,20 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     if code_blocks and "code" not in first:
         first["code"] = float(len(window))
 
+    f = _Features()
+    f.ask, f.ask_tokens, f.context_tokens, f.input_tokens, f.user_turns = ask, ask_tokens, context_tokens, input_tokens, user_turns
+    f.window, f.wide, f.ascii_ask, f.first, f.count, f.tokens = window, wide, ascii_ask, first, count, tokens
+    f.fences, f.code_blocks, f.math_signals, f.constraints, f.questions = fences, code_blocks, math_signals, constraints, questions
+    f.text_length, f.choice, f.words = text_length, choice, words
+    return f
+
+
+def _category(f: _Features) -> tuple[str, int, int, int, set[str]]:
+    """Phase 2: the task type, with what it decides about counting: (category, formal kinds in a
+    multiple-choice question, quantities, formula symbols, large task kinds named)."""
+    ask, ask_tokens, window, wide = f.ask, f.ask_tokens, f.window, f.wide
+    first, count, tokens = f.first, f.count, f.tokens
+    code_blocks, math_signals, questions, text_length, choice = f.code_blocks, f.math_signals, f.questions, f.text_length, f.choice
     # --- task type --------------------------------------------------------------------------
     # Sets, with ties broken by position and then name: iteration order must not decide.
     large = _LARGE_TASKS.intersection(first)
@@ -626,6 +650,18 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
         numbers = _numbers(window, tokens)
     if category == "choice":
         math_signals = wide.count("^") + wide.count("\\") + wide.count("=") + count.get("math_token", 0)
+    return category, formal, numbers, math_signals, large
+
+
+def _effects(f: _Features, category: str, formal: int, numbers: int, math_signals: int, large: set[str],
+             max_tokens: int | None) -> tuple[list[tuple[float, str, object]], int | None]:
+    """Phase 3: each feature's bounded effect in log-odds (delta, reason template, value), and the
+    output tokens asked for."""
+    ask, ask_tokens, context_tokens, input_tokens, window, wide = (
+        f.ask, f.ask_tokens, f.context_tokens, f.input_tokens, f.window, f.wide)
+    first, count, tokens, text_length = f.first, f.count, f.tokens, f.text_length
+    code_blocks, constraints, questions, user_turns = f.code_blocks, f.constraints, f.questions, f.user_turns
+    pattern_task = category in _SMALL_TASKS or category == "greeting"
     # Each effect is (log-odds delta, reason template, value); only the reported one is formatted.
     effects: list[tuple[float, str, object]] = []
 
@@ -695,6 +731,11 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     if large and category in _SMALL_TASKS:
         effects.append((0.3, "on {} material", min(large, key=lambda name: (first[name], name))))
 
+    return effects, requested
+
+
+def _score(category: str, effects: list[tuple[float, str, object]]) -> tuple[float, str]:
+    """Phase 4: the task type's prior moved by the effects, and the reason naming the strongest."""
     logit = _LOGIT[category]
     for effect in effects:
         logit += effect[0]
@@ -707,8 +748,24 @@ def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = 
     reason = _CATEGORIES[category][1]
     if top is not None and abs(top[0]) >= 0.4:
         reason = f"{reason}, {top[1].format(top[2])}"
+    return score, reason
+
+
+def classify(messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
+    """Score how likely this conversation needs the large tier. Pure, deterministic, no I/O.
+
+    Four phases: features (`_features`) -> task type (`_category`) -> effects (`_effects`) -> score
+    (`_score`)."""
+    return _classify(_features(messages), max_tokens)
+
+
+def _classify(f: _Features, max_tokens: int | None) -> Classification:
+    """Phases 2-4 on features already read (a fitted router reads them once for both scorers)."""
+    category, formal, numbers, math_signals, large = _category(f)
+    effects, requested = _effects(f, category, formal, numbers, math_signals, large, max_tokens)
+    score, reason = _score(category, effects)
     # Positional, through tuple.__new__: keyword arguments to a NamedTuple cost ~2 us here.
     return _new_tuple(Classification, (
-        score, reason, category, input_tokens, requested, code_blocks, math_signals, numbers,
-        constraints, questions, user_turns,
+        score, reason, category, f.input_tokens, requested, f.code_blocks, math_signals, numbers,
+        f.constraints, f.questions, f.user_turns,
     ))

@@ -5,13 +5,15 @@
 2. `routing.default` when it names a tier (reason `default: small`);
 3. otherwise (`default = "auto"`) the classifier's score against `routing.threshold`: at or above
    it the request goes to `routing.large_tier`, below it to `routing.small_tier`
-   (reason `classifier: code request (score 0.83 >= 0.55)`).
+   (reason `classifier: code request (score 0.83 >= 0.55)`). With `routing.model` set, the fitted
+   router loaded from that file scores instead of the heuristic (fitted.py).
 
 Which tier is "large" and which "small" is config, not a naming convention: `large_tier` and
 `small_tier` default to "large" and "small" and must name configured tiers whenever the
 classifier can run (`default = "auto"`), which `check_routing` enforces at load.
 
-This module is sans-I/O: plain values in, a `RouteDecision` out; no clock, no network, no logging.
+This module is sans-I/O: plain values in, a `RouteDecision` out; no clock, no network, no logging
+(`RoutingConfig.load_model` reads the fitted router file once, at config load, through fitted.py).
 It never raises on a request (a rule that cannot be evaluated simply does not match); config
 mistakes are caught by `check_routing` at load time instead.
 """
@@ -22,10 +24,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from ..errors import ConfigError
 from .classifier import classify, estimate_tokens
+from .shadow import ShadowConfig
 
 __all__ = [
     "RoutingRuleWhen",
@@ -80,6 +83,30 @@ class RoutingConfig(BaseModel):
     large_tier: str = "large"
     small_tier: str = "small"
     rules: list[RoutingRule] = Field(default_factory=list)
+    model: str | None = None
+    """A fitted router file (`llmroute router fit`), relative to the config file; None: the heuristic."""
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    """`[routing.shadow]`: background comparisons with the large tier (shadow.py); off by default."""
+    _scorer: Any = PrivateAttr(default=None)
+
+    def load_model(self, base_dir: Any = None, source: str | None = None) -> None:
+        """Read `model` (the only I/O here; done once, at config load). ConfigError names the file."""
+        if self.model is None:
+            self._scorer = None
+            return
+        from .fitted import load_model
+
+        try:
+            self._scorer = load_model(self.model, base=base_dir)
+        except ConfigError as exc:
+            if source is not None and exc.path is None:
+                raise ConfigError(exc.detail, path=source, key="routing.model") from None
+            raise
+
+    @property
+    def scorer(self) -> Any:
+        """The loaded fitted router, or None when the heuristic classifier scores."""
+        return self._scorer
 
 
 def check_routing(
@@ -110,6 +137,12 @@ def check_routing(
                     f"rule {index} can never match: min_{name}={low} > max_{name}={high}",
                     key=f"routing.rules[{index}].when",
                 )
+    judge = config.shadow.judge
+    if judge is not None and judge not in tier_names and judge not in deployment_names:
+        raise ConfigError(f"the shadow judge {judge!r} is not a tier or deployment; configured tiers: {known}",
+                          key="routing.shadow.judge")
+    if config.shadow.rate > 0 and config.default == "auto" and config.large_tier == config.small_tier:
+        raise ConfigError("shadow comparisons need distinct large_tier and small_tier", key="routing.shadow.rate")
     if config.default != "auto" and config.default not in tier_names:
         raise ConfigError(
             f"default must be \"auto\" or a tier name, not {config.default!r}; configured tiers: {known}",
@@ -219,7 +252,8 @@ def decide(
             )
     if config.default != "auto":
         return RouteDecision(tier=config.default, reason=f"default: {config.default}")
-    result = classify(query.messages, max_tokens=query.max_tokens)
+    scorer = config._scorer
+    result = (scorer.classify if scorer is not None else classify)(query.messages, max_tokens=query.max_tokens)
     threshold = config.threshold
     if result.score >= threshold:
         tier, op = large_tier or config.large_tier, ">="

@@ -62,18 +62,6 @@ def _served_by(vllm_server: Any, sglang_server: Any) -> str:
     return "large"
 
 
-@pytest.fixture
-def servers(vllm_server, sglang_server):
-    # The session's SGLang server serves a 7B model by default; here it stands in for the 70B tier.
-    added = LARGE_MODEL not in sglang_server.models
-    sglang_server.models[LARGE_MODEL] = 131_072
-    try:
-        yield vllm_server, sglang_server
-    finally:
-        if added:
-            sglang_server.models.pop(LARGE_MODEL, None)
-
-
 # --- the classifier -------------------------------------------------------------------------------
 
 @pytest.mark.parametrize(("messages", "tier"), [(EASY, "small"), (HARD, "large")])

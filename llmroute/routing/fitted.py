@@ -1,0 +1,272 @@
+"""A fitted router: a team's own scorer, learned from its outcomes, loaded from a small JSON file.
+
+The score is a logistic model over two kinds of features of a conversation:
+
+* what the heuristic classifier already computes (`classifier.classify`): its log-odds, its task
+  type, and its counts (input and requested output tokens, code blocks, formula symbols,
+  quantities, constraints, questions, conversation depth), each on a log scale;
+* the n-grams of the instruction window (the start and end of the last user message, the same
+  window the classifier reads): lower-cased words and word pairs, and for non-ASCII text (Chinese
+  has no spaces) its character pairs.
+
+The score estimates the large tier's expected gain on a 0-1 scale (fit.py's label: 1 only the large
+answers well, 0.5 no difference, 0 only the small does), so above 0.5 the large tier is expected
+to do better.
+
+The model file keeps only the n-grams the fit gave a weight, by name, so inference is dict
+lookups and a set intersection, its route reasons can name the n-grams that decided, and a file
+of a few thousand features is ~100 KB of readable JSON. `router fit` (fit.py) writes it; the
+`[routing] model = "router.json"` key loads it at config load; `decide()` then calls
+`FittedRouter.classify` where it would call the heuristic, with the same result type, so
+thresholds and `llmroute calibrate` work on its scores as on the heuristic's.
+
+Inference is pure (no I/O, no clock, no state): `load_model` is the only function that reads a file.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import operator
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ..errors import ConfigError
+from .classifier import Classification, _classify, _Features, _features
+
+__all__ = ["FittedRouter", "load_model", "conversation_features", "MODEL_FORMAT", "MODEL_VERSION"]
+
+MODEL_FORMAT = "llmroute.router"
+MODEL_VERSION = 1
+
+_NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
+_new_tuple = tuple.__new__
+
+
+def _ngrams(f: _Features) -> tuple[list[str], list[str], list[str], int]:
+    """(words, word pairs, character pairs of the non-ASCII runs, distinct words + all pairs)
+    of the classifier's instruction window. The words are the classifier's own tokens, in order:
+    a dict-keys view intersects a list by probing each item (a set it may scan from the other side)."""
+    # C-level loops only (map over zip / str iteration): this runs on every routed call.
+    words = f.words
+    pairs = list(map(" ".join, zip(words, words[1:])))
+    chars: list[str] = []
+    if not f.window.isascii():
+        for run in _NON_ASCII_RUN_RE.findall(f.window):
+            chars.extend(map(operator.add, run, run[1:]))
+    return words, pairs, chars, len(f.tokens) + len(pairs) + len(chars)
+
+
+def _ngram_weight_of(distinct: int) -> float:
+    """The value of each present n-gram in a window with `distinct` n-grams (distinct words, every
+    word and character pair: counting pairs distinct would cost a set per call): 1/sqrt(n), scaled
+    to 1 at 100 (the L2 normalisation of text classifiers)."""
+    return 10.0 / math.sqrt(distinct) if distinct else 0.0
+
+
+def _dense(result: Classification) -> list[tuple[str, float]]:
+    """The classifier's conclusions as named numeric features, each on a log scale."""
+    score = min(max(result.score, 1e-9), 1.0 - 1e-9)
+    requested = result.requested_output_tokens
+    return [
+        ("heuristic", math.log(score / (1.0 - score))),
+        ("category=" + result.category, 1.0),
+        ("input_tokens", math.log2(1.0 + result.input_tokens) / 4.0),
+        ("output_tokens", math.log2(1.0 + requested) / 4.0 if requested is not None else 0.0),
+        ("code_blocks", math.log2(1.0 + result.code_blocks)),
+        ("math_signals", math.log2(1.0 + result.math_signals) / 2.0),
+        ("quantities", math.log2(1.0 + max(0, result.quantities)) / 2.0),
+        ("constraints", math.log2(1.0 + result.constraints) / 2.0),
+        ("questions", math.log2(1.0 + result.questions) / 2.0),
+        ("user_turns", math.log2(float(max(1, result.user_turns)))),
+    ]
+
+
+_DENSE_NAMES = frozenset({"heuristic", "input_tokens", "output_tokens", "code_blocks", "math_signals", "quantities",
+                          "constraints", "questions", "user_turns"})
+
+
+def conversation_features(
+    messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
+) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str], int]]:
+    """Everything a fitted model reads from one conversation: the heuristic's result, its dense
+    features and the window's n-grams, from one read of the conversation. The fit (fit.py) and
+    inference both go through here."""
+    f = _features(messages)
+    result = _classify(f, max_tokens)
+    return result, _dense(result), _ngrams(f)
+
+
+class FittedRouter:
+    """A loaded model file: `classify(messages, max_tokens=)` gives a `Classification` whose score is
+    the fitted estimate of the large tier's gain (above 0.5: the large tier expected to do better),
+    whose reason names the two features that weighed most, and whose other fields are the
+    heuristic's. Not to be mutated after construction."""
+
+    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "ngrams", "_keys")
+
+    def __init__(
+        self,
+        *,
+        bias: float,
+        dense: Mapping[str, float],
+        words: Mapping[str, float],
+        pairs: Mapping[str, float],
+        chars: Mapping[str, float],
+        meta: Mapping[str, Any] | None = None,
+        name: str = "fitted",
+    ) -> None:
+        self.name = name
+        self.bias = float(bias)
+        self.dense = dict(dense)
+        self.words = dict(words)
+        self.pairs = dict(pairs)
+        self.chars = dict(chars)
+        self.meta = dict(meta or {})
+        # One table for the lookups: the kinds never share a key (a word is ASCII without spaces, a
+        # pair has a space, a character n-gram is non-ASCII).
+        self.ngrams = {**self.words, **self.pairs, **self.chars}
+        self._keys = self.ngrams.keys()
+
+    def _sum(
+        self, dense: Iterable[tuple[str, float]], words: Iterable[str], pairs: Iterable[str], chars: Iterable[str],
+        ngram_count: int,
+    ) -> tuple[float, list[tuple[float, str]], set[str], float]:
+        """(log-odds, each dense feature's contribution, the n-grams found in the table, their scale)."""
+        total = self.bias
+        named: list[tuple[float, str]] = []
+        weights = self.dense
+        for name, value in dense:
+            weight = weights.get(name)
+            if weight is not None and value:
+                contribution = weight * value
+                total += contribution
+                named.append((contribution, name))
+        hits: set[str] = set()
+        norm = 0.0
+        if ngram_count:
+            # Presence, not counts: each n-gram in the table contributes once, scaled so that a
+            # window's n-grams weigh the same in total whatever its length. The intersections
+            # iterate the window's side in C (dict-keys views check membership by hash), and so do
+            # sum(map(...)) and max(..., key=...) below.
+            keys = self._keys
+            hits = keys & words
+            if pairs:
+                hits |= keys & pairs
+            if chars:
+                hits |= keys & chars
+            if hits:
+                norm = _ngram_weight_of(ngram_count)
+                total += norm * sum(map(self.ngrams.__getitem__, hits))
+        return total, named, hits, norm
+
+    def logit(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> tuple[float, list[tuple[float, str]], Classification]:
+        """(log-odds, the contributions that weighed most, the heuristic's result): every dense
+        feature's, and the two n-grams that pushed hardest the way the log-odds ended up."""
+        result, dense, (words, pairs, chars, count) = conversation_features(messages, max_tokens=max_tokens)
+        total, named, hits, norm = self._sum(dense, words, pairs, chars, count)
+        if hits:
+            weight = self.ngrams.__getitem__
+            pick = max if total >= 0 else min
+            first = pick(hits, key=weight)
+            named.append((weight(first) * norm, first))
+            if len(hits) > 1:
+                hits.discard(first)
+                second = pick(hits, key=weight)
+                named.append((weight(second) * norm, second))
+        return total, named, result
+
+    def score_features(self, features: Any) -> float:
+        """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
+        total = self._sum(features.dense, features.words, features.pairs, features.chars, features.ngram_count)[0]
+        total = max(-60.0, min(60.0, total))
+        return 1.0 / (1.0 + math.exp(-total))
+
+    def classify(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
+        """Score this conversation with the fitted model. Pure, deterministic, no I/O."""
+        total, named, heuristic = self.logit(messages, max_tokens=max_tokens)
+        total = max(-60.0, min(60.0, total))
+        score = 1.0 / (1.0 + math.exp(-total))
+        # The reason names the two features that pushed hardest the way the score ended up.
+        if total >= 0:
+            pushing = sorted([c for c in named if c[0] > 0], reverse=True)[:2]
+        else:
+            pushing = sorted([c for c in named if c[0] < 0])[:2]
+        if pushing:
+            reason = self.name + ": " + ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
+        else:
+            reason = self.name + ": no strong feature"
+        return _new_tuple(Classification, (score, reason, *heuristic[2:]))
+
+    def to_json(self) -> dict[str, Any]:
+        """The model file's content (see `docs/routing.md` for the format)."""
+        return {
+            "format": MODEL_FORMAT,
+            "version": MODEL_VERSION,
+            "meta": self.meta,
+            "bias": self.bias,
+            "dense": self.dense,
+            "ngrams": {"words": self.words, "word_pairs": self.pairs, "chars": self.chars},
+        }
+
+    @classmethod
+    def from_json(cls, data: Any, *, name: str = "fitted", source: str | None = None) -> FittedRouter:
+        """Build from a parsed model file; ConfigError naming `source` on anything malformed."""
+        def bad(detail: str) -> ConfigError:
+            return ConfigError(f"router model: {detail}", path=source, key="routing.model")
+
+        if not isinstance(data, Mapping) or data.get("format") != MODEL_FORMAT:
+            raise bad(f"not a router model file (expected \"format\": \"{MODEL_FORMAT}\")")
+        version = data.get("version")
+        if version != MODEL_VERSION:
+            raise bad(f"model version {version!r} is not supported (this llmroute reads version {MODEL_VERSION}); refit it")
+        bias = data.get("bias")
+        if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
+            raise bad("\"bias\" must be a finite number")
+        ngrams = data.get("ngrams")
+        if not isinstance(ngrams, Mapping):
+            raise bad("\"ngrams\" must be an object with words, word_pairs and chars")
+        tables = {}
+        for key, table in (("dense", data.get("dense")), ("words", ngrams.get("words")),
+                           ("word_pairs", ngrams.get("word_pairs")), ("chars", ngrams.get("chars"))):
+            if not isinstance(table, Mapping):
+                raise bad(f"\"{key}\" must be an object of feature -> weight")
+            for feature, weight in table.items():
+                if isinstance(weight, bool) or not isinstance(weight, (int, float)) or not math.isfinite(weight):
+                    raise bad(f"{key}[{feature!r}] must be a finite number")
+            tables[key] = {str(k): float(v) for k, v in table.items()}
+        meta = data.get("meta") if isinstance(data.get("meta"), Mapping) else {}
+        return cls(bias=float(bias), dense=tables["dense"], words=tables["words"], pairs=tables["word_pairs"],
+                   chars=tables["chars"], meta=meta, name=name)
+
+
+def _label(name: str) -> str:
+    """How a feature is named in a route reason: n-grams quoted, the heuristic's task type plain."""
+    if name.startswith("category="):
+        return name[len("category="):]
+    if name in _DENSE_NAMES:
+        return name
+    return repr(name)
+
+
+def load_model(path: str | Path, *, base: str | Path | None = None) -> FittedRouter:
+    """Read a model file (a path relative to `base`, the config file's folder, when given).
+
+    Raises ConfigError naming the file on a missing, unreadable or malformed model."""
+    path = Path(path)
+    if base is not None and not path.is_absolute():
+        path = Path(base) / path
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"cannot read router model: {exc.strerror}", path=str(path), key="routing.model") from None
+    except UnicodeDecodeError:
+        raise ConfigError("router model is not UTF-8 JSON", path=str(path), key="routing.model") from None
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ConfigError(f"router model is not JSON ({exc.msg}, line {exc.lineno})", path=str(path),
+                          key="routing.model") from None
+    return FittedRouter.from_json(data, name=f"fitted {path.name}", source=str(path))
