@@ -95,6 +95,7 @@ def test_fireworks_needs_an_account_id(servers, tmp_path):
 def test_a_self_hosted_deployment_has_no_batch_api(servers, tmp_path):
     cfg = config(servers, tmp_path)
     cfg["providers"]["local"] = {"kind": "vllm", "base_url": "http://127.0.0.1:9/v1"}
+    cfg.setdefault("pricing", {})["local:*"] = {"input_per_million": 0, "output_per_million": 0}
     with client(cfg) as c, pytest.raises(Exception, match="no batch API"):
         c.batches.create(requests(1), model="local:m")
 
