@@ -18,18 +18,16 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from . import errors as E
 from .config import Config, Deployment
 from .providers import adapter_class
-from .providers.base import LLMROUTE_PARAMS, CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .tokens import count_message_tokens, estimate_usage
 from .transport import Timeouts
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+from .validate import check_create_args
 
 if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
-
-_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
-
 
 @dataclass
 class Target:
@@ -62,69 +60,19 @@ class PreparedCall:
         return self.call.messages
 
 
-def _validate_messages(messages: Any) -> List[Dict[str, Any]]:
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise E.InvalidRequestError("must be a non-empty list of messages", field="messages")
-    out = []
-    for i, message in enumerate(messages):
-        if hasattr(message, "model_dump"):
-            message = message.model_dump(exclude_none=True)
-        if not isinstance(message, Mapping):
-            raise E.InvalidRequestError(f"must be a dict, got {type(message).__name__}", field=f"messages[{i}]")
-        role = message.get("role")
-        if role not in _ROLES:
-            raise E.InvalidRequestError(
-                f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}", field=f"messages[{i}].role"
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise E.InvalidRequestError("must be a string, a list of parts, or None", field=f"messages[{i}].content")
-        out.append(dict(message))
-    return out
-
-
-def prepare_call(config: Config, kwargs: Dict[str, Any]) -> PreparedCall:
-    """Validate `create()`'s keyword arguments. Raises `InvalidRequestError` naming the argument."""
-    kwargs = dict(kwargs)
-    model = kwargs.pop("model", None)
-    if not isinstance(model, str) or not model:
-        raise E.InvalidRequestError("is required: a tier name, 'auto', or 'provider:model-id'", field="model")
-    messages = _validate_messages(kwargs.pop("messages", None))
-    stream = kwargs.pop("stream", False)
-    if not isinstance(stream, bool):
-        raise E.InvalidRequestError("must be True or False", field="stream")
-    feature = kwargs.pop("feature", None)
-    if feature is not None and not isinstance(feature, str):
-        raise E.InvalidRequestError("must be a string", field="feature")
-    metadata = kwargs.pop("metadata", None) or {}
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise E.InvalidRequestError("must be a dict of str to str", field="metadata")
-    pool = kwargs.pop("pool", None) or "interactive"
-    if not isinstance(pool, str) or pool not in config.sections.pool_names:
-        known = ", ".join(sorted(config.sections.pool_names))
-        raise E.InvalidRequestError(f"unknown pool {pool!r} (known: {known})", field="pool")
-    timeout = kwargs.pop("timeout", None)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise E.InvalidRequestError("must be a positive number of seconds", field="timeout")
-    extra_body = kwargs.pop("extra_body", None) or {}
-    extra_headers = kwargs.pop("extra_headers", None) or {}
-    if not isinstance(extra_body, Mapping):
-        raise E.InvalidRequestError("must be a dict", field="extra_body")
-    if not isinstance(extra_headers, Mapping):
-        raise E.InvalidRequestError("must be a dict", field="extra_headers")
-    for name in ("max_tokens", "max_completion_tokens", "n"):
-        value = kwargs.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise E.InvalidRequestError("must be a positive integer", field=name)
-    params = {k: v for k, v in kwargs.items() if v is not None and k not in LLMROUTE_PARAMS}
+def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
+    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
+    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
+    args = check_create_args(kwargs, pools=config.sections.pool_names)
     return PreparedCall(
-        model=model,
-        call=CallInput(messages=messages, params=params, extra_body=dict(extra_body), extra_headers=dict(extra_headers)),
-        stream=stream,
-        feature=feature,
-        metadata=dict(metadata),
-        pool=pool,
-        timeout_s=float(timeout) if timeout is not None else None,
+        model=args.model,
+        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
+                       extra_headers=args.extra_headers, extra_query=args.extra_query),
+        stream=args.stream,
+        feature=args.feature,
+        metadata=args.metadata,
+        pool=args.pool,
+        timeout_s=args.timeout_s,
         request_id=uuid.uuid4().hex,
     )
 

@@ -17,6 +17,7 @@ import httpx
 
 from . import errors as E
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
+from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
 from .engine import Engine
 from .transport import AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, map_transport_error
@@ -183,19 +184,9 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
     run.failed(state.ctx, error, _now(), content_started=True, partial=state)
 
 
-class _Completions:
-    def __init__(self, client: "Client") -> None:
-        self._client = client
-
-    def create(self, **kwargs: Any) -> Union[ChatCompletion, Stream]:
-        """An OpenAI Chat Completions call. Takes any OpenAI parameter, plus `feature`, `metadata`,
-        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`."""
-        return self._client._create(kwargs)
-
-
 class _Chat:
     def __init__(self, client: "Client") -> None:
-        self.completions = _Completions(client)
+        self.completions = Completions(client)
 
 
 class Client:
@@ -441,18 +432,9 @@ class AsyncStream:
         await self.aclose()
 
 
-class _AsyncCompletions:
-    def __init__(self, client: "AsyncClient") -> None:
-        self._client = client
-
-    async def create(self, **kwargs: Any) -> Union[ChatCompletion, AsyncStream]:
-        """Same arguments as `Client.chat.completions.create`."""
-        return await self._client._create(kwargs)
-
-
 class _AsyncChat:
     def __init__(self, client: "AsyncClient") -> None:
-        self.completions = _AsyncCompletions(client)
+        self.completions = AsyncCompletions(client)
 
 
 class AsyncClient:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
@@ -40,7 +41,7 @@ FINISH_REASONS = {
 }
 
 # Parameters that are ours, never sent to a platform.
-LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers"})
+LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers", "extra_query"})
 
 
 @dataclass
@@ -63,6 +64,7 @@ class CallInput:
     params: Dict[str, Any] = field(default_factory=dict)
     extra_body: Dict[str, Any] = field(default_factory=dict)
     extra_headers: Dict[str, str] = field(default_factory=dict)
+    extra_query: Dict[str, str] = field(default_factory=dict)  # URL query parameters
 
 
 def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
@@ -145,7 +147,10 @@ class OpenAICompatAdapter:
     def build_request(self, call: CallInput, *, stream: bool) -> HttpRequest:
         headers = self.headers(stream)
         headers.update(call.extra_headers)
-        return HttpRequest("POST", self.url(stream), headers, self.body(call, stream), stream)
+        url = self.url(stream)
+        if call.extra_query:
+            url += ("&" if "?" in url else "?") + urlencode(call.extra_query)
+        return HttpRequest("POST", url, headers, self.body(call, stream), stream)
 
     def request_after_error(self, error: E.ProviderError, request: HttpRequest) -> Optional[HttpRequest]:
         """A corrected request to send once more when the platform refused a field we chose (not the
