@@ -33,6 +33,8 @@ from .errors import (
     StreamInterruptedError,
     TimeoutError,
 )
+from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from .bounded import ReadLimits
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
@@ -81,4 +83,9 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "ClientClosedError",
+    "EventLoopError",
+    "RedirectError",
+    "ResponseTooLargeError",
+    "ReadLimits",
 ]

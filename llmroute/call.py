@@ -90,6 +90,7 @@ class AttemptContext:
     record: Attempt
     usage_reported: bool = False
     trace: Any = None
+    partial: Any = None  # the attempt's StreamState, for a stream
 
 
 @dataclass(frozen=True)
@@ -113,6 +114,7 @@ class CallRun:
         self.engine = engine
         self.prepared = prepared
         self.started = now
+        self.open_attempts: Dict[int, AttemptContext] = {}  # started, not yet ended (exits.end_call)
         self.extras: Any = None
         self.target = prepared.target or engine.resolve_target(prepared)
         self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
@@ -180,6 +182,7 @@ class CallRun:
         )
         self.route.attempts.append(record)
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record)
+        self.open_attempts[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
         self.engine.on_attempt_start(self, ctx, now, kind)
         return ctx
@@ -206,6 +209,7 @@ class CallRun:
             rec.billed = partial.content_started or partial.decoder.usage is not None
             partial_text = partial.assembler.all_text()
         self.engine.on_attempt_end(self, ctx, error, now)
+        self.open_attempts.pop(rec.number, None)
         self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
                          content_started=content_started, partial_text=partial_text)
         if content_started:
@@ -238,6 +242,7 @@ class CallRun:
             route.tier = rec.tier
         completion.route = route
         self.engine.on_attempt_end(self, ctx, None, now)
+        self.open_attempts.pop(rec.number, None)
         self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
         self._end(completion, None, now)
         return completion
@@ -256,6 +261,7 @@ class CallRun:
             rec.usage_estimated = True
         rec.billed = True
         self.engine.on_attempt_end(self, ctx, None, now)
+        self.open_attempts.pop(rec.number, None)
         self.plan.cancel(ctx.deployment.id, now)
 
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
@@ -276,6 +282,10 @@ class CallRun:
         step = self.plan.hedge_step(now)
         self.engine.on_plan_progress(self)
         return self._begin(step, now) if step is not None else None
+
+    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        """End the call's span (once; later calls do nothing)."""
+        self._end(completion, error, now)
 
     def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
         if not self._ended:
@@ -311,6 +321,7 @@ class StreamState:
     def __init__(self, run: CallRun, ctx: AttemptContext) -> None:
         self.run = run
         self.ctx = ctx
+        ctx.partial = self
         self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
         self.assembler = StreamAssembler()
         self.held: List[ChatCompletionChunk] = []

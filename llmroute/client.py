@@ -20,7 +20,11 @@ from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
 from .engine import Engine
-from .transport import AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, map_transport_error
+from .exits import end_call, exit_status
+from .lifecycle import ClientLife, warn_unclosed
+from .bounded import DEFAULT_READ_LIMITS, ReadLimits
+from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
+                        iter_body, map_transport_error, read_body)
 from .types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
@@ -39,9 +43,19 @@ def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike, None])
 
 
 def _transport_error(exc: Exception, ctx: AttemptContext) -> E.ProviderError:
-    return map_transport_error(
+    error = map_transport_error(
         exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
     )
+    if isinstance(error, E.TimeoutError) and error.timeout != "connect" and _now() >= ctx.deadline - 0.01:
+        # The read was cut at the attempt's deadline (transport.py): that is the total timeout.
+        error = E.TimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
+                               timeout="total", seconds=ctx.timeouts.total_s, provider=error.provider,
+                               deployment=error.deployment)
+    return error
+
+
+def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
+    return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
 
 
 _NETWORK_ERRORS = (httpx.HTTPError, OSError)
@@ -56,6 +70,22 @@ def _network_errors() -> tuple:
     if aiohttp is not None:
         return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
     return _NETWORK_ERRORS + (asyncio.TimeoutError,)
+
+
+def _running_loop() -> Any:
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+def _aclose_later(response: Any, loop: Any) -> None:
+    """Close an async response from synchronous code (a finaliser): scheduled on its own loop."""
+    if loop is None or loop.is_closed():
+        return
+    try:
+        loop.call_soon_threadsafe(lambda: loop.create_task(response.aclose()))
+    except RuntimeError:  # the loop closed meanwhile
+        pass
 
 
 async def _asleep(seconds: float) -> None:
@@ -130,6 +160,11 @@ class Stream:
         except _NETWORK_ERRORS as exc:
             error = _transport_error(exc, state.ctx)
             raise self._interrupt(error) from error
+        except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
+            self._end(exit_status(exc), exc)
+            raise
         self._final = state.finish(_now())
         self._release()
 
@@ -166,6 +201,22 @@ class Stream:
         if self._final is None and not self._state.ended:
             self._state.ended = True
             _caller_closed(self._run, self._state)
+        end_call(self._run, "cancelled", None, _now())
+
+    def _end(self, status: str, error: Optional[BaseException]) -> None:
+        """The stream ended other than by its end, an error or close(): release and record it once."""
+        self._closed = True
+        self._release()
+        self._state.ended = True
+        end_call(self._run, status, error, _now())
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self._end("abandoned", None)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     def __enter__(self) -> "Stream":
         return self
@@ -193,14 +244,17 @@ class Client:
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *,
-                 ledger: Any = None) -> None:
-        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s."""
+                 ledger: Any = None, read_limits: Optional[ReadLimits] = None) -> None:
+        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
+        `read_limits`: caps on what one response may make the client read (`bounded.ReadLimits`)."""
         self.config = _as_config(config)
+        self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
+        self._life = ClientLife("Client")
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -216,7 +270,7 @@ class Client:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
-                content = response.read()
+                content = read_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 response.close()
             raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
@@ -239,12 +293,13 @@ class Client:
                 return op
             if state is None:
                 try:
-                    content = op.response.read()
+                    content = read_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     op.response.close()
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
-            op.chunks = op.response.iter_raw()
+            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            op.chunks = iter_body(op.response, self.read_limits, **_body_args(ctx))
             for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:
@@ -256,6 +311,10 @@ class Client:
             op.error = error
         except _NETWORK_ERRORS as exc:
             op.error = _transport_error(exc, ctx)
+        except BaseException:
+            if op.response is not None:
+                op.response.close()
+            raise
         if op.error is not None and op.response is not None:
             op.response.close()
         return op
@@ -294,6 +353,17 @@ class Client:
                                                       thread_name_prefix="llmroute-hedge")
         first = _opened(run, ctx)
         running = {self._hedge_pool.submit(self._open, first): first}
+        try:
+            return self._race_loop(run, hedge, running, wait, FIRST_COMPLETED)
+        except BaseException:  # the caller's end (end_call) records them; their threads stop reading
+            for op in running.values():
+                op.cancelled = True
+                if op.response is not None:
+                    op.response.close()
+            raise
+
+    def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened], wait: Any,
+                   FIRST_COMPLETED: Any) -> Optional[_Opened]:
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
@@ -317,23 +387,40 @@ class Client:
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        if self._life.check():  # first call in a forked child: its own connections and threads
+            self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
         prepared = prepare_call(self.config, kwargs)
         run = CallRun(self._engine, prepared, _now())
-        op = self._attempts(run)
-        if prepared.stream:
-            return Stream(run, op)
-        completion, reported = op.parsed  # type: ignore[misc]
-        return run.succeeded(op.ctx, completion, reported, _now(), None)
+        try:
+            op = self._attempts(run)
+            if prepared.stream:
+                return Stream(run, op)
+            completion, reported = op.parsed  # type: ignore[misc]
+            return run.succeeded(op.ctx, completion, reported, _now(), None)
+        except BaseException as exc:  # every exit: slots, permits and records are settled once
+            end_call(run, exit_status(exc), exc, _now())
+            raise
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
     def close(self) -> None:
+        self._life.closed = True
         self._transport.close()
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
         self._engine.close()
+
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed:
+            return
+        warn_unclosed(self)
+        try:
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     def __enter__(self) -> "Client":
         return self
@@ -360,6 +447,7 @@ class AsyncStream:
         self._ready: List[ChatCompletionChunk] = opened.ready
         self._final: Optional[ChatCompletion] = None
         self._closed = False
+        self._loop = _running_loop()
         if opened.at_end:
             self._final = self._state.finish(_now())
 
@@ -384,6 +472,11 @@ class AsyncStream:
         except errors as exc:
             error = _transport_error(exc, state.ctx)
             raise (await self._interrupt(error)) from error
+        except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+            raise
+        except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
+            self._end(exit_status(exc), exc)
+            raise
         self._final = state.finish(_now())
         await self._release()
 
@@ -422,8 +515,27 @@ class AsyncStream:
         if self._final is None and not self._state.ended:
             self._state.ended = True
             _caller_closed(self._run, self._state)
+        end_call(self._run, "cancelled", None, _now())
 
     close = aclose
+
+    def _end(self, status: str, error: Optional[BaseException]) -> None:
+        """Ended other than by its end, an error or aclose(): record it once; the response is closed
+        on its event loop (it cannot be awaited from here)."""
+        self._closed = True
+        self._state.ended = True
+        end_call(self._run, status, error, _now())
+        response, self._response = self._response, None
+        if response is not None:
+            _aclose_later(response, self._loop)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self._end("abandoned", None)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     async def __aenter__(self) -> "AsyncStream":
         return self
@@ -445,12 +557,15 @@ class AsyncClient:
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",
-        ledger: Any = None,
+        ledger: Any = None, read_limits: Optional[ReadLimits] = None,
     ) -> None:
         self.config = _as_config(config)
+        self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
+        self._transport_name = transport
         self.chat = _AsyncChat(self)
+        self._life = ClientLife("AsyncClient")
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",
@@ -467,7 +582,7 @@ class AsyncClient:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
-                content = await response.aread()
+                content = await aread_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 await response.aclose()
             raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
@@ -488,12 +603,13 @@ class AsyncClient:
                 op.response = await self._send(ctx)
             if state is None:
                 try:
-                    content = await op.response.aread()
+                    content = await aread_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     await op.response.aclose()
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
-            op.chunks = op.response.aiter_raw()
+            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            op.chunks = aiter_body(op.response, self.read_limits, **_body_args(ctx))
             async for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:
@@ -503,12 +619,12 @@ class AsyncClient:
             await op.response.aclose()
         except E.ProviderError as error:
             op.error = error
-        except asyncio.CancelledError:
+        except _network_errors() as exc:
+            op.error = _transport_error(exc, ctx)
+        except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
             if op.response is not None:
                 await op.response.aclose()
             raise
-        except _network_errors() as exc:
-            op.error = _transport_error(exc, ctx)
         if op.error is not None and op.response is not None:
             await op.response.aclose()
         return op
@@ -536,6 +652,16 @@ class AsyncClient:
 
         first = _opened(run, ctx)
         running = {asyncio.ensure_future(self._open(first)): first}
+        try:
+            return await self._race_loop(run, hedge, running)
+        except BaseException:  # the caller's end (end_call) records them; their tasks are cancelled
+            for task in running:
+                task.cancel()
+            raise
+
+    async def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> Optional[_Opened]:
+        import asyncio
+
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
@@ -561,21 +687,41 @@ class AsyncClient:
         return None
 
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
+        if self._life.check(_running_loop()):  # first call in a forked child: its own connections
+            self._transport = AsyncTransport(self._transport_name)
         prepared = prepare_call(self.config, kwargs)
         run = CallRun(self._engine, prepared, _now())
-        op = await self._attempts(run)
-        if prepared.stream:
-            return AsyncStream(run, op)
-        completion, reported = op.parsed  # type: ignore[misc]
-        return run.succeeded(op.ctx, completion, reported, _now(), None)
+        try:
+            op = await self._attempts(run)
+            if prepared.stream:
+                return AsyncStream(run, op)
+            completion, reported = op.parsed  # type: ignore[misc]
+            return run.succeeded(op.ctx, completion, reported, _now(), None)
+        except BaseException as exc:  # every exit: slots, permits and records are settled once
+            end_call(run, exit_status(exc), exc, _now())
+            raise
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
         return self._engine.health(_now())
 
     async def aclose(self) -> None:
+        self._life.closed = True
         await self._transport.aclose()
         self._engine.close()
+
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed:
+            return
+        warn_unclosed(self)
+        life.closed = True
+        try:
+            self._engine.close()
+            for client in list(self._transport._clients.values()):
+                _aclose_later(client, life.loop)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     close = aclose
 

@@ -15,14 +15,16 @@ import functools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, Optional
 
 import httpx
 
 from . import errors as E
+from .bounded import ACCEPT_ENCODING, BodyReader, ReadLimits
 from .providers.base import HttpRequest
 
-__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
+__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error",
+           "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
 @dataclass(frozen=True)
@@ -92,6 +94,79 @@ def _reason(exc: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in text:
         text = f"{text} ({cause})"
     return text[:300]
+
+
+class _UntilDeadline(dict):
+    """httpcore's per-request timeouts, each socket wait cut to what is left before `deadline`: httpcore
+    reads this dict before every read and write, so a server trickling one byte a second (headers or
+    body) cannot hold the request past the attempt's total timeout."""
+
+    def __init__(self, timeouts: Dict[str, Any], deadline: float) -> None:
+        super().__init__(timeouts)
+        self.deadline = deadline
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        left = max(0.001, self.deadline - time.monotonic())
+        return left if value is None else min(value, left)
+
+
+def _bounded_request(req: httpx.Request, timeouts: Timeouts) -> None:
+    req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
+    req.headers["Accept-Encoding"] = ACCEPT_ENCODING  # both decoded within the caps (bounded.py)
+
+
+def _past(deadline: float) -> httpx.ReadTimeout:
+    return httpx.ReadTimeout(f"the attempt's total timeout passed while reading ({time.monotonic() - deadline:.1f}s over)")
+
+
+def iter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> Iterator[bytes]:
+    """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    for data in response.iter_raw():
+        if time.monotonic() > deadline:
+            raise _past(deadline)
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+def read_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> bytes:
+    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
+
+
+async def aiter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> AsyncIterator[bytes]:
+    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`."""
+    import asyncio
+
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    raw = response.aiter_raw().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                data = await raw.__anext__()
+        except StopAsyncIteration:
+            break
+        except E.BuiltinTimeoutError:
+            raise _past(deadline) from None
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+async def aread_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> bytes:
+    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
+                                                        deployment=deployment)])
 
 
 def _limits(max_connections: int) -> httpx.Limits:
@@ -208,6 +283,7 @@ class SyncTransport:
             request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
             extensions=extensions,
         )
+        _bounded_request(req, timeouts)
         try:
             return client.send(req, stream=True)
         except httpx.HTTPError as exc:
@@ -273,14 +349,20 @@ class AsyncTransport:
             request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
             extensions=extensions,
         )
+        _bounded_request(req, timeouts)
         # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
         token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
+        import asyncio
+
         try:
-            return await client.send(req, stream=True)
-        except httpx.HTTPError as exc:
-            if not _stale_connection(exc):
-                raise
-            return await client.send(req, stream=True)
+            # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
+            async with asyncio.timeout(timeouts.total_s):
+                try:
+                    return await client.send(req, stream=True)
+                except httpx.HTTPError as exc:
+                    if not _stale_connection(exc):
+                        raise
+                    return await client.send(req, stream=True)
         finally:
             if token is not None:
                 _AIOHTTP_TIMER.reset(token)

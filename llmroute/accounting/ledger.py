@@ -46,7 +46,7 @@ SQLite schema (`schema_version` 1), queryable with plain SQL:
       estimated        INTEGER NOT NULL,  -- 1: cost from estimated usage
       priced           INTEGER NOT NULL,  -- 0: no price was configured (pricing.strict = false)
       price_version    TEXT,
-      status           TEXT    NOT NULL,  -- ok | error | cancelled | interrupted
+      status           TEXT    NOT NULL,  -- ok | error | cancelled | interrupted | abandoned
       error_type       TEXT,              -- llmroute error class name
       ttft_ms          REAL,
       latency_ms       REAL,
@@ -98,7 +98,7 @@ __all__ = [
 log = logging.getLogger("llmroute.ledger")
 
 SCHEMA_VERSION = 1
-Status = Literal["ok", "error", "cancelled", "interrupted"]
+Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the buffer bounded if storage stays broken: past this many unwritten records the oldest are
 # dropped (and logged) rather than growing without limit.

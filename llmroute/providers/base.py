@@ -342,7 +342,12 @@ class StreamDecoder:
         return out
 
     def feed(self, data: bytes) -> List[ChatCompletionChunk]:
-        return self._decode(self.sse.feed(data))
+        try:
+            events = self.sse.feed(data)
+        except E.ResponseTooLargeError as error:  # the SSE line cap: say whose stream it was
+            error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
+            raise
+        return self._decode(events)
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())
