@@ -247,12 +247,17 @@ class CallRun:
         self._end(completion, None, now)
         return completion
 
-    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None) -> None:
-        """A hedge lost the race and was closed. Its prompt was sent, so it may be billed: recorded."""
+    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None, *,
+                  status: str = "cancelled", note: str = "cancelled: another attempt answered first",
+                  error: Optional[BaseException] = None) -> None:
+        """A hedge lost the race and was closed (or, from `exits.end_call`, the call ended with this
+        attempt open: `status` says how). Its prompt was sent, so it may be billed: recorded."""
         rec = ctx.record
-        rec.status = "cancelled"
-        rec.note = ((rec.note + ", ") if rec.note else "") + "cancelled: another attempt answered first"
+        rec.status = status
+        rec.note = ((rec.note + ", ") if rec.note else "") + note
         rec.duration_s = now - ctx.started
+        if error is not None:
+            rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
         if partial is not None:
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
@@ -260,9 +265,9 @@ class CallRun:
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
             rec.usage_estimated = True
         rec.billed = True
-        self.engine.on_attempt_end(self, ctx, None, now)
+        self.engine.on_attempt_end(self, ctx, error if status == "error" else None, now)
         self.open_attempts.pop(rec.number, None)
-        self.plan.cancel(ctx.deployment.id, now)
+        self.plan.cancel(ctx.deployment.id, now, note=note)
 
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""

@@ -23,8 +23,6 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING, Optional
 
-from .tokens import estimate_usage
-
 if TYPE_CHECKING:
     from .call import AttemptContext, CallRun
 
@@ -58,23 +56,5 @@ def end_call(run: "CallRun", status: str, error: Optional[BaseException], now: f
 
 def _end_attempt(run: "CallRun", ctx: "AttemptContext", status: str, error: Optional[BaseException],
                  now: float) -> None:
-    run.open_attempts.pop(ctx.record.number, None)
-    rec = ctx.record
-    rec.status = status
     what = type(error).__name__ if error is not None else "garbage-collected unclosed"
-    rec.note = ((rec.note + ", ") if rec.note else "") + f"{status}: {what}"
-    rec.duration_s = now - ctx.started
-    if error is not None:
-        rec.error = error
-        rec.error_type = type(error).__name__
-        rec.error_message = str(error)[:300]
-    partial = ctx.partial
-    if partial is not None:
-        rec.ttft_s = partial.ttft_s
-        rec.usage, rec.usage_estimated = partial.usage_so_far()
-    else:
-        rec.usage = estimate_usage(run.prepared.messages, "", prompt_tokens=run.input_tokens())
-        rec.usage_estimated = True
-    rec.billed = True  # the prompt was sent
-    run.engine.on_attempt_end(run, ctx, error if status == "error" else None, now)
-    run.plan.cancel(ctx.deployment.id, now, note=f"{status}: the call ended")
+    run.cancelled(ctx, now, partial=ctx.partial, status=status, note=f"{status}: {what}", error=error)
