@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors as E
+from .accounting.plausible import implausible_usage
 from .config import Config, Deployment
 from .providers import adapter_class
 from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
@@ -221,6 +222,10 @@ class CallRun:
         rec.status = "ok"
         rec.duration_s = now - ctx.started
         rec.ttft_s = ttft_s
+        doubt = implausible_usage(completion.usage, ctx.deployment.context_window) if usage_reported else None
+        if doubt is not None:  # not believed: priced as estimated, and the record says why
+            usage_reported = False
+            rec.note = ((rec.note + ", ") if rec.note else "") + f"reported usage implausible ({doubt}): estimated"
         if not usage_reported:
             completion.usage = estimate_usage(
                 self.prepared.messages,

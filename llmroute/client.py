@@ -155,6 +155,7 @@ class Stream:
                     yield chunk
             for chunk in state.eof(_now()):
                 yield chunk
+            self._final = state.finish(_now())
         except E.ProviderError as error:
             raise self._interrupt(error) from error
         except _NETWORK_ERRORS as exc:
@@ -165,7 +166,6 @@ class Stream:
         except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
             self._end(exit_status(exc), exc)
             raise
-        self._final = state.finish(_now())
         self._release()
 
     def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:
@@ -467,6 +467,7 @@ class AsyncStream:
                     yield chunk
             for chunk in state.eof(_now()):
                 yield chunk
+            self._final = state.finish(_now())
         except E.ProviderError as error:
             raise (await self._interrupt(error)) from error
         except errors as exc:
@@ -477,7 +478,6 @@ class AsyncStream:
         except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
             self._end(exit_status(exc), exc)
             raise
-        self._final = state.finish(_now())
         await self._release()
 
     async def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:

@@ -111,6 +111,66 @@ class _UntilDeadline(dict):
         return left if value is None else min(value, left)
 
 
+# The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("llmroute_deadline", default=None)
+
+
+class _DeadlineStream:
+    """httpcore's sync network stream, each read and write cut to what is left before `_DEADLINE`.
+    httpcore reads its timeouts once per phase, so without this a server trickling its headers one
+    byte at a time would hold the request for as long as it likes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @staticmethod
+    def _cut(timeout: Optional[float]) -> Optional[float]:
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return timeout
+        left = max(0.001, deadline - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._inner.read(max_bytes, self._cut(timeout))
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        self._inner.write(buffer, self._cut(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> "_DeadlineStream":
+        return _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's sync network backend, handing out `_DeadlineStream`s."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _with_deadlines(client: httpx.Client) -> httpx.Client:
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None:
+        pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return client
+
+
 def _bounded_request(req: httpx.Request, timeouts: Timeouts) -> None:
     req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
     req.headers["Accept-Encoding"] = ACCEPT_ENCODING  # both decoded within the caps (bounded.py)
@@ -270,7 +330,8 @@ class SyncTransport:
                     raise RuntimeError("the client is closed")
                 client = self._clients.get(provider)
                 if client is None:
-                    client = httpx.Client(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+                    client = _with_deadlines(httpx.Client(limits=_limits(max_connections), trust_env=False,
+                                                          follow_redirects=False))
                     self._clients[provider] = client
         return client
 
@@ -284,12 +345,15 @@ class SyncTransport:
             extensions=extensions,
         )
         _bounded_request(req, timeouts)
+        token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
         try:
             return client.send(req, stream=True)
         except httpx.HTTPError as exc:
             if not _stale_connection(exc):
                 raise
             return client.send(req, stream=True)  # on a fresh connection; a second failure is real
+        finally:
+            _DEADLINE.reset(token)
 
     def close(self) -> None:
         with self._lock:

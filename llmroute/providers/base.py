@@ -178,17 +178,24 @@ class OpenAICompatAdapter:
     # -- non-streamed responses --------------------------------------------------------------
     def parse_completion(self, headers: Mapping[str, str], content: bytes) -> tuple[ChatCompletion, bool]:
         """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
-        if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
-            return self.completion_from_stream_body(content)
         try:
-            data = json.loads(content)
-        except ValueError:
-            raise self._bad_body("not JSON") from None
-        if not isinstance(data, dict):
-            raise self._bad_body("not a JSON object")
-        if is_error_payload(data):
-            raise self.error_from_event(data, headers)
-        return self.completion_from_dict(data)
+            if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
+                completion, reported = self.completion_from_stream_body(content)
+            else:
+                try:
+                    data = json.loads(content)
+                except ValueError:
+                    raise self._bad_body("not JSON") from None
+                if not isinstance(data, dict):
+                    raise self._bad_body("not a JSON object")
+                if is_error_payload(data):
+                    raise self.error_from_event(data, headers)
+                completion, reported = self.completion_from_dict(data)
+        except RecursionError:
+            raise self._bad_body("JSON nested too deeply to read") from None
+        if not completion.choices:  # nothing to give the caller: an error, not a billed success
+            raise self._bad_body("the completion has no choices")
+        return completion, reported
 
     def completion_from_stream_body(self, content: bytes) -> tuple[ChatCompletion, bool]:
         """A whole SSE body -> the completion it adds up to: for a plain call the platform only
@@ -297,6 +304,8 @@ class OpenAICompatAdapter:
             payload = json.loads(data)
         except ValueError:
             raise self._bad_body(f"malformed SSE data: {data[:80]!r}") from None
+        except RecursionError:
+            raise self._bad_body("SSE data nested too deeply to read") from None
         if not isinstance(payload, dict):
             raise self._bad_body("SSE data is not a JSON object")
         if event.event == "error":
