@@ -101,8 +101,7 @@ class BodyReader:
     def close(self) -> bytes:
         if self._inflate is None:
             return b""
-        room = self.limits.max_decoded_bytes - self.decoded_bytes
-        out = self._inflate.flush(max(1, room + 1))
+        out = self._inflate.flush()  # no input is left unconsumed (feed raised otherwise): little remains
         self.decoded_bytes += len(out)
         if self.decoded_bytes > self.limits.max_decoded_bytes:
             raise _too_large("decoded_bytes", self.limits.max_decoded_bytes, "the decompressed body",

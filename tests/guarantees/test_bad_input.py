@@ -11,7 +11,6 @@ from typing import Any
 import pytest
 
 import llmroute as L
-from llmroute import validate
 from tests.resilience.client_helpers import MESSAGES, TIER, tier_config
 
 
@@ -139,6 +138,8 @@ def test_unknown_keyword_is_a_type_error_like_the_openai_sdk(config: dict[str, A
     with L.Client(config=config) as client:
         with pytest.raises(TypeError, match=name):
             client.chat.completions.create(model=TIER, messages=MESSAGES, **{name: 1})
+    from llmroute import validate
+
     with pytest.raises(TypeError, match="extra_body"):
         validate.check_create_args({"model": TIER, "messages": MESSAGES, name: 1}, pools={"interactive"})
     assert fault_server.chat_requests() == []
