@@ -92,6 +92,7 @@ class AttemptContext:
     usage_reported: bool = False
     trace: Any = None
     partial: Any = None  # the attempt's StreamState, for a stream
+    unsent: bool = False  # the request could not be built: nothing reached the platform
 
 
 @dataclass(frozen=True)
@@ -266,10 +267,10 @@ class CallRun:
         if partial is not None:
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
-        else:
+        elif not ctx.unsent:
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
             rec.usage_estimated = True
-        rec.billed = True
+        rec.billed = not ctx.unsent
         self.engine.on_attempt_end(self, ctx, error if status == "error" else None, now)
         self.open_attempts.pop(rec.number, None)
         self.plan.cancel(ctx.deployment.id, now, note=note)

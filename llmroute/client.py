@@ -266,6 +266,9 @@ class Client:
         try:
             response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                             max_connections=provider.max_connections, timer=timer)
+        except E.InvalidRequestError:
+            ctx.unsent = True
+            raise
         finally:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
@@ -416,10 +419,10 @@ class Client:
         life = getattr(self, "_life", None)
         if life is None or life.closed:
             return
-        warn_unclosed(self)
         try:
+            warn_unclosed(self)
             self.close()
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
             pass
 
     def __enter__(self) -> "Client":
@@ -578,6 +581,9 @@ class AsyncClient:
         try:
             response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                                   max_connections=provider.max_connections, timer=timer)
+        except E.InvalidRequestError:
+            ctx.unsent = True
+            raise
         finally:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
@@ -714,9 +720,9 @@ class AsyncClient:
         life = getattr(self, "_life", None)
         if life is None or life.closed:
             return
-        warn_unclosed(self)
         life.closed = True
         try:
+            warn_unclosed(self)
             self._engine.close()
             for client in list(self._transport._clients.values()):
                 _aclose_later(client, life.loop)

@@ -171,9 +171,21 @@ def _with_deadlines(client: httpx.Client) -> httpx.Client:
     return client
 
 
-def _bounded_request(req: httpx.Request, timeouts: Timeouts) -> None:
+def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+    """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
+    A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
+    raised before anything is sent."""
+    try:
+        req = client.build_request(
+            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            extensions={"trace": timer} if timer is not None else None,
+        )
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included
+        raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
+            from None
     req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
     req.headers["Accept-Encoding"] = ACCEPT_ENCODING  # both decoded within the caps (bounded.py)
+    return req
 
 
 def _past(deadline: float) -> httpx.ReadTimeout:
@@ -339,12 +351,7 @@ class SyncTransport:
              timer: Optional[ConnectTimer] = None) -> httpx.Response:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
-        extensions = {"trace": timer} if timer is not None else None
-        req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
-            extensions=extensions,
-        )
-        _bounded_request(req, timeouts)
+        req = _build(client, request, timeouts, timer)
         token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
         try:
             return client.send(req, stream=True)
@@ -408,12 +415,7 @@ class AsyncTransport:
         timer: Optional[AsyncConnectTimer] = None,
     ) -> httpx.Response:
         client = self._client(provider, max_connections)
-        extensions = {"trace": timer} if timer is not None else None
-        req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
-            extensions=extensions,
-        )
-        _bounded_request(req, timeouts)
+        req = _build(client, request, timeouts, timer)
         # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
         token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
         import asyncio

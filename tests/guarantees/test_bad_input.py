@@ -173,3 +173,18 @@ def test_bad_argument_never_touches_breaker_budget_or_slot(fault_server: Any) ->
         assert client.health()["a:m"].state == "closed"
         out = client.chat.completions.create(model=TIER, messages=MESSAGES)
         assert out.choices[0].message.content
+
+
+def test_a_request_that_cannot_be_built_is_refused_before_sending(fault_server: Any) -> None:
+    """A configured header httpx cannot encode: InvalidRequestError, nothing sent, nothing billed, slot back."""
+    config = tier_config({"a": fault_server}, resilience={"max_concurrency": 1, "queue_timeout_s": 0},
+                         providers={"a": {"headers": {"X-Team": "\u56e2\u961f"}}})
+    with L.Client(config=config) as client:
+        for _ in range(2):
+            with pytest.raises(L.InvalidRequestError) as info:
+                client.chat.completions.create(model=TIER, messages=MESSAGES)
+            assert info.value.field == "request"
+        assert client._engine.limits.in_flight("a:m") == 0
+        assert all(not r.priced or r.cost == 0 for r in client._engine.ledger.records)
+        assert all(r.input_tokens == 0 for r in client._engine.ledger.records)
+    assert fault_server.chat_requests() == []
