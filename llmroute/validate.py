@@ -31,7 +31,8 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Any, Dict, List, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Dict, List, Optional
 
 from . import errors as E
 
@@ -88,7 +89,39 @@ def _bad(field: str, message: str) -> E.InvalidRequestError:
 
 
 def check_json(value: Any, field: str, *, depth: int = 0) -> None:
-    """`value` is JSON (str keys, finite numbers) nested at most `MAX_DEPTH` levels. Iterative."""
+    """`value` is JSON (str keys, finite numbers) nested at most `MAX_DEPTH` levels. Iterative; the
+    path of a fault is worked out only when there is one."""
+    if not _is_json(value, MAX_DEPTH - depth):
+        _name_json_fault(value, field, depth)
+
+
+def _is_json(value: Any, levels: int) -> bool:
+    stack = [(value, levels)]
+    while stack:
+        item, left = stack.pop()
+        kind = type(item)
+        if kind is str or kind is int or kind is bool or item is None:
+            continue
+        if kind is float:
+            if not math.isfinite(item):
+                return False
+            continue
+        if left <= 0:
+            return False
+        if kind is dict:
+            for key, inner in item.items():
+                if type(key) is not str:
+                    return False
+                if type(inner) is not str:
+                    stack.append((inner, left - 1))
+        elif kind is list or kind is tuple:
+            stack.extend((inner, left - 1) for inner in item)
+        else:
+            return False  # subclasses and other types: the slow walk decides
+    return True
+
+
+def _name_json_fault(value: Any, field: str, depth: int) -> None:
     stack = [(value, field, depth)]
     while stack:
         item, where, level = stack.pop()

@@ -252,3 +252,44 @@ def test_forked_child_records_its_calls(fault_server: Any, tmp_path: Any) -> Non
     client.close()
     features = sorted(r.feature for r in read_records(path))
     assert features == ["child", "parent", "parent"]
+
+
+def test_dropped_async_client_is_closed_with_a_warning(fault_server: Any, tmp_path: Any) -> None:
+    from llmroute.accounting.ledger import read_records
+
+    config = tier_config({"a": fault_server})
+    config["ledger"] = {"sink": "jsonl", "path": str(tmp_path / "a.jsonl")}
+
+    async def main() -> None:
+        client = L.AsyncClient(config=config)
+        await client.chat.completions.create(model=TIER, messages=MESSAGES)
+        with pytest.warns(ResourceWarning, match="unclosed AsyncClient"):
+            del client
+            gc.collect()
+        await asyncio.sleep(0.05)  # its connection pool is closed on this loop
+
+    asyncio.run(main())
+    assert len(list(read_records(tmp_path / "a.jsonl"))) == 1
+
+
+def test_abandoned_and_cancelled_attempts_are_charged_to_budgets(fault_server: Any, alarm: Any) -> None:
+    config = tier_config({"a": fault_server}, resilience={"max_concurrency": 1, "queue_timeout_s": 0})
+    config["budgets"] = [{"name": "tokens", "max_tokens": 1_000_000}]
+    with L.Client(config=config) as client:
+        book = client._engine.budget_book
+        fault_server.push(timed(0.0, [0.05] * 40))
+        stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        for _ in stream:
+            break
+        del stream
+        gc.collect()
+        after_drop = book.spent("tokens", time.time())
+        fault_server.push(slow_headers(3.0))
+        alarm(0.3)
+        with pytest.raises(KeyboardInterrupt):
+            client.chat.completions.create(model=TIER, messages=MESSAGES)
+        after_interrupt = book.spent("tokens", time.time())
+        records = client._engine.ledger.records
+    assert [r.status for r in records] == ["abandoned", "cancelled"]
+    assert after_drop == records[0].input_tokens + records[0].output_tokens > 0
+    assert after_interrupt == after_drop + records[1].input_tokens > after_drop
