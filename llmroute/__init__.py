@@ -35,6 +35,7 @@ from .errors import (
 )
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
 from .bounded import ReadLimits
+from .secrets import SecretStr
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
@@ -57,6 +58,7 @@ __all__ = [
     "AsyncStream",
     "Config",
     "load_config",
+    "SecretStr",
     "ChatCompletion",
     "ChatCompletionChunk",
     "Usage",

@@ -10,6 +10,7 @@ sleep. Times are `time.monotonic()` values passed in; nothing here reads a clock
 
 from __future__ import annotations
 
+import logging
 import time
 import uuid
 from dataclasses import dataclass, field
@@ -18,12 +19,17 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, 
 from . import errors as E
 from .accounting.plausible import implausible_usage
 from .config import Config, Deployment
+from .exits import end_call, exit_status
 from .providers import adapter_class
 from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from .providers.prefill import continuation_call
+from .providers.sendable import check_headers, encode_body
 from .tokens import count_message_tokens, estimate_usage
 from .transport import Timeouts
-from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+from .types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
 from .validate import check_create_args
+
+logger = logging.getLogger("llmroute.call")
 
 if TYPE_CHECKING:
     from .engine import Engine
@@ -91,7 +97,9 @@ class AttemptContext:
     record: Attempt
     usage_reported: bool = False
     trace: Any = None
-    partial: Any = None  # the attempt's StreamState, for a stream
+    streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
+    continuation: bool = False  # continues the partial answer of a cut attempt
+    partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
 
 
@@ -116,7 +124,6 @@ class CallRun:
         self.engine = engine
         self.prepared = prepared
         self.started = now
-        self.open_attempts: Dict[int, AttemptContext] = {}  # started, not yet ended (exits.end_call)
         self.extras: Any = None
         self.target = prepared.target or engine.resolve_target(prepared)
         self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
@@ -130,6 +137,10 @@ class CallRun:
         self.plan = engine.plan_for(self, now)
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
+        self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
+        # The answer across attempts: a cut answer finished on another deployment is one answer.
+        self.answer = StreamAssembler()
+        self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
@@ -150,29 +161,61 @@ class CallRun:
             adapter = self._adapters[deployment.id] = cls(deployment)
         return adapter
 
+    def streams(self, deployment: Deployment) -> bool:
+        """Is this attempt sent as a stream? Every stream is; a plain call is too (so the first-token
+        and stall limits and mid-answer recovery apply to it), unless the deployment's policy says
+        `plain_via_stream = false` or the call asks for logprobs (streams do not carry them yet)."""
+        if self.prepared.stream:
+            return True
+        params = self.prepared.call.params
+        if params.get("logprobs") or params.get("top_logprobs") is not None:
+            return False
+        return bool(self.engine.policy(deployment.id).plain_via_stream)
+
     def _begin(self, step: Any, now: float) -> AttemptContext:
         deployment = self.engine.deployment(step.deployment_id)
         adapter = self._adapter(deployment)
+        streamed = self.streams(deployment)
+        call = self.prepared.call
+        if step.is_restart:
+            self.answer = StreamAssembler()  # the cut answer is dropped: this attempt starts it again
+            self.route.recovery = "restarted"
+        elif step.is_continuation:
+            produced = sum(u.completion_tokens for u in self.earlier_usage)
+            call = continuation_call(call, self.answer.text(0), self.engine.continue_style(deployment) or "",
+                                     produced_tokens=produced)
         try:
-            request = adapter.build_request(self.prepared.call, stream=self.prepared.stream)
-        except E.ProviderError as error:
-            # A parameter this platform cannot take: nothing was sent; the caller must change the call.
+            request = adapter.build_request(call, stream=streamed)
+            check_headers(request)
+            request.content = encode_body(request)
+        except (E.ProviderError, E.InvalidRequestError) as error:
+            # A parameter this platform cannot take, or a request that cannot be sent: nothing was
+            # sent; the caller must change the call. It never counts against the deployment.
             self.plan.record(deployment.id, now, error, latency_s=0.0)
-            error.attempts = list(self.route.attempts)
+            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]
             self._end(None, error, now)
             raise
+        policy = self.engine.policy(deployment.id)
         total = self.prepared.timeout_s if self.prepared.timeout_s is not None else deployment.timeout_s
         total = max(0.001, min(total, step.timeout_s, self.deadline - now))
-        if self.prepared.stream and deployment.ttft_timeout_s < total:
-            read_s, read_kind = deployment.ttft_timeout_s, "ttft"
+        # Prefill of a long prompt legitimately takes longer to the first token.
+        ttft_s = deployment.ttft_timeout_s + policy.ttft_per_1k_tokens_s * self.rough_input_tokens() / 1000.0
+        stall_s = policy.stall_timeout_s
+        # The HTTP read timeout cannot change mid-body, so it is the first-token limit for the whole
+        # stream: a silent deployment is abandoned then. The stall limit is checked whenever bytes
+        # arrive (keep-alive bytes without content do not reset it); a stall with no bytes at all
+        # is caught by the read timeout (README: "Timeouts and defaults").
+        if streamed and ttft_s < total:
+            read_s, read_kind = ttft_s, "ttft"
         else:
             read_s, read_kind = total, "total"
         timeouts = Timeouts(
-            connect_s=min(deployment.connect_timeout_s, total), ttft_s=deployment.ttft_timeout_s, total_s=total,
-            read_s=read_s, read_kind=read_kind,
+            connect_s=min(deployment.connect_timeout_s, total), ttft_s=ttft_s, total_s=total,
+            read_s=read_s, read_kind=read_kind, stall_s=stall_s if streamed else None,
         )
         notes = [n for n, on in (("retry", step.is_retry), ("fallback tier", step.is_fallback),
-                                 ("hedge", step.is_hedge)) if on]
+                                 ("hedge", step.is_hedge), ("continuation", step.is_continuation),
+                                 ("restart", step.is_restart)) if on]
         record = Attempt(
             deployment=deployment.id,
             provider=deployment.provider.name,
@@ -183,16 +226,24 @@ class CallRun:
             note=", ".join(notes) or None,
         )
         self.route.attempts.append(record)
-        ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record)
-        self.open_attempts[record.number] = ctx
+        ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
+                             continuation=step.is_continuation)
+        if step.is_continuation:
+            self.route.recovery = "resumed"
+            self.route.resumed_at.append(len(self.answer.text(0)))
+        self.in_flight[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
         self.engine.on_attempt_start(self, ctx, now, kind)
         return ctx
 
     def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
-               partial: Optional["StreamState"] = None) -> None:
-        """Record a failed attempt; the plan decides what happens next (`next_step`)."""
+               partial: Optional["StreamState"] = None, recover: bool = True) -> None:
+        """Record a failed attempt; the plan decides what happens next (`next_step`).
+
+        After content started, `recover` lets the plan finish the answer on another deployment
+        (`recovery_mode`); the caller closing a stream passes `recover=False`."""
         rec = ctx.record
+        self.in_flight.pop(rec.number, None)
         if rec.status != "cancelled":
             rec.status = "interrupted" if content_started else "error"
         rec.error = error
@@ -203,23 +254,44 @@ class CallRun:
             rec.http_status = error.status
             rec.request_id = error.request_id
         partial_text = ""
-        if partial is not None:
-            rec.ttft_s = partial.ttft_s
-            usage, estimated = partial.usage_so_far()
-            rec.usage, rec.usage_estimated = usage, estimated
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
             # A stream that delivered tokens was billed for them, even if it broke afterwards.
-            rec.billed = partial.content_started or partial.decoder.usage is not None
-            partial_text = partial.assembler.all_text()
+            rec.ttft_s = partial.ttft_s
+            rec.usage, rec.usage_estimated = partial.usage_so_far()
+            rec.billed = True
+            partial_text = self.answer.all_text()
+        if not rec.billed and may_have_been_billed(error):
+            # The request reached the platform, which may have done (and billed) the work: priced
+            # by estimate (the prompt), flagged, never 0.
+            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            rec.usage_estimated = True
+            rec.billed = True
+        mode = self.recovery_mode(ctx, partial) if content_started and recover else None
+        if mode is not None and rec.usage is not None:
+            self.earlier_usage.append(rec.usage)
         self.engine.on_attempt_end(self, ctx, error, now)
-        self.open_attempts.pop(rec.number, None)
         self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
-                         content_started=content_started, partial_text=partial_text)
-        if content_started:
+                         content_started=content_started, partial_text=partial_text, recover=mode)
+        if content_started and self.plan.finished:
             self._end(None, error, now)
 
+    def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
+        """How a cut answer may be finished: streams continue it ("continue") or raise (None); plain
+        calls continue it or answer again ("continue_or_restart"), or only answer again ("restart")
+        when the partial answer cannot be continued (tool calls, several choices, no text)."""
+        continuable = self.answer.continuable()
+        if self.prepared.stream:
+            if self.engine.policy(ctx.deployment.id).stream_recovery != "continue" or not continuable:
+                return None
+            return "continue"
+        return "continue_or_restart" if continuable else "restart"
+
     def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
-                  ttft_s: Optional[float]) -> ChatCompletion:
+                  ttft_s: Optional[float], attempt_usage: Optional[Usage] = None) -> ChatCompletion:
+        """The attempt answered. `attempt_usage` is this attempt's own usage when the completion joins
+        several attempts (a recovered answer): its usage is then the sum of theirs."""
         rec = ctx.record
+        self.in_flight.pop(rec.number, None)
         rec.status = "ok"
         rec.duration_s = now - ctx.started
         rec.ttft_s = ttft_s
@@ -227,14 +299,16 @@ class CallRun:
         if doubt is not None:  # not believed: priced as estimated, and the record says why
             usage_reported = False
             rec.note = ((rec.note + ", ") if rec.note else "") + f"reported usage implausible ({doubt}): estimated"
-        if not usage_reported:
+        if attempt_usage is None and not usage_reported:
             completion.usage = estimate_usage(
                 self.prepared.messages,
                 "".join((c.message.content or "") for c in completion.choices),
                 "".join((c.message.reasoning_content or "") for c in completion.choices),
                 prompt_tokens=self.input_tokens(),
             )
-        rec.usage = completion.usage
+        rec.usage = attempt_usage if attempt_usage is not None else completion.usage
+        if self.earlier_usage:
+            completion.usage = sum_usage([*self.earlier_usage, rec.usage])
         rec.usage_estimated = not usage_reported
         rec.billed = True
         rec.http_status = 200
@@ -246,21 +320,25 @@ class CallRun:
         if rec.tier and rec.tier != route.tier and route.tier is not None:
             route.reason = f"{route.reason}; fell back to tier {rec.tier}"
             route.tier = rec.tier
+        if self.earlier_usage:  # a recovered answer is estimated if any part of it was
+            route.usage_estimated = not usage_reported or any(
+                a.usage_estimated for a in route.attempts if a.billed and a is not rec)
         completion.route = route
         self.engine.on_attempt_end(self, ctx, None, now)
-        self.open_attempts.pop(rec.number, None)
         self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
         self._end(completion, None, now)
         return completion
 
-    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None, *,
-                  status: str = "cancelled", note: str = "cancelled: another attempt answered first",
+    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
+                  why: str = "another attempt answered first", *, status: str = "cancelled",
                   error: Optional[BaseException] = None) -> None:
-        """A hedge lost the race and was closed (or, from `exits.end_call`, the call ended with this
-        attempt open: `status` says how). Its prompt was sent, so it may be billed: recorded."""
+        """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
+        says how). Its prompt was sent, so it may be billed: recorded."""
         rec = ctx.record
+        if self.in_flight.pop(rec.number, None) is None and rec.status in ("cancelled", "abandoned"):
+            return  # already ended
         rec.status = status
-        rec.note = ((rec.note + ", ") if rec.note else "") + note
+        rec.note = ((rec.note + ", ") if rec.note else "") + f"{status}: {why}"
         rec.duration_s = now - ctx.started
         if error is not None:
             rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
@@ -272,13 +350,22 @@ class CallRun:
             rec.usage_estimated = True
         rec.billed = not ctx.unsent
         self.engine.on_attempt_end(self, ctx, error if status == "error" else None, now)
-        self.open_attempts.pop(rec.number, None)
-        self.plan.cancel(ctx.deployment.id, now, note=note)
+        self.plan.cancel(ctx.deployment.id, now)
+
+    def abandon(self, now: float, error: BaseException) -> None:
+        """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it
+        failed in our own code: `exits.end_call` records the attempts in flight (their prompts were
+        sent), gives back their breaker permits and limit slots, and ends the call. Idempotent."""
+        end_call(self, exit_status(error), error, now)
+
+    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        """End the call's span (once; later calls do nothing)."""
+        self._end(completion, error, now)
 
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""
         policy = self.engine.policy(ctx.deployment.id)
-        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note:
+        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation:
             return None
         from .resilience.hedge import HedgePlan
 
@@ -294,14 +381,21 @@ class CallRun:
         self.engine.on_plan_progress(self)
         return self._begin(step, now) if step is not None else None
 
-    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
-        """End the call's span (once; later calls do nothing)."""
-        self._end(completion, error, now)
-
     def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
         if not self._ended:
             self._ended = True
             self.engine.on_call_end(self, completion, error, now)
+
+    def rough_input_tokens(self) -> int:
+        """The prompt's size in tokens, counted if something already counted it, else estimated
+        from its length (3 characters a token; no tokenizer on the hot path)."""
+        if self.prepared.input_tokens is not None:
+            return self.prepared.input_tokens
+        chars = 0
+        for message in self.prepared.messages:
+            content = message.get("content")
+            chars += len(content) if isinstance(content, str) else len(str(content or ""))
+        return chars // 3
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
@@ -338,21 +432,40 @@ class StreamState:
         self.held: List[ChatCompletionChunk] = []
         self.content_started = False
         self.ttft_s: Optional[float] = None
+        self.last_content_at: Optional[float] = None
         self.ended = False
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
         chunks = self.decoder.feed(data)
+        if self.decoder.skipped:
+            self._report_skips()
         return self._take(chunks, now)
 
+    def _report_skips(self) -> None:
+        """Malformed events the decoder skipped: a warning on the route, a log line, a span event."""
+        for text in self.decoder.skipped:
+            self.run.route.warnings.append(f"{self.ctx.deployment.id}: {text}")
+            logger.warning("%s: %s", self.ctx.deployment.id, text)
+            if self.ctx.trace is not None:
+                self.ctx.trace.event("llmroute.stream.event_skipped", {"llmroute.reason": text})
+        self.decoder.skipped.clear()
+
     def _take(self, chunks: Sequence[ChatCompletionChunk], now: float) -> List[ChatCompletionChunk]:
+        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+            raise self._ttft_timeout()  # content that comes after the limit comes too late
         out: List[ChatCompletionChunk] = []
         for chunk in chunks:
             self.assembler.add(chunk)
-            if not self.content_started and chunk_has_content(chunk):
+            has_content = chunk_has_content(chunk)
+            if has_content:
+                self.last_content_at = now
+            if not self.content_started and has_content:
                 self.content_started = True
                 self.ttft_s = now - self.ctx.started
                 self.note_first_chunk(now)
+                if self.ctx.continuation:
+                    chunk.resumed = True
             if self.content_started:
                 if self.held:
                     out.extend(self.held)
@@ -360,12 +473,14 @@ class StreamState:
                 out.append(chunk)
             else:
                 self.held.append(chunk)
+        for chunk in out:
+            self.run.answer.add(chunk)
+        stall_s = self.ctx.timeouts.stall_s
+        if (self.content_started and stall_s is not None and self.last_content_at is not None
+                and now - self.last_content_at > stall_s):
+            raise stall_timeout(self.ctx)
         if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
-            raise E.TimeoutError(
-                f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
-                timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
-                provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
-            )
+            raise self._ttft_timeout()
         if now > self.ctx.deadline:
             raise E.TimeoutError(
                 f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
@@ -373,6 +488,13 @@ class StreamState:
                 deployment=self.ctx.deployment.id,
             )
         return out
+
+    def _ttft_timeout(self) -> E.TimeoutError:
+        return E.TimeoutError(
+            f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
+            timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
+            provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+        )
 
     def eof(self, now: float) -> List[ChatCompletionChunk]:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
@@ -384,6 +506,8 @@ class StreamState:
             )
         self.ended = True
         if self.held:
+            for chunk in self.held:
+                self.run.answer.add(chunk)
             out.extend(self.held)
             self.held = []
         return out
@@ -418,5 +542,38 @@ class StreamState:
 
     def finish(self, now: float) -> ChatCompletion:
         usage, estimated = self.usage_so_far()
-        completion = self.assembler.completion(usage, self.ctx.deployment.model)
-        return self.run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
+        run = self.run
+        if not run.earlier_usage and run.route.recovery is None:
+            completion = self.assembler.completion(usage, self.ctx.deployment.model)
+            return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
+        # A recovered answer: the joined text, the usage of every attempt that produced it.
+        completion = run.answer.completion(usage, self.ctx.deployment.model)
+        return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
+
+
+def stall_timeout(ctx: AttemptContext) -> E.TimeoutError:
+    seconds = ctx.timeouts.stall_s
+    return E.TimeoutError(
+        f"stall timeout: no content for {seconds:g}s after content had started", timeout="stall", seconds=seconds,
+        provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
+    )
+
+
+def may_have_been_billed(error: BaseException) -> bool:
+    """Did the request reach the platform, which may have done the work? A read timeout (the
+    platform was still working) or a connection dropped after the request was written. A connect
+    timeout, a refused connection and an HTTP error status mean no work was done."""
+    if isinstance(error, E.TimeoutError):
+        return error.timeout != "connect"
+    return isinstance(error, E.ConnectionError) and error.code == "connection_dropped_before_reply"
+
+
+def sum_usage(usages: Sequence[Usage]) -> Usage:
+    """The usage of several attempts that produced one answer."""
+    return Usage(
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        total_tokens=sum(u.total_tokens or u.prompt_tokens + u.completion_tokens for u in usages),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages)),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(u.reasoning_tokens for u in usages)),
+    )

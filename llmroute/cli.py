@@ -60,6 +60,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     except LLMRouteError as exc:
         print(f"llmroute {name}: {exc}", file=sys.stderr)
         return 2
+    except OSError as exc:  # a file problem a command did not check up front: one line, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"llmroute {name}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

@@ -11,18 +11,18 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Union
+from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 import httpx
 
 from . import errors as E
-from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
+from .bounded import DEFAULT_READ_LIMITS, ReadLimits
+from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
 from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
 from .engine import Engine
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
-from .bounded import DEFAULT_READ_LIMITS, ReadLimits
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
                         iter_body, map_transport_error, read_body)
 from .types import ChatCompletion, ChatCompletionChunk
@@ -42,10 +42,12 @@ def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike, None])
     raise E.ConfigError(f"config must be a dict, a Config or a path, not {type(config).__name__}")
 
 
-def _transport_error(exc: Exception, ctx: AttemptContext) -> E.ProviderError:
+def _transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamState] = None) -> E.ProviderError:
     error = map_transport_error(
         exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
     )
+    if isinstance(error, E.TimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
+        return stall_timeout(ctx)  # the read timeout fired after content: a stall, not a slow first token
     if isinstance(error, E.TimeoutError) and error.timeout != "connect" and _now() >= ctx.deadline - 0.01:
         # The read was cut at the attempt's deadline (transport.py): that is the total timeout.
         error = E.TimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
@@ -114,7 +116,17 @@ def _now() -> float:
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
-    return _Opened(ctx, StreamState(run, ctx) if run.prepared.stream else None)
+    return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None)
+
+
+def run_of(state: Optional[StreamState]) -> Optional[CallRun]:
+    return state.run if state is not None else None
+
+
+def _plain_answer(run: Optional[CallRun], response: httpx.Response) -> bool:
+    """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
+    return (run is not None and not run.prepared.stream
+            and response.headers.get("content-type", "").startswith("application/json"))
 
 
 def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
@@ -132,47 +144,58 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 class Stream:
     """A streamed call: iterate for `ChatCompletionChunk`s; `.response` is the assembled result."""
 
-    def __init__(self, run: CallRun, opened: _Opened) -> None:
+    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], _Opened]) -> None:
         self._run = run
+        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
+        self._final: Optional[ChatCompletion] = None
+        self._closed = False
+        self._switch(opened)
+
+    def _switch(self, opened: _Opened) -> None:
         self._state: StreamState = opened.state  # type: ignore[assignment]
         self._response = opened.response
         self._bytes: Optional[Iterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
-        self._final: Optional[ChatCompletion] = None
-        self._closed = False
         if opened.at_end:
             self._final = self._state.finish(_now())
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        while self._ready:
-            yield self._ready.pop(0)
-        state = self._state
-        if self._final is not None or self._bytes is None or state.ended:
-            return
-        try:
-            for data in self._bytes:
-                for chunk in state.feed(data, _now()):
+        while True:
+            while self._ready:
+                yield self._ready.pop(0)
+            state = self._state
+            if self._final is not None or self._bytes is None or state.ended:
+                return
+            try:
+                for data in self._bytes:
+                    for chunk in state.feed(data, _now()):
+                        yield chunk
+                for chunk in state.eof(_now()):
                     yield chunk
-            for chunk in state.eof(_now()):
-                yield chunk
+            except E.ProviderError as error:
+                self._recover(error)
+                continue
+            except _NETWORK_ERRORS as exc:
+                self._recover(_transport_error(exc, state.ctx, state))
+                continue
+            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+                raise
+            except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
+                self._end(exit_status(exc), exc)
+                raise
             self._final = state.finish(_now())
-        except E.ProviderError as error:
-            raise self._interrupt(error) from error
-        except _NETWORK_ERRORS as exc:
-            error = _transport_error(exc, state.ctx)
-            raise self._interrupt(error) from error
-        except GeneratorExit:  # this iterator was dropped; the stream stays open for another
-            raise
-        except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
-            self._end(exit_status(exc), exc)
-            raise
-        self._release()
+            self._release()
+            return
 
-    def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:
+    def _recover(self, error: E.ProviderError) -> None:
+        """The answer broke after content started: finish it on another deployment, or raise."""
         self._release()
-        self._state.ended = True  # this attempt is over: closing the stream must not end it twice
-        self._run.failed(self._state.ctx, error, _now(), content_started=True, partial=self._state)
-        return self._state.interrupted(error)
+        state = self._state
+        state.ended = True  # this attempt is over: closing the stream must not end it twice
+        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+        if self._run.plan.finished:
+            raise state.interrupted(error) from error
+        self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
     def response(self) -> ChatCompletion:
@@ -232,7 +255,7 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
         "closed by the caller before the end", partial_text=state.assembler.all_text(),
         deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
     )
-    run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+    run.failed(state.ctx, error, _now(), content_started=True, partial=state, recover=False)
 
 
 class _Chat:
@@ -276,7 +299,9 @@ class Client:
                 content = read_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 response.close()
-            raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
+            raise error
         return response
 
     def _open(self, op: _Opened) -> _Opened:
@@ -294,7 +319,8 @@ class Client:
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
-            if state is None:
+            if state is None or _plain_answer(run_of(state), op.response):
+                op.state = None
                 try:
                     content = read_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
@@ -313,7 +339,7 @@ class Client:
         except E.ProviderError as error:
             op.error = error
         except _NETWORK_ERRORS as exc:
-            op.error = _transport_error(exc, ctx)
+            op.error = _transport_error(exc, ctx, state)
         except BaseException:
             if op.response is not None:
                 op.response.close()
@@ -323,7 +349,17 @@ class Client:
         return op
 
     def _attempts(self, run: CallRun) -> _Opened:
-        """Walk the plan until an attempt opens; failures go back to the plan, which raises when done."""
+        """Walk the plan until an attempt opens; failures go back to the plan, which raises when done.
+        Whatever else ends the walk (KeyboardInterrupt, a bug) abandons the call's attempts."""
+        try:
+            return self._walk(run)
+        except E.LLMRouteError:
+            raise
+        except BaseException as exc:
+            run.abandon(_now(), exc)
+            raise
+
+    def _walk(self, run: CallRun) -> _Opened:
         while True:
             step = run.next_step(_now())
             if isinstance(step, Wait):
@@ -397,7 +433,10 @@ class Client:
         try:
             op = self._attempts(run)
             if prepared.stream:
-                return Stream(run, op)
+                return Stream(run, op, self._attempts)
+            if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
+                with Stream(run, op, self._attempts) as stream:
+                    return stream.response
             completion, reported = op.parsed  # type: ignore[misc]
             return run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
@@ -442,15 +481,19 @@ class Client:
 class AsyncStream:
     """A streamed call for `AsyncClient`: `async with` / `async for`; `.response` after the end."""
 
-    def __init__(self, run: CallRun, opened: _Opened) -> None:
+    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], Awaitable[_Opened]]) -> None:
         self._run = run
+        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
+        self._final: Optional[ChatCompletion] = None
+        self._closed = False
+        self._loop = _running_loop()
+        self._switch(opened)
+
+    def _switch(self, opened: _Opened) -> None:
         self._state: StreamState = opened.state  # type: ignore[assignment]
         self._response = opened.response
         self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
-        self._final: Optional[ChatCompletion] = None
-        self._closed = False
-        self._loop = _running_loop()
         if opened.at_end:
             self._final = self._state.finish(_now())
 
@@ -458,36 +501,43 @@ class AsyncStream:
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        while self._ready:
-            yield self._ready.pop(0)
-        state = self._state
-        if self._final is not None or self._bytes is None or state.ended:
-            return
         errors = _network_errors()
-        try:
-            async for data in self._bytes:
-                for chunk in state.feed(data, _now()):
+        while True:
+            while self._ready:
+                yield self._ready.pop(0)
+            state = self._state
+            if self._final is not None or self._bytes is None or state.ended:
+                return
+            try:
+                async for data in self._bytes:
+                    for chunk in state.feed(data, _now()):
+                        yield chunk
+                for chunk in state.eof(_now()):
                     yield chunk
-            for chunk in state.eof(_now()):
-                yield chunk
+            except E.ProviderError as error:
+                await self._recover(error)
+                continue
+            except errors as exc:
+                await self._recover(_transport_error(exc, state.ctx, state))
+                continue
+            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+                raise
+            except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
+                self._end(exit_status(exc), exc)
+                raise
             self._final = state.finish(_now())
-        except E.ProviderError as error:
-            raise (await self._interrupt(error)) from error
-        except errors as exc:
-            error = _transport_error(exc, state.ctx)
-            raise (await self._interrupt(error)) from error
-        except GeneratorExit:  # this iterator was dropped; the stream stays open for another
-            raise
-        except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
-            self._end(exit_status(exc), exc)
-            raise
-        await self._release()
+            await self._release()
+            return
 
-    async def _interrupt(self, error: E.ProviderError) -> E.StreamInterruptedError:
+    async def _recover(self, error: E.ProviderError) -> None:
+        """The answer broke after content started: finish it on another deployment, or raise."""
         await self._release()
-        self._state.ended = True
-        self._run.failed(self._state.ctx, error, _now(), content_started=True, partial=self._state)
-        return self._state.interrupted(error)
+        state = self._state
+        state.ended = True
+        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+        if self._run.plan.finished:
+            raise state.interrupted(error) from error
+        self._switch(await self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
     def response(self) -> ChatCompletion:
@@ -591,7 +641,9 @@ class AsyncClient:
                 content = await aread_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 await response.aclose()
-            raise ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
+            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
+            raise error
         return response
 
     async def _open(self, op: _Opened) -> _Opened:
@@ -607,7 +659,8 @@ class AsyncClient:
                     raise
                 ctx.request = corrected
                 op.response = await self._send(ctx)
-            if state is None:
+            if state is None or _plain_answer(run_of(state), op.response):
+                op.state = None
                 try:
                     content = await aread_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
@@ -626,16 +679,26 @@ class AsyncClient:
         except E.ProviderError as error:
             op.error = error
         except _network_errors() as exc:
-            op.error = _transport_error(exc, ctx)
+            op.error = _transport_error(exc, ctx, state)
         except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
             if op.response is not None:
-                await op.response.aclose()
+                await asyncio.shield(op.response.aclose())
             raise
         if op.error is not None and op.response is not None:
             await op.response.aclose()
         return op
 
     async def _attempts(self, run: CallRun) -> _Opened:
+        """As `Client._attempts`; a cancelled task (`wait_for`, `task.cancel()`) abandons the attempts."""
+        try:
+            return await self._walk(run)
+        except E.LLMRouteError:
+            raise
+        except BaseException as exc:
+            run.abandon(_now(), exc)
+            raise
+
+    async def _walk(self, run: CallRun) -> _Opened:
         while True:
             step = run.next_step(_now())
             if isinstance(step, Wait):
@@ -700,7 +763,10 @@ class AsyncClient:
         try:
             op = await self._attempts(run)
             if prepared.stream:
-                return AsyncStream(run, op)
+                return AsyncStream(run, op, self._attempts)
+            if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
+                async with AsyncStream(run, op, self._attempts) as stream:
+                    return await stream.aresponse()
             completion, reported = op.parsed  # type: ignore[misc]
             return run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once

@@ -13,13 +13,14 @@ import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import urlsplit
 from typing import Any, Dict, List, Literal, Mapping, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from .errors import ConfigError
 from .providers.registry import KINDS, KindSpec
-from .secrets import SecretStr
+from .secrets import MASK, SecretStr, is_secret_header
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -37,20 +38,22 @@ __all__ = [
 ]
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_ANY = re.compile(r"\$\{([^}]*)\}?")  # anything `${...}`-shaped, to refuse malformed references
+_HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
 
 
 class _Section(BaseModel):
     # Schemas are built on first use, not at import: `import llmroute` stays light.
-    model_config = ConfigDict(extra="forbid", defer_build=True)
+    model_config = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 
 
 class ProviderConfig(_Section):
     kind: str
-    api_key: Optional[str] = None
+    api_key: Optional[SecretStr] = None  # masked in repr, str, model_dump and pickles
     base_url: Optional[str] = None
     region: Optional[str] = None
     protocol: Literal["compatible", "native"] = "compatible"
-    headers: Dict[str, str] = Field(default_factory=dict)
+    headers: Dict[str, Any] = Field(default_factory=dict)  # auth-like values held as SecretStr
     include_usage: Optional[bool] = None  # None: the kind's default (providers.md §11.1)
     max_tokens_field: Optional[Literal["max_tokens", "max_completion_tokens"]] = None
     split_think_tags: bool = True
@@ -66,10 +69,32 @@ class ProviderConfig(_Section):
             raise ValueError(f"unknown provider kind {value!r}; expected one of: {', '.join(KINDS)}")
         return value
 
+    @field_validator("headers", mode="before")
+    @classmethod
+    def _headers(cls, value: Any) -> Dict[str, Any]:
+        if not isinstance(value, Mapping):
+            raise ValueError("headers must be a table of name = \"value\"")
+        out: Dict[str, Any] = {}
+        for name, v in value.items():
+            if not isinstance(name, str) or not _HEADER_NAME.match(name):
+                raise ValueError(f"header name {name!r} is not a valid HTTP header name")
+            if isinstance(v, SecretStr):
+                v = v.get()
+            if not isinstance(v, str):
+                raise ValueError(f"header {name}: the value must be a string, not {type(v).__name__}")
+            if any(c in v for c in "\r\n\x00"):
+                raise ValueError(f"header {name}: the value holds a line break or NUL")
+            out[name] = SecretStr(v) if is_secret_header(name) else v
+        return out
+
+    @field_serializer("headers")
+    def _mask_headers(self, value: Dict[str, Any]) -> Dict[str, str]:
+        return {name: MASK if isinstance(v, SecretStr) else v for name, v in value.items()}
+
 
 class _Overridable(BaseModel):
     # Any `[resilience]` key may be set inline on a tier or a deployment; `_build` checks the names.
-    model_config = ConfigDict(extra="allow", defer_build=True)
+    model_config = ConfigDict(extra="allow", defer_build=True, allow_inf_nan=False)
 
 
 class DeploymentConfig(_Overridable):
@@ -112,8 +137,11 @@ DEFAULT_POOLS = ("interactive", "batch")
 
 
 # Timeouts when neither the deployment nor its provider sets one: connect, first token, whole call.
-DEFAULT_CONNECT_TIMEOUT_S = 10.0
-DEFAULT_TTFT_TIMEOUT_S = 60.0
+# A silent deployment is abandoned after the first-token limit and the call moves on to its backup:
+# 10 s (plus resilience.ttft_per_1k_tokens_s per 1,000 prompt tokens) is far beyond a healthy
+# platform's time to first token on an ordinary prompt (README: "Timeouts and defaults").
+DEFAULT_CONNECT_TIMEOUT_S = 5.0
+DEFAULT_TTFT_TIMEOUT_S = 10.0
 DEFAULT_TIMEOUT_S = 300.0
 
 
@@ -128,7 +156,7 @@ class Provider:
     api_key: Optional[SecretStr]
     region: Optional[str]
     protocol: str
-    headers: Mapping[str, str]
+    headers: Mapping[str, Any]  # auth-like values are SecretStr
     include_usage: bool
     max_tokens_field: str
     split_think_tags: bool
@@ -152,6 +180,7 @@ class Deployment:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     resilience: Mapping[str, Any] = field(default_factory=dict)
     key_path: str = ""
+    explicit_timeouts: frozenset = field(default=frozenset(), repr=False)  # timeout names the config set
 
 
 @dataclass
@@ -230,6 +259,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         text = file.read_text(encoding="utf-8")
     except FileNotFoundError:
         raise ConfigError("config file not found", path=source) from None
+    except IsADirectoryError:
+        raise ConfigError("is a directory, not a config file", path=source) from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                          "TOML files must be UTF-8", path=source) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=source) from None
     try:
@@ -245,6 +279,50 @@ def parse_deployment_id(value: str) -> tuple[str, str]:
     if not sep or not provider or not model:
         raise ValueError(f"deployment id {value!r} is not of the form 'provider:model-id'")
     return provider, model
+
+
+def redact_url(url: str) -> str:
+    """`url` without its user:password@ part, query and fragment, for messages."""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+        port = f":{parts.port}" if parts.port else ""
+    except ValueError:
+        return "<unparseable URL>"
+    return f"{parts.scheme}://{host}{port}{parts.path}" + ("?..." if parts.query else "")
+
+
+def check_base_url(url: str, *, source: str, key: str) -> str:
+    """A provider's base URL, refused (ConfigError naming `key`) unless it is a plain http(s) URL with a
+    host. Credentials in it (`user:key@`, `?key=`) are refused without echoing them: keys go in
+    `api_key` or an auth header, where they are masked."""
+    if not isinstance(url, str) or not url.strip():
+        raise ConfigError("base_url is empty", path=source, key=key)
+    if any(c.isspace() or ord(c) < 0x20 or ord(c) == 0x7F for c in url):
+        raise ConfigError(f"base_url {redact_url(url)!r} holds whitespace or a control character",
+                          path=source, key=key)
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as exc:
+        raise ConfigError(f"base_url is not a valid URL ({exc})", path=source, key=key) from None
+    if parts.scheme not in ("http", "https"):
+        shown = url if "@" not in url and "?" not in url else "<redacted>"
+        raise ConfigError(f"base_url {shown!r} is not an http(s) URL (it must start with http:// or https://)",
+                          path=source, key=key)
+    if parts.username is not None or parts.password is not None or "@" in parts.netloc:
+        raise ConfigError("base_url holds credentials (user:key@); put the key in api_key (sent as a Bearer "
+                          "token) or in headers", path=source, key=key)
+    if not parts.hostname:
+        raise ConfigError(f"base_url {url!r} has no host", path=source, key=key)
+    if parts.query:
+        raise ConfigError(f"base_url {redact_url(url)!r} has a query string; put a key in api_key or headers "
+                          "and other parameters in extra_body", path=source, key=key)
+    if parts.fragment or url.endswith("#"):
+        raise ConfigError(f"base_url {redact_url(url)!r} has a #fragment", path=source, key=key)
+    if port == 0:
+        raise ConfigError(f"base_url {redact_url(url)!r} has port 0", path=source, key=key)
+    return url
 
 
 def _key_path(loc: tuple[Any, ...]) -> str:
@@ -281,17 +359,32 @@ def _raise_validation(exc: ValidationError, source: str, prefix: str = "") -> No
 def _expand_env(value: str, *, source: str, key: str) -> str:
     def repl(match: re.Match[str]) -> str:
         name = match.group(1)
+        if not _ENV_REF.fullmatch(match.group(0)):
+            raise ConfigError(f"malformed environment reference {match.group(0)!r}; write ${{NAME}}",
+                              path=source, key=key)
         found = os.environ.get(name)
         if found is None or found == "":
             raise ConfigError(f"environment variable {name} is not set", path=source, key=key)
         return found
 
-    return _ENV_REF.sub(repl, value)
+    return _ENV_ANY.sub(repl, value) if "${" in value else value
+
+
+def _expand_all(value: Any, *, source: str, key: str) -> Any:
+    """Every string value of the config with its `${VAR}` references expanded (keys are left as is)."""
+    if isinstance(value, str):
+        return _expand_env(value, source=source, key=key)
+    if isinstance(value, Mapping):
+        return {k: _expand_all(v, source=source, key=f"{key}.{k}" if key else str(k)) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_expand_all(v, source=source, key=f"{key}[{i}]") for i, v in enumerate(value)]
+    return value
 
 
 def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError("the config must be a table (dict) at the top level", path=source)
+    data = _expand_all(data, source=source, key="")
     try:
         raw = _RawConfig.model_validate(dict(data))
     except ValidationError as exc:
@@ -331,7 +424,8 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
         if name in reserved or ":" in name:
             raise ConfigError(f"tier name {name!r} is reserved or contains ':'", path=source, key=f"tiers.{name}")
 
-    sections = _sections(raw, providers, tiers, source)
+    _check_same_settings(tiers, source)
+    sections = _sections(raw, providers, tiers, source, base_dir)
     return Config(providers=providers, tiers=tiers, raw=raw, sections=sections, source=source, base_dir=base_dir)
 
 
@@ -356,6 +450,25 @@ def _tier_deployments(entries: List[Any], providers: Dict[str, Provider], tier_n
     if dup:
         raise ConfigError(f"deployment {dup!r} is listed twice", path=source, key=key_prefix)
     return deps
+
+
+def _check_same_settings(tiers: Dict[str, Tier], source: str) -> None:
+    """A deployment listed in several tiers or pools must have the same settings everywhere (only its
+    weight may differ): one breaker, one policy and one timeout set serve it, whichever tier calls it."""
+    first: Dict[str, Deployment] = {}
+    for tier in tiers.values():
+        for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
+            seen = first.setdefault(dep.id, dep)
+            if seen is dep:
+                continue
+            differ = [name for name in _SHARED_SETTINGS if getattr(seen, name) != getattr(dep, name)]
+            if differ:
+                raise ConfigError(
+                    f"deployment {dep.id!r} has other settings ({', '.join(differ)}) than at {seen.key_path}; "
+                    "a deployment has one set of settings wherever it is listed", path=source, key=dep.key_path)
+
+
+_SHARED_SETTINGS = ("connect_timeout_s", "ttft_timeout_s", "timeout_s", "context_window", "extra_body", "resilience")
 
 
 def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
@@ -389,10 +502,11 @@ def _with_path(source: str, check: Any, *args: Any, **kwargs: Any) -> Any:
         raise
 
 
-def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, Tier], source: str) -> Sections:
+def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, Tier], source: str,
+              base_dir: Path) -> Sections:
     # Imported here, at load, so that `import llmroute` stays light.
     from .accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
-    from .accounting.ledger import LedgerConfig
+    from .accounting.ledger import LedgerConfig, check_ledger_path
     from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
     from .resilience.policy import merge, policy_from_config
     from .routing.rules import RoutingConfig, check_routing
@@ -409,6 +523,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
         for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
             if dep.id not in policies:
                 policies[dep.id] = _with_path(source, merge, tier_policy, dep.resilience, key=dep.key_path)
+                _check_timeouts(dep, policies[dep.id].deadline_s, source)
 
     pricing = _validated(PricingConfig, raw.pricing, source, "pricing")
     prices = PriceBook(pricing)
@@ -420,6 +535,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     _with_path(source, prices.check_priced, refs, providers=set(providers))
 
     ledger = _validated(LedgerConfig, raw.ledger, source, "ledger")
+    _with_path(source, check_ledger_path, ledger, base_dir)
     budgets = [_validated(BudgetConfig, b, source, f"budgets[{i}]") for i, b in enumerate(raw.budgets)]
     currencies = set()
     for ref in refs:
@@ -469,19 +585,24 @@ def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:
         )
 
     if cfg.base_url is not None:
-        base_url = _expand_env(cfg.base_url, source=source, key=f"{key_path}.base_url")
+        base_url = check_base_url(cfg.base_url, source=source, key=f"{key_path}.base_url")
     else:
         table = spec.native_base_urls if cfg.protocol == "native" else spec.base_urls
         base_url = table.get(region, "")
         if not base_url:
             raise ConfigError(f"kind {cfg.kind!r} needs a base_url", path=source, key=f"{key_path}.base_url")
-    if not re.match(r"^https?://[^/\s]+", base_url):
-        raise ConfigError(f"base_url {base_url!r} is not an http(s) URL", path=source, key=f"{key_path}.base_url")
     base_url = base_url.rstrip("/")
 
     api_key: Optional[SecretStr] = None
     if cfg.api_key is not None:
-        api_key = SecretStr(_expand_env(cfg.api_key, source=source, key=f"{key_path}.api_key"))
+        api_key = cfg.api_key
+        if not api_key.get().strip():
+            if spec.key_required:
+                raise ConfigError(f"api_key is empty; kind {cfg.kind!r} needs a key", path=source,
+                                  key=f"{key_path}.api_key")
+            api_key = None  # a self-hosted server without auth: `api_key = ""` means no key
+        elif any(c in api_key.get() for c in "\r\n\x00 \t"):
+            raise ConfigError("api_key holds whitespace or a line break", path=source, key=f"{key_path}.api_key")
     elif spec.key_env and os.environ.get(spec.key_env):
         api_key = SecretStr(os.environ[spec.key_env])
     elif spec.key_required:
@@ -496,7 +617,7 @@ def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:
         api_key=api_key,
         region=region,
         protocol=cfg.protocol,
-        headers=dict(cfg.headers),
+        headers=dict(cfg.headers),  # auth-like values stay SecretStr until the adapter sends them
         include_usage=spec.include_usage if cfg.include_usage is None else cfg.include_usage,
         max_tokens_field=cfg.max_tokens_field or spec.max_tokens_field,
         split_think_tags=cfg.split_think_tags,
@@ -522,4 +643,23 @@ def _make_deployment(
         extra_body=dict(cfg.extra_body),
         resilience=dict(cfg.resilience),
         key_path=key_path,
+        explicit_timeouts=frozenset(name for name in _TIMEOUTS
+                                    if getattr(cfg, name) is not None or getattr(pc, name) is not None),
     )
+
+
+_TIMEOUTS = ("connect_timeout_s", "ttft_timeout_s", "timeout_s")
+
+
+def _check_timeouts(dep: Deployment, deadline_s: float, source: str) -> None:
+    """Set timeouts in an order where each can fire: connect and first token within the whole
+    attempt's timeout, none past the call's deadline. Defaults are not held against a set value."""
+    for name in ("connect_timeout_s", "ttft_timeout_s"):
+        if name in dep.explicit_timeouts and getattr(dep, name) > dep.timeout_s:
+            raise ConfigError(f"{name} ({getattr(dep, name):g}) is above timeout_s ({dep.timeout_s:g}) for "
+                              f"{dep.id}; it could never fire", path=source, key=dep.key_path or None)
+    for name in _TIMEOUTS:
+        if name in dep.explicit_timeouts and getattr(dep, name) > deadline_s:
+            raise ConfigError(f"{name} ({getattr(dep, name):g}) is above the call deadline resilience.deadline_s "
+                              f"({deadline_s:g}) for {dep.id}; raise deadline_s or lower {name}", path=source,
+                              key=dep.key_path or None)

@@ -38,24 +38,27 @@ class CallExtras:
 class Engine:
     def __init__(self, config: Config, *, ledger: Any = None) -> None:
         from .accounting.budgets import BudgetBook
-        from .accounting.ledger import SQLiteSink, open_sink
+        from .accounting.ledger import JSONLSink, SQLiteSink, open_sink
         from .resilience.health import BreakerRegistry
         from .resilience.limits import DeploymentLimits
         from .resilience.retry import BudgetRegistry
         from .telemetry import Telemetry
 
+        from .secrets import install_log_scrubbing
+
+        install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
         self.config = config
         sections = config.sections
         self.sections = sections
         self._base_policy = sections.resilience
-        self.breakers = BreakerRegistry(self.policy)
+        self.rng = random.Random()
+        self.breakers = BreakerRegistry(self.policy, rng=self.rng)
         self.breakers.register(d.id for d in config.all_deployments())
         self.retry_budgets = BudgetRegistry(self.policy)
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
         self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
-        self.rng = random.Random()
         self.prices = sections.prices
         if ledger is None:
             self.ledger = open_sink(sections.ledger, base_dir=config.base_dir)
@@ -71,7 +74,7 @@ class Engine:
         self.budget_book = None
         if sections.budgets:
             self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates())
-            if isinstance(self.ledger, SQLiteSink) and self.ledger.path.exists():
+            if isinstance(self.ledger, (SQLiteSink, JSONLSink)) and self.ledger.path.exists():
                 self.budget_book.seed_from_ledger(self.ledger.path, time.time())
         self.telemetry = Telemetry(sections.telemetry)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
@@ -221,7 +224,18 @@ class Engine:
             limits=self.limits,
             pool=run.prepared.pool if target.pool is None else target.pool,
             request_tokens=request_tokens,
+            can_continue=self.can_continue,
         )
+
+    def continue_style(self, dep: Deployment) -> Optional[str]:
+        """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot."""
+        from .providers.prefill import continue_style
+
+        return continue_style(dep.provider.kind, dep.provider.protocol, self.policy(dep.id).continue_prefill)
+
+    def can_continue(self, deployment_id: str) -> bool:
+        dep = self._deployments.get(deployment_id)
+        return dep is not None and self.continue_style(dep) is not None
 
     def deployment(self, deployment_id: str) -> Deployment:
         return self._deployments[deployment_id]
@@ -361,7 +375,10 @@ class Engine:
         )
 
     def health(self, now: float) -> Dict[str, Any]:
-        return self.breakers.health(now)
+        from .health import HealthReport
+
+        sink_health = getattr(self.ledger, "health", None)
+        return HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
 
     def close(self) -> None:
         if self.ledger is not None:

@@ -24,7 +24,7 @@ import logging
 from typing import TYPE_CHECKING, Optional
 
 if TYPE_CHECKING:
-    from .call import AttemptContext, CallRun
+    from .call import CallRun
 
 __all__ = ["end_call", "exit_status", "EXIT_STATUSES"]
 
@@ -43,18 +43,13 @@ def exit_status(exc: Optional[BaseException]) -> str:
 
 
 def end_call(run: "CallRun", status: str, error: Optional[BaseException], now: float) -> None:
-    """End every attempt of `run` still open as `status`, give back what the plan holds, end the call."""
-    for ctx in list(run.open_attempts.values()):
+    """End every attempt of `run` still in flight as `status`, give back what the plan holds, end the call."""
+    what = type(error).__name__ if error is not None else "garbage-collected unclosed"
+    for ctx in list(run.in_flight.values()):
         try:
-            _end_attempt(run, ctx, status, error, now)
+            run.cancelled(ctx, now, partial=ctx.partial, why=f"the call ended ({what})", status=status, error=error)
         except Exception:  # noqa: BLE001 - the releases below must still happen
             log.exception("llmroute: recording an attempt that ended as %s failed", status)
     for deployment_id in run.plan.outstanding:
         run.plan.cancel(deployment_id, now, note=f"{status}: the call ended")
     run.end(None, error, now)
-
-
-def _end_attempt(run: "CallRun", ctx: "AttemptContext", status: str, error: Optional[BaseException],
-                 now: float) -> None:
-    what = type(error).__name__ if error is not None else "garbage-collected unclosed"
-    run.cancelled(ctx, now, partial=ctx.partial, status=status, note=f"{status}: {what}", error=error)

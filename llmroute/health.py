@@ -12,17 +12,36 @@ import argparse
 import json
 import sys
 import time
-from typing import List, Optional
+from typing import Any, List, Optional
 
-__all__ = ["main"]
+__all__ = ["main", "HealthReport"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
+
+
+class HealthReport(dict):
+    """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
+    ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one."""
+
+    def __init__(self, snapshots: Any, *, ledger: Any = None) -> None:
+        super().__init__(snapshots)
+        self.ledger = ledger
+
+    def ledger_line(self) -> str:
+        led = self.ledger
+        if led is None:
+            return "ledger: none"
+        line = f"ledger: {led.sink}: {led.written} written, {led.waiting} waiting, {led.lost} lost"
+        if led.last_error:
+            line += f" (failing: {led.last_error})"
+        return line
 
 
 def main(argv: Optional[List[str]] = None) -> int:
     from .client import Client
     from .errors import LLMRouteError
     from .resilience.health import format_health
+    from .secrets import scrub
 
     parser = argparse.ArgumentParser(prog="llmroute health", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="llmroute.toml", help="config file (default: llmroute.toml)")
@@ -41,14 +60,20 @@ def main(argv: Optional[List[str]] = None) -> int:
                                                        feature="llmroute-health")
                     except LLMRouteError as exc:
                         failed += 1
-                        print(f"probe {dep.id}: {type(exc).__name__}: {exc}", file=sys.stderr)
+                        print(scrub(f"probe {dep.id}: {type(exc).__name__}: {exc}"), file=sys.stderr)
         snapshots = client.health()
+        out = {dep: snap.as_dict() for dep, snap in snapshots.items()}
+        ledger = getattr(snapshots, "ledger", None)
         if args.json:
-            print(json.dumps({dep: snap.as_dict() for dep, snap in snapshots.items()}, indent=2, default=str))
+            # "ledger" cannot clash with a deployment id: those always hold a ':'.
+            out["ledger"] = ledger.as_dict() if ledger is not None else None
+            print(scrub(json.dumps(out, indent=2, default=str)))
         else:
-            print(format_health(snapshots, now=time.monotonic()))
+            print(scrub(format_health(snapshots, now=time.monotonic())))
+            print(scrub(snapshots.ledger_line()) if hasattr(snapshots, "ledger_line") else "")
     unhealthy = [d for d, s in snapshots.items() if s.state != "closed"]
-    return 1 if (unhealthy or failed) else 0
+    ledger_bad = ledger is not None and (ledger.lost or ledger.last_error)
+    return 1 if (unhealthy or failed or ledger_bad) else 0
 
 
 if __name__ == "__main__":

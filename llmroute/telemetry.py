@@ -663,6 +663,11 @@ class AttemptTrace:
         if self._recording:
             self._span.set_attribute("gen_ai.response.time_to_first_chunk", max(0.0, now - self.started_at))
 
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
+        """A span event on the attempt (a skipped malformed stream event, a resumed answer)."""
+        if self._recording:
+            self._span.add_event(name, attributes=dict(attributes))
+
     def end(
         self,
         *,
@@ -739,6 +744,9 @@ class _NoopAttemptTrace(AttemptTrace):
         return None
 
     def first_chunk(self, now: float) -> None:
+        pass
+
+    def event(self, name: str, attributes: Mapping[str, Any]) -> None:
         pass
 
     def end(self, **_: Any) -> None:

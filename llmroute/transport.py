@@ -23,8 +23,8 @@ from . import errors as E
 from .bounded import ACCEPT_ENCODING, BodyReader, ReadLimits
 from .providers.base import HttpRequest
 
-__all__ = ["Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error",
-           "iter_body", "read_body", "aiter_body", "aread_body"]
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer",
+           "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
 @dataclass(frozen=True)
@@ -37,14 +37,24 @@ class Timeouts:
     total_s: float
     read_s: float
     read_kind: str  # "ttft" or "total": which limit a read timeout means
+    stall_s: Optional[float] = None  # streams: no content for this long after content started
 
     def httpx(self) -> httpx.Timeout:
         return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
 
 
+# `ProviderError.code` of a ConnectionError raised when the server closed a pooled keep-alive
+# connection before answering: the request may not have been read; the plan resends it at once, as a
+# visible attempt within max_retries, and the breaker does not count it.
+DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
+
+
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
     """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    if _stale_connection(exc):
+        return E.ConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
+                                 code=DROPPED_BEFORE_REPLY, **kw)
     cause = exc.__cause__
     if cause is not None and type(cause).__module__.startswith("aiohttp"):
         # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout: read the cause.
@@ -94,6 +104,10 @@ def _reason(exc: BaseException) -> str:
     if cause is not None and str(cause) and str(cause) not in text:
         text = f"{text} ({cause})"
     return text[:300]
+
+
+def _body(request: HttpRequest) -> Dict[str, Any]:
+    return {"content": request.content} if request.content is not None else {"json": request.json}
 
 
 class _UntilDeadline(dict):
@@ -177,7 +191,7 @@ def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optiona
     raised before anything is sent."""
     try:
         req = client.build_request(
-            request.method, request.url, headers=request.headers, json=request.json, timeout=timeouts.httpx(),
+            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
             extensions={"trace": timer} if timer is not None else None,
         )
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included
@@ -305,7 +319,7 @@ def _aiohttp_session(transport: Any, max_connections: int) -> Any:
 
 
 def _stale_connection(exc: BaseException) -> bool:
-    """The server closed a pooled keep-alive connection before answering: safe to send again once.
+    """The server closed a pooled keep-alive connection before answering.
 
     llama.cpp's HTTP server, for one, closes a keep-alive connection after a few requests; the next
     request on it fails before any byte of a response. httpx says "Server disconnected without
@@ -355,10 +369,6 @@ class SyncTransport:
         token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
         try:
             return client.send(req, stream=True)
-        except httpx.HTTPError as exc:
-            if not _stale_connection(exc):
-                raise
-            return client.send(req, stream=True)  # on a fresh connection; a second failure is real
         finally:
             _DEADLINE.reset(token)
 
@@ -423,12 +433,7 @@ class AsyncTransport:
         try:
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
             async with asyncio.timeout(timeouts.total_s):
-                try:
-                    return await client.send(req, stream=True)
-                except httpx.HTTPError as exc:
-                    if not _stale_connection(exc):
-                        raise
-                    return await client.send(req, stream=True)
+                return await client.send(req, stream=True)
         finally:
             if token is not None:
                 _AIOHTTP_TIMER.reset(token)

@@ -154,6 +154,11 @@ class Route(BaseModel):
     attempts: List[Attempt] = Field(default_factory=list)
     usage_estimated: bool = False
     request_id: Optional[str] = None
+    warnings: List[str] = Field(default_factory=list)  # e.g. malformed stream events that were skipped
+    # An answer cut after content started and finished elsewhere: "resumed" (continued on a
+    # deployment that can continue a prefill) or "restarted" (a plain call answered again from scratch).
+    recovery: Optional[str] = None
+    resumed_at: List[int] = Field(default_factory=list)  # character offsets where continuations begin
 
 
 class ChatCompletion(_OpenAIModel):
@@ -176,3 +181,5 @@ class ChatCompletionChunk(_OpenAIModel):
     choices: List[ChunkChoice] = Field(default_factory=list)
     usage: Optional[Usage] = None
     system_fingerprint: Optional[str] = None
+    # True on the first content chunk of a continuation: what follows continues a cut answer.
+    resumed: bool = Field(default=False, exclude=True)

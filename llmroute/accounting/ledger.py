@@ -73,6 +73,7 @@ import math
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
@@ -89,6 +90,8 @@ __all__ = [
     "MemorySink",
     "CallableSink",
     "LedgerConfig",
+    "LedgerHealth",
+    "check_ledger_path",
     "open_sink",
     "read_records",
     "SCHEMA_VERSION",
@@ -100,9 +103,28 @@ log = logging.getLogger("llmroute.ledger")
 SCHEMA_VERSION = 1
 Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
-# Keep the buffer bounded if storage stays broken: past this many unwritten records the oldest are
-# dropped (and logged) rather than growing without limit.
-MAX_BUFFERED_RECORDS = 1_000_000
+# Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
+# dropped, counted in `lost` and logged at ERROR with the count, rather than growing without limit.
+# A record is about 1 KB in memory, so the default bound is about 100 MB.
+MAX_BUFFERED_RECORDS = 100_000
+# On close, a failing write is tried this many times (with a short pause) before the spool is lost.
+CLOSE_ATTEMPTS = 3
+CLOSE_RETRY_PAUSE_S = 0.2
+
+
+@dataclass(frozen=True)
+class LedgerHealth:
+    """What a sink has done with its records: written, still waiting in the spool, lost for good."""
+
+    sink: str
+    written: int = 0
+    waiting: int = 0
+    lost: int = 0
+    write_errors: int = 0
+    last_error: Optional[str] = None  # the last storage error, scrubbed; None once a write succeeds
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
 
 
 @dataclass(frozen=True)
@@ -277,41 +299,84 @@ class _BatchingSink:
         self._wake = threading.Event()
         self._stopping = False
         self._thread: threading.Thread | None = None
+        self.max_spool = MAX_BUFFERED_RECORDS
         self.records_written = 0
         self.write_errors = 0
+        self.records_lost = 0
+        self.last_error: Optional[str] = None
+        self._failing = False  # a failure streak is on: logged once when it starts, once when it ends
+        self._overflow_logged = False
+        self._lost_reported = 0
+        self._in_flight = 0  # records taken from the spool by a write that has not finished
 
     # --- interface -------------------------------------------------------------------------
+    def health(self) -> LedgerHealth:
+        with self._lock:
+            waiting = len(self._buffer) + self._in_flight
+        return LedgerHealth(sink=repr(self), written=self.records_written, waiting=waiting, lost=self.records_lost,
+                            write_errors=self.write_errors, last_error=self.last_error)
+
     def write(self, record: LedgerRecord) -> None:
+        dropped = 0
         with self._lock:
             self._buffer.append(record)
-            if len(self._buffer) > MAX_BUFFERED_RECORDS:
-                dropped = len(self._buffer) - MAX_BUFFERED_RECORDS
+            if len(self._buffer) > self.max_spool:
+                dropped = len(self._buffer) - self.max_spool
                 del self._buffer[:dropped]
-                log.error("ledger: storage failing; dropped %d oldest unwritten records", dropped)
+                self.records_lost += dropped
             if self._stopping:
                 closed = True
             else:
                 closed = False
                 if self._thread is None:
                     self._start()
+        if dropped and not self._overflow_logged:  # once per flush interval; flush() reports the totals
+            self._overflow_logged = True
+            log.error("ledger %r: storage failing and the spool is full (%d records): the oldest unwritten "
+                      "records are being lost (%d so far)", self, self.max_spool, self.records_lost)
         if closed:
             # Written after close (e.g. a late thread during shutdown): write it now.
             self.flush()
 
-    def flush(self) -> None:
+    def flush(self) -> bool:
+        """Write the spool; True if it is empty afterwards. A failure keeps the records for the next try."""
         with self._io_lock:
             with self._lock:
                 batch, self._buffer = self._buffer, []
+                self._in_flight = len(batch)  # still waiting, as far as health() is concerned
             if not batch:
-                return
+                return True
             try:
                 self._write_batch(batch)
-                self.records_written += len(batch)
-            except Exception:  # noqa: BLE001 - storage errors never reach a call
+            except Exception as exc:  # noqa: BLE001 - storage errors never reach a call
+                from ..secrets import scrub
+
                 self.write_errors += 1
-                log.exception("ledger: writing %d records failed; will retry", len(batch))
+                self.last_error = scrub(f"{type(exc).__name__}: {exc}")
                 with self._lock:
+                    self._in_flight = 0
                     self._buffer[:0] = batch
+                    overflow = max(0, len(self._buffer) - self.max_spool)
+                    del self._buffer[:overflow]
+                    self.records_lost += overflow
+                    waiting = len(self._buffer)
+                if not self._failing or self.records_lost > self._lost_reported:
+                    log.error("ledger %r: writing %d record(s) failed (%s); %d waiting in the spool, %d lost; "
+                              "retrying every %gs", self, len(batch), self.last_error, waiting, self.records_lost,
+                              self.flush_interval_s)
+                    self._lost_reported = self.records_lost
+                self._failing = True
+                self._overflow_logged = False
+                return False
+            with self._lock:
+                self.records_written += len(batch)
+                self._in_flight = 0
+            self.last_error = None
+            if self._failing:
+                self._failing = False
+                log.warning("ledger %r: storage works again; wrote %d spooled record(s)", self, len(batch))
+            with self._lock:
+                return not self._buffer
 
     def close(self) -> None:
         with self._lock:
@@ -320,7 +385,17 @@ class _BatchingSink:
         self._wake.set()
         if thread is not None and thread is not threading.current_thread():
             thread.join(timeout=30)
-        self.flush()
+        for attempt in range(CLOSE_ATTEMPTS):
+            if self.flush():
+                break
+            if attempt + 1 < CLOSE_ATTEMPTS:
+                time.sleep(CLOSE_RETRY_PAUSE_S)
+        with self._lock:
+            lost, self._buffer = len(self._buffer), []
+            self.records_lost += lost
+        if lost:
+            log.error("ledger %r: closing with storage still failing (%s); %d record(s) lost",
+                      self, self.last_error, lost)
         with self._io_lock:
             self._close_io()
         _open_sinks.discard(self)
@@ -352,6 +427,7 @@ class _BatchingSink:
         self._io_lock = threading.Lock()
         self._wake = threading.Event()
         self._buffer = []
+        self._in_flight = 0
         self._thread = None
         for name in ("_conn", "_file"):
             if getattr(self, name, None) is not None:
@@ -398,7 +474,8 @@ class SQLiteSink(_BatchingSink):
             conn.executemany(_INSERT_SQL, rows)
             conn.execute("COMMIT")
         except BaseException:
-            conn.execute("ROLLBACK")
+            if conn.in_transaction:  # a full disk makes SQLite roll back by itself
+                conn.execute("ROLLBACK")
             raise
 
     def _close_io(self) -> None:
@@ -419,21 +496,49 @@ class JSONLSink(_BatchingSink):
         return f"JSONLSink({str(self.path)!r}, flush_interval_s={self.flush_interval_s})"
 
     def _write_batch(self, batch: list[LedgerRecord]) -> None:
+        # Whole lines or nothing: the batch goes down in one os.write of an unbuffered file; if that
+        # fails part-way (disk full), the file is cut back to where the batch began, so a retry never
+        # leaves a torn line or a duplicate behind. A torn tail from a crash is ended with a newline
+        # before anything is appended, so it stays a line of its own that readers skip.
         if self._file is None:
             if self.path.parent and not self.path.parent.exists():
                 self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._file = open(self.path, "a", encoding="utf-8")
-        self._file.write("".join(r.to_json() + "\n" for r in batch))
-        self._file.flush()
+            self._file = open(self.path, "ab", buffering=0)
+            size = self._file.seek(0, os.SEEK_END)
+            if size:
+                with open(self.path, "rb") as f:
+                    f.seek(size - 1)
+                    if f.read(1) != b"\n":
+                        self._file.write(b"\n")
+        data = "".join(r.to_json() + "\n" for r in batch).encode("utf-8")
+        start = self._file.seek(0, os.SEEK_END)
+        try:
+            view = memoryview(data)
+            while view:
+                n = self._file.write(view)
+                view = view[n:]
+        except BaseException:
+            try:
+                os.ftruncate(self._file.fileno(), start)
+            except OSError:
+                # Cannot cut it back: leave a newline so the torn piece stays a line of its own.
+                self._close_io()
+            raise
 
     def _close_io(self) -> None:
         if self._file is not None:
-            self._file.close()
+            try:
+                self._file.close()
+            except OSError:
+                pass
             self._file = None
 
 
 class MemorySink:
     """Keeps records in a list (`.records`); for tests and notebooks."""
+
+    def health(self) -> LedgerHealth:
+        return LedgerHealth(sink="MemorySink()", written=len(self.records))
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -458,13 +563,20 @@ class CallableSink:
             raise TypeError(f"CallableSink needs a callable, got {type(fn).__name__}")
         self.fn = fn
         self.errors = 0
+        self.written = 0
 
     def write(self, record: LedgerRecord) -> None:
         try:
             self.fn(record)
         except Exception:  # noqa: BLE001 - a user's sink must not break a call
             self.errors += 1
-            log.exception("ledger: the callable sink raised")
+            log.exception("ledger: the callable sink raised; the record is lost (%d lost in all)", self.errors)
+            return
+        self.written += 1
+
+    def health(self) -> LedgerHealth:
+        return LedgerHealth(sink=f"CallableSink({getattr(self.fn, '__name__', 'fn')})", written=self.written,
+                            lost=self.errors, write_errors=self.errors)
 
     def flush(self) -> None:
         pass
@@ -483,6 +595,43 @@ class LedgerConfig(BaseModel):
     path: str = "llmroute-ledger.db"
     # A crash loses at most the records of the last interval.
     flush_interval_s: float = Field(default=1.0, gt=0, le=3600)
+    # Records kept in memory while storage fails (retried every interval); past it the oldest are lost.
+    max_spool_records: int = Field(default=MAX_BUFFERED_RECORDS, ge=1, le=10_000_000)
+
+
+def check_ledger_path(config: LedgerConfig, base_dir: str | os.PathLike[str] | None) -> None:
+    """Refuse, at load, a ledger path that cannot be written: a folder, a read-only place, a file of
+    another format. Raises ConfigError naming `ledger.path`; touches nothing."""
+    from ..errors import ConfigError
+
+    if config.sink not in ("sqlite", "jsonl"):
+        return
+    path = _resolve(config.path, base_dir)
+    key = "ledger.path"
+    if path.is_dir():
+        raise ConfigError(f"{path} is a directory; give a file name", key=key)
+    if path.exists():
+        if not os.access(path, os.W_OK):
+            raise ConfigError(f"{path} is not writable", key=key)
+        if config.sink == "sqlite" and path.stat().st_size and not _is_sqlite(path):
+            raise ConfigError(f"{path} exists and is not a SQLite database", key=key)
+        if config.sink == "jsonl" and _is_sqlite(path):
+            raise ConfigError(f"{path} is a SQLite database, not a JSONL file", key=key)
+        return
+    parent = path.parent
+    while not parent.exists():  # the sink creates missing folders: the first existing one must be writable
+        parent = parent.parent
+    if not parent.is_dir():
+        raise ConfigError(f"{parent} is not a directory, so {path} cannot be created", key=key)
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise ConfigError(f"cannot create {path}: {parent} is not writable", key=key)
+
+
+def _resolve(path: str, base_dir: str | os.PathLike[str] | None) -> Path:
+    out = Path(path).expanduser()
+    if base_dir is not None and not out.is_absolute():
+        out = Path(base_dir) / out
+    return out
 
 
 def open_sink(config: LedgerConfig, *, base_dir: str | os.PathLike[str] | None = None) -> LedgerSink | None:
@@ -493,12 +642,10 @@ def open_sink(config: LedgerConfig, *, base_dir: str | os.PathLike[str] | None =
         return None
     if config.sink == "memory":
         return MemorySink()
-    path = Path(config.path).expanduser()
-    if base_dir is not None and not path.is_absolute():
-        path = Path(base_dir) / path
-    if config.sink == "jsonl":
-        return JSONLSink(path, config.flush_interval_s)
-    return SQLiteSink(path, config.flush_interval_s)
+    path = _resolve(config.path, base_dir)
+    sink = JSONLSink(path, config.flush_interval_s) if config.sink == "jsonl" else SQLiteSink(path, config.flush_interval_s)
+    sink.max_spool = config.max_spool_records
+    return sink
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -523,7 +670,16 @@ def read_records(
     if _is_sqlite(p):
         yield from _read_sqlite(p, since, until)
         return
-    with open(p, encoding="utf-8") as f:
+    yield from _read_jsonl(p, since, until)
+
+
+def _read_jsonl(p: Path, since: float | None, until: float | None) -> Iterator[LedgerRecord]:
+    # A crash or a full disk can leave a torn line (the start of a record, no end): it is skipped with
+    # a warning. A record written twice (same request_id, attempt and ts) is read once. A line that is
+    # not a record at all means the file is not a ledger.
+    seen: set[tuple[Any, ...]] = set()
+    torn = 0
+    with open(p, encoding="utf-8", errors="replace") as f:
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:
@@ -531,11 +687,15 @@ def read_records(
             try:
                 rec = LedgerRecord.from_row(json.loads(line))
             except (ValueError, TypeError) as e:
-                # A crash can cut the last line short; anything else is not a ledger.
-                if f.readline() == "":
-                    log.warning("ledger %s: ignoring a truncated last line %d", p, n)
-                    return
+                if line.startswith('{"ts":'):
+                    torn += 1
+                    log.warning("ledger %s: skipping a torn line %d (a write was cut short)", p, n)
+                    continue
                 raise ValueError(f"{p}:{n}: not a ledger record ({e})") from None
+            identity = (rec.request_id, rec.attempt, rec.ts)
+            if identity in seen:
+                continue
+            seen.add(identity)
             if (since is None or rec.ts >= since) and (until is None or rec.ts < until):
                 yield rec
 

@@ -587,6 +587,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not Path(ledger).exists():
             print(f"llmroute report: no ledger at {ledger}", file=sys.stderr)
             return 2
+        from ..cli_paths import check_ledger_input, check_output
+
+        check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
+        check_output(args.out or ("llmroute-report.html" if args.format == "html" else None), "--out")
         by_keys = _check_by(args.by.split(","))
         now = time.time()
         rows = report(ledger, by=by_keys, since=args.since, until=args.until, reprice=args.reprice,

@@ -132,13 +132,20 @@ def _compare_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
+        from ..cli_paths import check_input, check_output
+
         if args[:1] == ["smoke"]:
             ns = _smoke_parser().parse_args(args[1:])
+            check_output(ns.json_out, "--json")  # paths are checked before the work, not after it
             with _config_source(ns):
                 return _smoke(ns)
         if args[:1] == ["compare"]:
             return _compare(_compare_parser().parse_args(args[1:]))
         ns = build_parser().parse_args(args)
+        for path, option in ((ns.out, "--out"), (ns.html, "--html")):
+            check_output(path, option)
+        for path, option in ((ns.prompts, "--prompts"), (ns.baseline, "--baseline")):
+            check_input(path, option)
         with _config_source(ns):
             return _bench(ns, args)
     except LLMRouteError as exc:

@@ -179,6 +179,10 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
+        from ..cli_paths import check_input, check_output
+
+        check_input(ns.bench, "--bench")
+        check_output(ns.json_out, "--json")
         return _plan(ns)
     except LLMRouteError as exc:
         print(f"llmroute plan: {exc}", file=sys.stderr)

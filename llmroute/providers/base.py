@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from .. import errors as E
+from ..secrets import reveal_headers
 from ..sse import SSEDecoder, SSEEvent
 from ..tokens import normalize_usage
 from ..types import ChatCompletion, ChatCompletionChunk, Usage
@@ -51,6 +52,7 @@ class HttpRequest:
     headers: Dict[str, str]
     json: Dict[str, Any]
     stream: bool
+    content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)
 
     def __repr__(self) -> str:  # headers hold the key: never show them
         return f"HttpRequest({self.method} {self.url}, stream={self.stream})"
@@ -104,7 +106,7 @@ class OpenAICompatAdapter:
         headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
         if self.provider.api_key:
             headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
-        headers.update(self.provider.headers)
+        headers.update(reveal_headers(self.provider.headers))  # the one place a header key is unmasked
         return headers
 
     def url(self, stream: bool) -> str:
@@ -302,12 +304,13 @@ class OpenAICompatAdapter:
             return None
         try:
             payload = json.loads(data)
-        except ValueError:
-            raise self._bad_body(f"malformed SSE data: {data[:80]!r}") from None
-        except RecursionError:
-            raise self._bad_body("SSE data nested too deeply to read") from None
+        except (ValueError, RecursionError):
+            # One bad event does not spoil a good answer: skipped, counted, the stream goes on.
+            decoder.skipped.append(f"malformed SSE data skipped: {data[:80]!r}")
+            return None
         if not isinstance(payload, dict):
-            raise self._bad_body("SSE data is not a JSON object")
+            decoder.skipped.append(f"SSE data that is not a JSON object skipped: {data[:80]!r}")
+            return None
         if event.event == "error":
             raise self.error_from_event(payload)
         return self.normalize_chunk(payload, decoder)
@@ -323,6 +326,7 @@ class StreamDecoder:
         self.done = False  # the platform's end marker ([DONE]) was seen
         self.finished = False  # a finish_reason was seen
         self.think_splitters: Dict[int, ThinkSplitter] = {}
+        self.skipped: List[str] = []  # malformed events skipped, one line each
         # An error event that came in the same read as chunks before it: those chunks are handed
         # out first (they are part of what the caller saw and was billed for), the error next time.
         self.pending_error: Optional[E.ProviderError] = None
@@ -425,6 +429,14 @@ class StreamAssembler:
 
     def all_text(self) -> str:
         return "".join("".join(s["content"]) for s in self._choices.values())
+
+    def continuable(self) -> bool:
+        """Can another deployment continue this answer as an assistant prefill? One choice, with
+        text, and no tool call (a half-written tool call cannot be continued as text)."""
+        if len(self._choices) != 1 or 0 not in self._choices:
+            return False
+        slot = self._choices[0]
+        return bool(slot["content"]) and not slot["tools"] and not slot["refusal"]
 
     def all_reasoning(self) -> str:
         return "".join("".join(s["reasoning"]) for s in self._choices.values())

@@ -4,14 +4,21 @@ Rules (each has a test in tests/resilience/test_breaker.py):
 - Closed trips to open on a failure rate >= `failure_rate` or a slow-call rate >= `slow_rate` over the
   sliding window (time- or count-based) once `min_calls` calls are in it, or at once after
   `consecutive_failures` failures in a row. A call is slow when its TTFT exceeds `slow_ttft_s`.
-- The open period is `open_s * open_growth**(n-1)` for the n-th trip in a row, capped at `open_max_s`;
-  the count resets once the breaker has stayed closed for `trip_memory_s`.
+- The open period is `open_s * open_growth**(n-1)` for the n-th trip in a row, capped at `open_max_s`
+  (30 s by default, so a deployment that recovers gets traffic back within one `open_max_s` however
+  long its outage was); the count resets once the breaker has stayed closed for `trip_memory_s`.
+  With an `rng`, each open period is shortened by up to `open_jitter` of itself, so the breakers of
+  many processes do not probe a recovering platform at the same instant.
+- A 429 carrying Retry-After never trips the breaker for `open_s`: it holds it open for the platform's
+  own Retry-After (capped at `open_max_s`), also when it answers a half-open probe.
 - A platform's Retry-After (on the current failure) extends the open deadline, never shortens it. With
   `open_on_retry_after` a failure carrying Retry-After opens a closed breaker at once until then
   (capped at `open_max_s`): the platform told us every call before then will be refused. Such a hold
   is not a trip: it does not grow later open periods.
 - When the open deadline passes the breaker is half-open: at most `half_open_probes` calls in flight;
   `half_open_successes` probe successes close it (clearing the window), one probe failure reopens it.
+  A probe permit is a lease: one not recorded or released within `probe_lease_s` (its call was
+  cancelled, abandoned or garbage-collected) gives its slot back by itself.
 - Caller errors ("caller") change nothing. Fatal errors (auth, billing, unknown model) disable the
   breaker: state "open", `open_until` = inf (or `fatal_open_s`), and `disabled_reason` says why.
 
@@ -21,7 +28,9 @@ passes in (monotonic seconds). `record` returns the `Transition` it caused so th
 
 from __future__ import annotations
 
+import itertools
 import math
+import random
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass
@@ -41,11 +50,13 @@ SAMPLES_KEPT = 200
 
 @dataclass(frozen=True)
 class Permit:
-    """Admission to send one call. `probe` marks a half-open probe of half-open episode `epoch`."""
+    """Admission to send one call. `probe` marks a half-open probe of half-open episode `epoch`;
+    `seq` identifies the probe's lease."""
 
     deployment_id: str
     probe: bool
     epoch: int
+    seq: int = 0
 
 
 @dataclass(frozen=True)
@@ -106,9 +117,10 @@ def percentile(sorted_values: list[float], q: float) -> Optional[float]:
 class CircuitBreaker:
     """Breaker for one deployment. Thread-safe; every method takes `now` (monotonic seconds)."""
 
-    def __init__(self, policy: ResiliencePolicy, deployment_id: str) -> None:
+    def __init__(self, policy: ResiliencePolicy, deployment_id: str, *, rng: Optional[random.Random] = None) -> None:
         self.policy = policy
         self.deployment_id = deployment_id
+        self._rng = rng  # None: open periods are exact (no jitter)
         self._lock = threading.Lock()
         self._state: BreakerState = "closed"
         self._open_until: Optional[float] = None
@@ -119,7 +131,8 @@ class CircuitBreaker:
         self._trips_in_row = 0
         self._closed_at: Optional[float] = None
         self._epoch = 0  # half-open episode; a probe permit is only valid in its own episode
-        self._probes_in_flight = 0
+        self._probes: dict[int, float] = {}  # probe permit seq -> when it was granted (the lease)
+        self._probe_seq = itertools.count(1)
         self._probe_successes = 0
         self._consecutive_failures = 0
         self._window: deque[tuple[float, bool, bool]] = deque()  # (time, failed, slow)
@@ -139,7 +152,7 @@ class CircuitBreaker:
             if self._state == "closed":
                 return True
             if self._state == "half_open":
-                return self._probes_in_flight < self.policy.half_open_probes
+                return len(self._probes) < self.policy.half_open_probes
             return False
 
     def acquire(self, now: float) -> Optional[Permit]:
@@ -148,9 +161,10 @@ class CircuitBreaker:
             self._advance(now)
             if self._state == "closed":
                 return Permit(self.deployment_id, False, self._epoch)
-            if self._state == "half_open" and self._probes_in_flight < self.policy.half_open_probes:
-                self._probes_in_flight += 1
-                return Permit(self.deployment_id, True, self._epoch)
+            if self._state == "half_open" and len(self._probes) < self.policy.half_open_probes:
+                seq = next(self._probe_seq)
+                self._probes[seq] = now
+                return Permit(self.deployment_id, True, self._epoch, seq)
             return None
 
     def allow(self, now: float) -> bool:
@@ -201,7 +215,8 @@ class CircuitBreaker:
             if outcome == "fatal":
                 self._disable(now, error)
             else:
-                self._transition_on(now, failed, was_probe, _retry_after(error) if failed else None)
+                self._transition_on(now, failed, was_probe, _retry_after(error) if failed else None,
+                                    rate_limited=failed and isinstance(error, E.RateLimitError))
             newly_disabled = self._disabled_reason is not None and not was_disabled
             if self._state == before and not newly_disabled:
                 return None
@@ -270,7 +285,7 @@ class CircuitBreaker:
                 last_error=self._last_error,
                 last_error_at=self._last_error_at,
                 disabled_reason=self._disabled_reason,
-                probes_in_flight=self._probes_in_flight if self._state == "half_open" else 0,
+                probes_in_flight=len(self._probes) if self._state == "half_open" else 0,
                 p50_ttft_s=percentile(ttft, 50),
                 p95_ttft_s=percentile(ttft, 95),
                 p50_latency_s=percentile(latency, 50),
@@ -283,18 +298,27 @@ class CircuitBreaker:
         if self._state == "open" and self._open_until is not None and now >= self._open_until:
             self._state = "half_open"
             self._epoch += 1
-            self._probes_in_flight = 0
+            self._probes.clear()
             self._probe_successes = 0
             self._reason = f"open period ended; probing with up to {self.policy.half_open_probes} calls"
             self._changed_at = now
+        if self._probes:
+            # A probe whose call never reported back (cancelled, abandoned, collected) frees its slot.
+            horizon = now - self.policy.probe_lease
+            for seq in [seq for seq, granted in self._probes.items() if granted <= horizon]:
+                del self._probes[seq]
 
     def _end_probe(self, permit: Optional[Permit]) -> bool:
         """Free the probe slot a call held; True when the call was a probe of the current episode."""
-        if self._state != "half_open" or self._probes_in_flight <= 0:
+        if self._state != "half_open" or not self._probes:
             return False
-        if permit is not None and not (permit.probe and permit.epoch == self._epoch):
+        if permit is None:  # a caller that keeps no permit (`allow`): ends the oldest probe
+            del self._probes[next(iter(self._probes))]
+            return True
+        if not (permit.probe and permit.epoch == self._epoch):
             return False  # admitted while closed, or in an earlier episode: its slot is long gone
-        self._probes_in_flight -= 1
+        # A probe whose lease expired already gave its slot back: its late outcome still counts.
+        self._probes.pop(permit.seq, None)
         return True
 
     def _evict(self, now: float) -> None:
@@ -318,8 +342,15 @@ class CircuitBreaker:
         self._slow += slow
         self._evict(now)
 
-    def _transition_on(self, now: float, failed: bool, was_probe: bool, retry_after: Optional[float]) -> None:
+    def _transition_on(self, now: float, failed: bool, was_probe: bool, retry_after: Optional[float],
+                       rate_limited: bool = False) -> None:
         p = self.policy
+        if rate_limited and retry_after is not None and self._state != "open":
+            # The platform said exactly how long to wait: hold for that, not for a grown open period.
+            if p.open_on_retry_after or was_probe or (self._state == "closed" and self._trip_reason()):
+                self._hold(now, now + min(retry_after, p.open_max_s), f"rate limited: platform asked to wait "
+                                                                       f"{retry_after:g}s")
+            return
         if self._state == "closed":
             reason = self._trip_reason()
             if reason is not None:
@@ -361,6 +392,8 @@ class CircuitBreaker:
             open_for = min(p.open_s * p.open_growth ** (self._trips_in_row - 1), p.open_max_s)
         except OverflowError:
             open_for = p.open_max_s
+        if self._rng is not None and p.open_jitter:
+            open_for *= 1.0 - p.open_jitter * self._rng.random()
         until = now + open_for
         if retry_after is not None:
             until = max(until, now + min(retry_after, p.open_max_s))
@@ -394,7 +427,7 @@ class CircuitBreaker:
         self._failures = 0
         self._slow = 0
         self._consecutive_failures = 0
-        self._probes_in_flight = 0
+        self._probes.clear()
         self._probe_successes = 0
 
     def _disable(self, now: float, error: Optional[BaseException]) -> None:

@@ -23,8 +23,14 @@ What it encodes:
 - A ContextLengthError moves only to a candidate whose known context window fits the request (and is
   larger than the one that refused it), or ends with a ContextLengthError saying so.
 - A fatal error (auth, billing, unknown model) disables the deployment and moves on.
-- A failure after content reached the caller (`content_started=True`) is never retried or failed
-  over: the plan ends with `StreamInterruptedError` carrying the partial text and the attempts.
+- A failure after content started (`content_started=True`) is never retried on the same deployment.
+  Without `recover` the plan ends with `StreamInterruptedError` carrying the partial text and the
+  attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
+  continue a partial answer (`can_continue`), sent as `Send.is_continuation`; when none is left it
+  ends with that StreamInterruptedError. With `recover="continue_or_restart"` (plain calls)
+  continuing deployments are tried first, then the next deployment starts the answer again
+  (`Send.is_restart`). A continuation refused as a bad request (the platform does not take a
+  prefill) moves on: the real failure is the cut, not the refusal.
 - Client-side limits (bulkhead, rpm, tpm per pool) either admit, ask to wait within
   `queue_timeout_s`, or move on.
 
@@ -44,7 +50,7 @@ from .health import BreakerRegistry
 from .limits import DeploymentLimits, Lease, fits
 from .outcome import classify_failure, describe_error
 from .policy import ResiliencePolicy
-from .retry import BudgetRegistry, decide_retry
+from .retry import BudgetRegistry, decide_retry, dropped_before_reply
 
 __all__ = [
     "Candidate",
@@ -80,6 +86,8 @@ class Send:
     is_fallback: bool
     is_hedge: bool
     timeout_s: float  # time left before the call's deadline
+    is_continuation: bool = False  # continue the partial answer of an attempt that was cut
+    is_restart: bool = False  # start the answer again after a cut no deployment could continue
 
 
 @dataclass(frozen=True)
@@ -165,6 +173,7 @@ class _InFlight:
     started_at: float
     permit: Optional[Permit]
     lease: Optional[Lease]
+    is_continuation: bool = False
 
 
 @dataclass
@@ -177,6 +186,7 @@ class _Pending:
     ready_at: float
     reason: str
     queued_since: Optional[float] = None
+    free: bool = False  # a resend after a dropped keep-alive connection: not counted in max_retries
 
 
 @dataclass
@@ -207,6 +217,7 @@ class FailoverPlan:
         limits: Optional[DeploymentLimits] = None,
         pool: str = "interactive",
         request_tokens: int = 0,
+        can_continue: Optional[Callable[[str], bool]] = None,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -234,6 +245,12 @@ class FailoverPlan:
         self._terminal: Optional[Union[Exhausted, Done]] = None
         self._context = _ContextState()
         self.used_fallback_tier: Optional[str] = None
+        self._can_continue = can_continue or (lambda deployment_id: False)
+        # Recovery after a cut: None, "continue", "continue_or_restart", "restart", or "restarted" (done).
+        self._recover: Optional[str] = None
+        self._cut: Optional[tuple[_InFlight, BaseException, str]] = None
+        self._no_continue: set[str] = set()
+        self._resent_after_drop: set[str] = set()
 
     # ------------------------------------------------------------------ public
 
@@ -258,7 +275,7 @@ class FailoverPlan:
                 self._pending = pending
                 return Wait(pending.ready_at - now, pending.candidate.deployment_id, pending.reason)
             step = self._admit(pending.candidate, pending.is_fallback, now, is_retry=pending.is_retry,
-                               queued_since=pending.queued_since)
+                               queued_since=pending.queued_since, free=pending.free)
             if step is not None:
                 return step
         while self._pos < len(self._queue):
@@ -266,9 +283,21 @@ class FailoverPlan:
             self._pos += 1
             if candidate.deployment_id in self._in_flight:
                 continue  # a hedge already holds it
-            step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None)
+            continuing = self._recover in ("continue", "continue_or_restart") and self._continues(candidate)
+            if self._recover == "continue" and not continuing:
+                self._skip(candidate, is_fallback, "skipped: cannot continue a partial answer")
+                continue
+            step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None,
+                               continuation=continuing,
+                               restart=self._recover in ("continue_or_restart", "restart") and not continuing)
             if step is not None:
+                if isinstance(step, Send) and step.is_restart:
+                    self._recover = "restarted"
                 return step
+        if self._recover == "continue" and self._cut is not None and not self._in_flight:
+            flight, error, partial = self._cut
+            self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))
+            return self._terminal
         if self._in_flight:
             # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
             return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
@@ -309,11 +338,14 @@ class FailoverPlan:
         latency_s: Optional[float] = None,
         content_started: bool = False,
         partial_text: str = "",
+        recover: Optional[str] = None,
     ) -> None:
         """Record how the attempt at `deployment_id` ended (`error=None`: success).
 
-        `content_started=True` says content already reached the caller: a failure then ends the plan
-        with StreamInterruptedError (nothing is replayed), whatever the error was.
+        `content_started=True` says content had started: a failure then ends the plan with
+        StreamInterruptedError (nothing is replayed), unless `recover` ("continue" or
+        "continue_or_restart", "restart") asks to finish the answer elsewhere; `partial_text` is the
+        answer so far.
         """
         flight = self._in_flight.pop(deployment_id, None)
         if flight is None:
@@ -322,15 +354,28 @@ class FailoverPlan:
             self._limits.release(flight.lease)
         if latency_s is None:
             latency_s = max(0.0, now - flight.started_at)
-        self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
+        if error is not None and dropped_before_reply(error):
+            self._breakers.breaker(deployment_id).release(flight.permit)  # not the platform's health
+        else:
+            self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
         outcome = classify_failure(error)
         note: Optional[str] = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
 
         if error is None:
             self._terminal = Done(deployment_id)
-        elif content_started:
+        elif content_started and recover is None:
             self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial_text))
+        elif content_started:
+            self._cut = (flight, error, partial_text)
+            if self._recover != "restarted":
+                self._recover = recover
+                self._put_continuers_first()
+            note = "answer cut after content started: finishing it on another deployment"
+        elif flight.is_continuation and outcome == "caller":
+            # The platform does not take a prefill: not the caller's fault, not the real failure.
+            self._no_continue.add(deployment_id)
+            note = "cannot continue a partial answer: " + (describe_error(error) or "refused")
         elif isinstance(error, E.ContextLengthError):
             note = "context window too small: trying a larger one"
             self._context.error = error
@@ -341,6 +386,11 @@ class FailoverPlan:
             self._terminal = Exhausted("caller_error", error)
         elif outcome == "fatal":
             note = "deployment disabled: " + (describe_error(error) or "fatal error")
+        elif dropped_before_reply(error) and deployment_id not in self._resent_after_drop and self._pending is None:
+            # One immediate resend on a new connection, visible in the route and the ledger.
+            self._resent_after_drop.add(deployment_id)
+            self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True)
+            note = "connection dropped before a reply: resending once on a new connection"
         else:
             policy = self._policy(deployment_id)
             breaker = self._breakers.breaker(deployment_id)
@@ -353,6 +403,7 @@ class FailoverPlan:
                 rng=self._rng,
                 budget_ok=self._budgets.retry(deployment_id).allowed(now),
                 breaker_open_until=breaker.open_until(now),
+                has_backup=self._has_backup(deployment_id, now),
             )
             if decision.retry and not flight.is_hedge and self._pending is None:
                 self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason)
@@ -401,8 +452,26 @@ class FailoverPlan:
 
     # ------------------------------------------------------------------ internals
 
+    def _has_backup(self, deployment_id: str, now: float) -> bool:
+        """Is there an untried candidate, other than `deployment_id`, whose breaker admits calls now?"""
+        for candidate, _ in self._queue[self._pos:]:
+            dep = candidate.deployment_id
+            if dep != deployment_id and dep not in self._in_flight and self._breakers.breaker(dep).peek(now):
+                return True
+        return False
+
     def _policy(self, deployment_id: str) -> ResiliencePolicy:
         return self._policies(deployment_id)
+
+    def _continues(self, candidate: Candidate) -> bool:
+        dep = candidate.deployment_id
+        return dep not in self._no_continue and self._can_continue(dep)
+
+    def _put_continuers_first(self) -> None:
+        """After a cut, the untried deployments that can continue the answer go first (stable)."""
+        rest = self._queue[self._pos:]
+        self._queue[self._pos:] = [x for x in rest if self._continues(x[0])] + [
+            x for x in rest if not self._continues(x[0])]
 
     def _admit(
         self,
@@ -413,6 +482,9 @@ class FailoverPlan:
         is_retry: bool,
         queued_since: Optional[float],
         hedge: bool = False,
+        continuation: bool = False,
+        restart: bool = False,
+        free: bool = False,
     ) -> Optional[Union[Send, Wait]]:
         """Send to `candidate` if everything admits it, Wait if a limit asks to, None (skipped) otherwise."""
         dep = candidate.deployment_id
@@ -422,7 +494,7 @@ class FailoverPlan:
         if not breaker.peek(now):
             self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
             return None
-        if is_retry and not self._budgets.retry(dep).allowed(now):
+        if is_retry and not free and not self._budgets.retry(dep).allowed(now):
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
             return None
         lease: Optional[Lease] = None
@@ -434,7 +506,7 @@ class FailoverPlan:
                 if fits(admission.wait_s, now=now, queued_since=since,
                         queue_timeout_s=queue_timeout_s, deadline_at=self.deadline_at):
                     self._pending = _Pending(candidate, is_fallback, is_retry, now + admission.wait_s,
-                                             "limit: " + admission.reason, queued_since=since)
+                                             "limit: " + admission.reason, queued_since=since, free=free)
                     return Wait(admission.wait_s, dep, "limit: " + admission.reason)
                 self._skip(candidate, is_fallback, f"client-side {admission.reason} (pool {self.pool})", is_retry=is_retry)
                 return None
@@ -448,16 +520,18 @@ class FailoverPlan:
         if self._context.error is not None:
             self._context.fitting_tried = True
         budget = self._budgets.retry(dep)
-        if is_retry:
+        if is_retry and not free:
             budget.try_spend(now)
             self._retries[dep] = self._retries.get(dep, 0) + 1
-        else:
+        elif not is_retry:
             budget.note_request(now)
-        number = 1 + self._retries.get(dep, 0) if is_retry else 1
-        self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease)
+        number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
+        self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
+                                         continuation)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
-        send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now)
+        send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
+                    continuation, restart)
         self._sent += 1
         return send
 
@@ -527,6 +601,10 @@ class FailoverPlan:
         for dep in list(self._in_flight):
             self.cancel(dep, now, note="cancelled: the call's deadline passed")
         self._pending = None
+        if self._recover == "continue" and self._cut is not None:
+            flight, error, partial = self._cut  # the real failure is the cut, whatever came after
+            self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))
+            return self._terminal
         sent = [a for a in self.attempts if a.status != "skipped"]
         skips = [a for a in self.attempts if a.status == "skipped"]
         only_context_skips = bool(skips) and len(skips) == len(self._context.skipped)

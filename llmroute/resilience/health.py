@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import math
+import random
 import threading
 from typing import Callable, Iterable, Mapping, Optional, Union
 
@@ -34,8 +35,10 @@ class BreakerRegistry:
         policies: PolicySource = None,
         *,
         on_transition: Optional[Callable[[Transition], None]] = None,
+        rng: Optional[random.Random] = None,
     ) -> None:
         self._policy_of = _policy_resolver(policies)
+        self._rng = rng  # jitters open periods; None: exact
         self._on_transition = on_transition
         self._lock = threading.Lock()
         self._breakers: dict[str, CircuitBreaker] = {}
@@ -47,7 +50,7 @@ class BreakerRegistry:
         with self._lock:
             breaker = self._breakers.get(deployment_id)
             if breaker is None:
-                breaker = CircuitBreaker(self._policy_of(deployment_id), deployment_id)
+                breaker = CircuitBreaker(self._policy_of(deployment_id), deployment_id, rng=self._rng)
                 self._breakers[deployment_id] = breaker
             return breaker
 

@@ -33,23 +33,39 @@ class ResiliencePolicy(BaseModel):
     slow_rate: float = Field(default=0.8, gt=0, le=1)
     consecutive_failures: int = Field(default=5, ge=1)  # trips at once, whatever the window says
     # -- open and half-open
-    open_s: float = Field(default=30.0, gt=0)  # first open period
+    open_s: float = Field(default=10.0, gt=0)  # first open period
     open_growth: float = Field(default=2.0, ge=1)  # each repeated trip multiplies the open period
-    open_max_s: float = Field(default=300.0, gt=0)
+    # The longest open period: a recovered deployment gets traffic back within this, however long
+    # its outage (10, 20, 30, 30, ... s between probes of a deployment that stays down).
+    open_max_s: float = Field(default=30.0, gt=0)
+    open_jitter: float = Field(default=0.1, ge=0, lt=1)  # each open period shortened by up to this share
     trip_memory_s: float = Field(default=300.0, ge=0)  # closed this long without a trip: growth resets
     open_on_retry_after: bool = True  # a failure carrying Retry-After opens the breaker until then
     half_open_probes: int = Field(default=3, ge=1)  # probe calls admitted at once while half-open
     half_open_successes: Optional[int] = Field(default=None, ge=1)  # successes that close; None = probes
+    probe_lease_s: Optional[float] = Field(default=None, gt=0)  # an unreported probe frees its slot; None = deadline_s
     fatal_open_s: Optional[float] = Field(default=None, gt=0)  # auth/billing disable; None = until reset
     # -- retries
     max_retries: int = Field(default=2, ge=0)  # per deployment, before moving on
+    # With an untried backup, at most this many same-deployment retries (and none after a timeout:
+    # a silent deployment stays silent); the backup is the better bet.
+    max_retries_with_backup: int = Field(default=1, ge=0)
     retry_budget: float = Field(default=0.2, ge=0, le=1)  # retries at most this share of recent requests
     retry_budget_min: int = Field(default=3, ge=0)  # retries always allowed per window (low traffic)
     retry_budget_window_s: float = Field(default=120.0, gt=0)  # "recent": longer than a slow call
     backoff_base_s: float = Field(default=0.5, ge=0)  # full jitter: uniform(0, base * 2**n), capped
     backoff_max_s: float = Field(default=8.0, ge=0)
     retry_after_max_s: float = Field(default=30.0, ge=0)  # longer Retry-After: move on, do not wait
+    retry_after_with_backup_max_s: float = Field(default=2.0, ge=0)  # with a backup, wait at most this long
     deadline_s: float = Field(default=120.0, gt=0)  # a whole call, every attempt included
+    # -- abandoning a silent or stalled attempt (the first-token limit is the deployment's
+    # ttft_timeout_s, 10 s by default, plus ttft_per_1k_tokens_s per 1,000 prompt tokens: prefill of
+    # a long prompt legitimately takes longer)
+    ttft_per_1k_tokens_s: float = Field(default=0.2, ge=0)
+    stall_timeout_s: float = Field(default=10.0, gt=0)  # no byte (or no content) for this long after content started
+    plain_via_stream: bool = True  # plain calls are streamed internally, so the limits above apply to them
+    stream_recovery: Literal["continue", "raise"] = "continue"  # a stream cut after content: continue on a backup
+    continue_prefill: Optional[bool] = None  # can this deployment continue a partial answer? None: the kind's default
     context_precheck: bool = True  # skip deployments whose window is known to be too small
     # -- hedging (opt-in: off while hedge_after_ms is None)
     hedge_after_ms: Optional[float] = Field(default=None, gt=0)
@@ -74,6 +90,10 @@ class ResiliencePolicy(BaseModel):
             if not math.isfinite(getattr(self, name)):
                 raise ValueError(f"{name} must be finite")
         return self
+
+    @property
+    def probe_lease(self) -> float:
+        return self.probe_lease_s if self.probe_lease_s is not None else self.deadline_s
 
     @property
     def successes_to_close(self) -> int:

@@ -5,6 +5,10 @@
   jitter: uniform(0, min(backoff_base_s * 2**n, backoff_max_s)), the ceiling computed by tenacity's
   `wait_exponential` and the jitter drawn from the caller's `random.Random` (tests seed it).
 - A wait that would not fit the call's deadline means "move on" instead of sleeping.
+- When an untried backup can take the call (`has_backup`), the backup is the better bet: a timeout
+  (a silent or stalled deployment stays silent) is never retried on the same deployment, at most
+  `max_retries_with_backup` retries are made, and a Retry-After longer than
+  `retry_after_with_backup_max_s` moves on instead of waiting.
 - `RatioBudget` caps retries (or hedges) at a share of recent requests, per deployment, so retries
   cannot multiply the load on a struggling platform (Envoy's retry budget, over a time window).
 
@@ -23,10 +27,11 @@ from typing import Callable, Optional
 
 import tenacity
 
+from .. import errors as E
 from .outcome import is_retryable_here, retry_after_of
 from .policy import ResiliencePolicy
 
-__all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "retry_after_of"]
+__all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "dropped_before_reply", "retry_after_of"]
 
 
 @dataclass(frozen=True)
@@ -67,16 +72,29 @@ def decide_retry(
     rng: random.Random,
     budget_ok: bool = True,
     breaker_open_until: Optional[float] = None,
+    has_backup: bool = False,
 ) -> RetryDecision:
     """Should the same deployment be tried again after `error`, and after how long?
 
     `retries_done` counts retries already made on this deployment for this call.
     `breaker_open_until` is the deployment's open deadline if its breaker is open now.
+    `has_backup`: another deployment can still take the call.
     """
     if not is_retryable_here(error):
         return RetryDecision(False, reason="not retryable")
     if retries_done >= policy.max_retries:
         return RetryDecision(False, reason=f"max_retries ({policy.max_retries}) reached")
+    if dropped_before_reply(error):
+        # A second drop in one call (the plan resends the first at once, uncounted): says nothing of
+        # the platform's health either, so no backoff.
+        return RetryDecision(True, 0.0, reason="connection dropped before a reply: resent")
+    if has_backup:
+        if isinstance(error, E.TimeoutError):
+            return RetryDecision(False, reason=f"{error.timeout} timeout: a silent deployment stays silent, "
+                                               f"trying the backup")
+        if retries_done >= policy.max_retries_with_backup:
+            return RetryDecision(False, reason=f"max_retries_with_backup ({policy.max_retries_with_backup}) "
+                                               f"reached: trying the backup")
     if not budget_ok:
         return RetryDecision(False, reason="retry budget exhausted")
     retry_after = retry_after_of(error)
@@ -85,6 +103,8 @@ def decide_retry(
             return RetryDecision(
                 False, reason=f"Retry-After {retry_after:g}s exceeds retry_after_max_s {policy.retry_after_max_s:g}s"
             )
+        if has_backup and retry_after > policy.retry_after_with_backup_max_s:
+            return RetryDecision(False, reason=f"Retry-After {retry_after:g}s: trying the backup instead of waiting")
         wait, source = retry_after, "retry_after"
     else:
         wait, source = Backoff.from_policy(policy).wait_s(retries_done + 1, rng), "backoff"
@@ -97,6 +117,11 @@ def decide_retry(
     if now + wait >= deadline_at:
         return RetryDecision(False, wait_s=wait, reason=f"a {wait:.2f}s wait does not fit the deadline")
     return RetryDecision(True, wait_s=wait, reason=source)
+
+
+def dropped_before_reply(error: BaseException) -> bool:
+    """The server closed a pooled keep-alive connection before answering (transport.DROPPED_BEFORE_REPLY)."""
+    return isinstance(error, E.ConnectionError) and error.code == "connection_dropped_before_reply"
 
 
 class RatioBudget:

@@ -16,12 +16,18 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import sqlite3
 import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 from ..errors import ConfigError
 from .classifier import classify
@@ -130,29 +136,100 @@ _THRESHOLD_RE = re.compile(r"^(\s*threshold\s*=\s*)([^#\n]*?)(\s*(?:#.*)?)$")
 
 
 def write_threshold(config_path: str | Path, value: float) -> None:
-    """Set `threshold = value` under `[routing]` in a TOML file, editing only that line.
+    """Set `threshold = value` under `[routing]` in an existing TOML file, editing only that line.
 
     Adds the key (or the section, at the end) when missing; comments and the rest of the file stay
-    byte-for-byte as they were. A dotted key (`routing.threshold = ...` at top level) is not
-    supported and raises ConfigError rather than writing a second, conflicting value.
+    byte-for-byte as they were. The result is parsed before it replaces the file (atomically): if it
+    is not valid TOML holding the same data plus the new threshold, nothing is written and
+    ConfigError says to set it by hand. A missing file is a ConfigError (it is not created), and so
+    is a dotted key (`routing.threshold = ...` at top level) or an inline `routing = {...}` table.
     """
     path = Path(config_path)
+    if not path.exists():
+        raise ConfigError("config file not found (calibrate --write edits an existing config)", path=str(path))
     try:
-        text = path.read_text(encoding="utf-8") if path.exists() else ""
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise ConfigError("not UTF-8 text; TOML files must be UTF-8", path=str(path)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", path=str(path)) from None
+    try:
+        before = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"invalid TOML, not rewritten: {exc}", path=str(path)) from None
     if re.search(r"(?m)^\s*routing\.threshold\s*=", text):
         raise ConfigError("routing.threshold is set as a dotted key; edit it by hand", path=str(path), key="routing.threshold")
+    if not isinstance(before.get("routing", {}), dict):
+        raise ConfigError("routing is not a table", path=str(path), key="routing")
     formatted = repr(float(value))
+    new_text = _with_threshold(text, formatted)
+    try:
+        after = tomllib.loads(new_text)
+    except tomllib.TOMLDecodeError:
+        after = None
+    expected = {**before, "routing": {**before.get("routing", {}), "threshold": float(formatted)}}
+    if after != expected:
+        raise ConfigError(f"cannot rewrite this file safely; set threshold = {formatted} under [routing] by hand",
+                          path=str(path), key="routing.threshold")
+    tmp = path.with_name(f".{path.name}.calibrate-tmp")
+    try:
+        tmp.write_text(new_text, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        raise ConfigError(f"cannot write config: {exc.strerror or exc}", path=str(path)) from None
+
+
+def _structure_lines(lines: list[str]) -> list[bool]:
+    """For each line, True if it starts a statement (a header, a key or a comment), False if it continues
+    a multi-line array, inline table or multi-line string, where a `[...]` line is data, not a header."""
+    out = []
+    depth = 0
+    in_string: str | None = None
+    for line in lines:
+        out.append(depth == 0 and in_string is None)
+        i = 0
+        while i < len(line):
+            if in_string is not None:
+                if line.startswith(in_string, i):
+                    i += len(in_string)
+                    in_string = None
+                    continue
+                if in_string in ('"', '"""') and line[i] == "\\":
+                    i += 2
+                    continue
+                i += 1
+                continue
+            c = line[i]
+            if c == "#":
+                break
+            for quote in ('"""', "'''", '"', "'"):
+                if line.startswith(quote, i):
+                    in_string = quote
+                    i += len(quote)
+                    break
+            else:
+                if depth or "=" in line[:i]:  # brackets of a value, not of a [table] header
+                    if c in "[{":
+                        depth += 1
+                    elif c in "]}":
+                        depth = max(0, depth - 1)
+                i += 1
+        if in_string in ('"', "'"):
+            in_string = None  # single-line strings end with the line
+    return out
+
+
+def _with_threshold(text: str, formatted: str) -> str:
     lines = text.splitlines(keepends=True)
+    starts = _structure_lines(lines)
     in_routing = False
     routing_header = None
-    insert_at = None
     for index, line in enumerate(lines):
+        if not starts[index]:
+            continue
         section = _SECTION_RE.match(line)
         if section or _ARRAY_SECTION_RE.match(line):
-            if in_routing and insert_at is None:
-                insert_at = index
             in_routing = bool(section) and section.group(1) == "routing"
             if in_routing:
                 routing_header = index
@@ -162,19 +239,14 @@ def write_threshold(config_path: str | Path, value: float) -> None:
             if match:
                 ending = line[len(line.rstrip("\r\n")):]
                 lines[index] = f"{match.group(1)}{formatted}{match.group(3)}{ending}"
-                path.write_text("".join(lines), encoding="utf-8")
-                return
+                return "".join(lines)
+    newline = "\r\n" if "\r\n" in text else "\n"
     if routing_header is None:
-        prefix = "" if not text or text.endswith("\n") else "\n"
-        path.write_text(f"{text}{prefix}\n[routing]\nthreshold = {formatted}\n", encoding="utf-8")
-        return
-    if insert_at is None:
-        insert_at = len(lines)
-        if lines and not lines[-1].endswith("\n"):
-            lines[-1] += "\n"
+        prefix = "" if not text or text.endswith("\n") else newline
+        return f"{text}{prefix}{newline}[routing]{newline}threshold = {formatted}{newline}"
     # Right after the header keeps the key in [routing] even if the section ends in comments.
-    lines.insert(routing_header + 1, f"threshold = {formatted}\n")
-    path.write_text("".join(lines), encoding="utf-8")
+    lines.insert(routing_header + 1, f"threshold = {formatted}{newline}")
+    return "".join(lines)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -192,6 +264,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
         return 2
     try:
+        from ..cli_paths import check_input, check_output
+
+        check_input(args.prompts, "--prompts")  # paths first: --write must not fail after the work
+        if args.write:
+            check_input(args.config, "--config")
+            check_output(args.config, "--config")
         scores = load_scores(args.prompts)
         # Floor to 6 decimals: printing must not push the prompt at the cut out of the large share.
         threshold = math.floor(threshold_for_share(scores, args.large_share) * 1e6) / 1e6
@@ -203,7 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"# wrote threshold to [routing] in {args.config}", file=sys.stderr)
     except ConfigError as exc:
         print(f"llmroute calibrate: {exc}", file=sys.stderr)
-        return 1
+        return 2
     return 0
 
 

@@ -92,9 +92,10 @@ def test_downgrade_budget_moves_the_call_to_the_cheaper_tier(together_server, fi
     assert len(together_server.requests) == 1 and len(fireworks_server.requests) == 1
 
 
-def test_spend_is_reloaded_from_the_ledger_after_a_restart(together_server, fireworks_server, tmp_path):
+@pytest.mark.parametrize("sink", ["sqlite", "jsonl"])
+def test_spend_is_reloaded_from_the_ledger_after_a_restart(together_server, fireworks_server, tmp_path, sink):
     budgets = [{"name": "daily", "max_cost": "0.001", "currency": "USD"}]
-    ledger = {"sink": "sqlite", "path": str(tmp_path / "ledger.db"), "flush_interval_s": 0.05}
+    ledger = {"sink": sink, "path": str(tmp_path / f"ledger.{sink}"), "flush_interval_s": 0.05}
     together_server.push(Reply(**BIG))
     with Client(config=_cfg(together_server, fireworks_server, budgets, ledger)) as client:
         client.chat.completions.create(model="large", messages=MESSAGES, max_tokens=10)

@@ -124,10 +124,12 @@ def test_keyboard_interrupt_mid_stream(config: dict[str, Any], fault_server: Any
 
 def test_our_own_bug_releases_and_records(config: dict[str, Any], fault_server: Any,
                                           monkeypatch: pytest.MonkeyPatch) -> None:
-    def broken(self: Any, headers: Any, content: bytes) -> Any:
+    def broken(self: Any, *args: Any) -> Any:
         raise ZeroDivisionError("a bug in llmroute")
 
     with L.Client(config=config) as client:
+        # Plain calls are read as streams: the bug strikes while their chunks are decoded.
+        monkeypatch.setattr(OpenAICompatAdapter, "normalize_chunk", broken)
         monkeypatch.setattr(OpenAICompatAdapter, "parse_completion", broken)
         with pytest.raises(ZeroDivisionError):
             client.chat.completions.create(model=TIER, messages=MESSAGES)

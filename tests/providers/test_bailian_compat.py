@@ -84,7 +84,9 @@ def test_a_value_out_of_range_is_the_callers_error_and_changes_nothing(make_serv
 def test_a_plain_call_to_a_stream_only_model_is_streamed_and_assembled(make_server, reasoning):
     server = make_server("bailian")
     server.push(Reply(), Reply(pieces=["Hello", " there"], reasoning=reasoning))
-    with make_client("bailian", server.base_url, "qwq-plus", api_key=server.default_api_key) as c:
+    # With plain calls read as plain bodies (plain_via_stream = false); by default they are streams.
+    with make_client("bailian", server.base_url, "qwq-plus", api_key=server.default_api_key,
+                     deployment={"plain_via_stream": False}) as c:
         resp = c.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=50)
     plain, streamed = [r.json for r in server.chat_requests()]
     assert "stream" not in plain

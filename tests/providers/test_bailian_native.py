@@ -28,9 +28,11 @@ def client(bailian_server):
         yield c
 
 
-def test_plain_call_body_and_usage(client, bailian_server):
+def test_plain_call_body_and_usage(bailian_server):
     bailian_server.push(Reply(cached_tokens=2))
-    resp = client.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=20, temperature=0.1)
+    with make_client("bailian", bailian_server.native_url, MODEL, api_key=bailian_server.default_api_key,
+                     protocol="native", deployment={"plain_via_stream": False}) as client:
+        resp = client.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=20, temperature=0.1)
     sent = bailian_server.last_request
     assert sent.path == NATIVE_PATH and sent.bearer == bailian_server.default_api_key
     assert "x-dashscope-sse" not in sent.headers

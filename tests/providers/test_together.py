@@ -67,10 +67,16 @@ def test_request_shape(client, together_server):
     plain = together_server.last_request
     assert plain.bearer == together_server.default_api_key
     assert plain.json["max_tokens"] == 7 and "max_completion_tokens" not in plain.json  # §11.14
-    assert "stream_options" not in plain.json and "stream" not in plain.json
+    # A plain call is read as a stream by default (first-token and stall limits, recovery).
+    assert plain.json["stream"] is True and plain.json["stream_options"] == {"include_usage": True}
     drain(client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True))
     streamed = together_server.last_request.json
     assert streamed["stream"] is True and streamed["stream_options"] == {"include_usage": True}  # §11.1
+    with make_client("together", together_server.base_url, MODEL, api_key=together_server.default_api_key,
+                     deployment={"plain_via_stream": False}) as c:
+        c.chat.completions.create(model=TIER, messages=MESSAGES, max_completion_tokens=7)
+    plain = together_server.last_request.json
+    assert "stream_options" not in plain and "stream" not in plain
 
 
 def test_model_that_needs_include_usage_still_reports_usage(together_server):

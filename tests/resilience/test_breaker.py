@@ -207,7 +207,7 @@ def test_retry_after_is_capped_by_open_max():
 
 
 def test_a_smaller_later_retry_after_never_shortens_the_deadline():
-    b = CircuitBreaker(policy(consecutive_failures=1, open_s=30), DEP)
+    b = CircuitBreaker(policy(consecutive_failures=1, open_s=30, open_max_s=300), DEP)
     _trip(b, 0)
     feed(b, 1, rate_limited(retry_after=2))  # a late in-flight call's 429
     assert b.snapshot(1).open_until == 30
@@ -294,3 +294,91 @@ def test_percentile_nearest_rank():
 def test_unknown_outcome_is_rejected():
     with pytest.raises(ValueError):
         CircuitBreaker(policy(), DEP).record(0, "meh")
+
+
+# ---------------------------------------------------------------------------------------------
+# breakers that come back (issue 10): probe leases, 429 holds, a recovered deployment gets traffic
+
+
+def test_a_probe_that_never_reports_back_frees_its_slot_after_its_lease():
+    b = CircuitBreaker(policy(consecutive_failures=1, open_s=5, half_open_probes=2, probe_lease_s=20), DEP)
+    _trip(b, 0)
+    p1, p2 = b.acquire(5), b.acquire(6)
+    assert p1 is not None and p1.probe and p2 is not None
+    assert b.acquire(7) is None and b.snapshot(7).probes_in_flight == 2  # both calls cancelled: never recorded
+    assert b.snapshot(25.5).probes_in_flight == 1  # p1's lease ran out at 25
+    assert b.acquire(25.5) is not None
+    assert b.snapshot(26.5).probes_in_flight == 1  # p2's lease ran out at 26, the new probe holds one
+    # The late outcome of an expired probe still counts, but frees nothing a second time.
+    b.record(27, "success", permit=p1)
+    assert b.snapshot(27).probes_in_flight == 1
+
+
+def test_release_of_an_expired_probe_frees_nothing_twice():
+    b = CircuitBreaker(policy(consecutive_failures=1, open_s=5, half_open_probes=1, probe_lease_s=10), DEP)
+    _trip(b, 0)
+    old = b.acquire(5)
+    assert b.acquire(16) is not None  # old expired at 15; a new probe holds the only slot
+    b.release(old)
+    assert b.snapshot(16).probes_in_flight == 1 and b.acquire(16) is None
+
+
+def test_the_default_probe_lease_is_the_call_deadline():
+    p = policy()
+    assert p.probe_lease == p.deadline_s
+    assert policy(probe_lease_s=7).probe_lease == 7
+
+
+def test_a_probe_answered_by_a_429_holds_for_its_retry_after_not_a_grown_open_period():
+    b = CircuitBreaker(policy(consecutive_failures=1, open_s=30, open_max_s=300), DEP)
+    _trip(b, 0)
+    permit = b.acquire(30)
+    assert permit is not None and permit.probe
+    b.record(30, "failure", error=rate_limited(retry_after=1), permit=permit)
+    snap = b.snapshot(30)
+    assert snap.state == "open" and snap.open_until == 31
+    assert b.snapshot(31).state == "half_open"
+    assert snap.trips == 1  # a hold, not a trip: the next trip's open period does not grow
+
+
+def test_429s_that_trip_the_breaker_hold_for_retry_after_not_open_s():
+    b = CircuitBreaker(policy(consecutive_failures=2, open_s=30), DEP)
+    feed(b, 0, rate_limited(retry_after=3))
+    feed(b, 3, rate_limited(retry_after=1))
+    snap = b.snapshot(3)
+    assert snap.state == "open" and snap.open_until == 4
+    assert b.peek(4)
+
+
+def test_a_deployment_down_for_a_minute_gets_traffic_back_within_open_max_s():
+    """Fake clock: a call a second; the primary fails for 60 s, then is healthy. Traffic returns by 60 + open_max_s."""
+    p = policy()  # the defaults
+    b = CircuitBreaker(p, DEP)
+    back_at = None
+    for second in range(0, 120):
+        now = float(second)
+        permit = b.acquire(now)
+        if permit is None:
+            continue
+        if now < 60:
+            b.record(now, "failure", error=server_error(), permit=permit)
+        else:
+            b.record(now, "success", permit=permit)
+            if back_at is None:
+                back_at = now
+    assert back_at is not None and back_at <= 60 + p.open_max_s
+    assert back_at < 76  # the 76-second run of the issue sees the primary again
+
+
+def test_open_periods_are_jittered_down_never_up():
+    import random
+
+    rng = random.Random(7)
+    opens = set()
+    for _ in range(20):
+        b = CircuitBreaker(policy(consecutive_failures=1, open_s=10, open_jitter=0.2), DEP, rng=rng)
+        _trip(b, 0)
+        until = b.snapshot(0).open_until
+        assert 8.0 <= until <= 10.0
+        opens.add(until)
+    assert len(opens) > 10  # spread out, so many processes do not probe at the same instant

@@ -136,3 +136,25 @@ def test_caller_errors_alone_never_move_a_closed_breaker(pol, ops):
     pol = pol.model_copy(update={"slow_ttft_s": 1e9})  # fast successes only: nothing else may trip it
     b, now = run(pol, ops, kinds={"caller", "success"})
     assert b.snapshot(now).state == "closed" or any(o[0] == "extend" for o in ops)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    probes=st.integers(1, 4),
+    lease=st.floats(1.0, 30.0),
+    grabs=st.lists(st.floats(0.0, 5.0), min_size=1, max_size=12),
+)
+def test_unreported_probes_never_lock_a_deployment_out(probes, lease, grabs):
+    """Probe permits that are never recorded nor released (cancelled calls) free their slots after the lease."""
+    from .helpers import server_error
+
+    b = CircuitBreaker(ResiliencePolicy(consecutive_failures=1, open_s=1.0, half_open_probes=probes,
+                                        probe_lease_s=lease), DEP)
+    b.record(0.0, "failure", error=server_error())
+    now = 1.0
+    for dt in grabs:
+        now += dt
+        b.acquire(now)  # never recorded
+        assert b.snapshot(now).probes_in_flight <= probes
+    assert b.snapshot(now + lease + 1e-6).probes_in_flight == 0
+    assert b.acquire(now + lease + 1e-6) is not None

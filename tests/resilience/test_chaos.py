@@ -83,7 +83,9 @@ class TransitionLog(logging.Handler):
 
 
 def _config(primary, backup) -> dict:
-    fast = {"kind": "llamacpp", "connect_timeout_s": 2.0, "timeout_s": 30.0}
+    # 16 concurrent requests queue for llama.cpp's slots on a shared 2-core machine, and the queue
+    # wait counts toward the first token: this test studies a kill and a restart, not that default.
+    fast = {"kind": "llamacpp", "connect_timeout_s": 2.0, "ttft_timeout_s": 30.0, "timeout_s": 30.0}
     return {
         "providers": {"primary": {**fast, "base_url": primary.base_url}, "backup": {**fast, "base_url": backup.base_url}},
         "tiers": {"t": {"deployments": [PRIMARY, BACKUP]}},

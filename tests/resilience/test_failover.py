@@ -117,7 +117,7 @@ def test_sticky_choice_is_stable_across_processes():
 
 
 def test_retries_then_failover_then_success():
-    w = World(max_retries=2)
+    w = World(max_retries=2, max_retries_with_backup=2)
     plan = w.plan()
     steps = w.drive(plan, {A: [server_error(A)] * 3})
     assert sends(steps) == [(A, False), (A, True), (A, True), (B, False)]
@@ -129,10 +129,43 @@ def test_retries_then_failover_then_success():
 
 
 def test_the_wait_comes_from_the_current_errors_retry_after():
-    w = World(open_on_retry_after=False, max_retries=2)
+    w = World(open_on_retry_after=False, max_retries=2, max_retries_with_backup=2, retry_after_with_backup_max_s=5)
     steps = w.drive(w.plan(), {A: [rate_limited(5.0, A), rate_limited(1.0, A)]})
     waits = [s.seconds for s in steps if isinstance(s, Wait)]
     assert waits == [5.0, 1.0]  # never the earlier attempt's 5 s again
+
+
+def test_with_a_backup_a_timeout_moves_on_at_once():
+    w = World(max_retries=2)
+    timeout = E.TimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
+    plan = w.plan()
+    steps = w.drive(plan, {A: [timeout]})
+    assert sends(steps) == [(A, False), (B, False)]
+    assert not [s for s in steps if isinstance(s, Wait)]
+    assert "silent deployment stays silent" in (plan.attempts[0].note or "")
+
+
+def test_with_a_backup_one_retry_then_the_backup():
+    w = World(max_retries=2)
+    plan = w.plan()
+    steps = w.drive(plan, {A: [server_error(A)] * 3})
+    assert sends(steps) == [(A, False), (A, True), (B, False)]
+    assert "max_retries_with_backup" in (plan.attempts[1].note or "")
+
+
+def test_with_a_backup_a_long_retry_after_moves_on_a_short_one_is_waited():
+    w = World(open_on_retry_after=False, max_retries=2)
+    steps = w.drive(w.plan(), {A: [rate_limited(1.0, A), rate_limited(3.0, A)]})
+    assert sends(steps) == [(A, False), (A, True), (B, False)]
+    assert [s.seconds for s in steps if isinstance(s, Wait)] == [1.0]
+
+
+def test_without_a_backup_a_timeout_is_retried():
+    w = World(max_retries=2)
+    timeout = E.TimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
+    plan = w.plan(candidates=[Candidate(A, "small")])
+    steps = w.drive(plan, {A: [timeout, timeout]})
+    assert sends(steps) == [(A, False), (A, True), (A, True)]
 
 
 def test_a_retry_after_hold_is_waited_out_and_retried_as_a_probe():

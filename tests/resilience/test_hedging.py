@@ -30,10 +30,11 @@ def pair(make_server):
 MESSAGES = [{"role": "user", "content": "hello"}]
 
 
-@pytest.mark.parametrize("stream", [False, True])
-def test_slow_primary_is_hedged_and_the_backup_wins(pair, stream):
+@pytest.mark.parametrize("stream,late", [(False, "headers"), (False, "first_token"), (True, "first_token")])
+def test_slow_primary_is_hedged_and_the_backup_wins(pair, stream, late):
+    # A plain call is read as a stream, so hedge_after_ms also covers its first token (issue 10).
     primary, backup = pair
-    primary.push(slow_headers(3.0) if not stream else slow_ttft(3.0))
+    primary.push(slow_headers(3.0) if late == "headers" else slow_ttft(3.0))
     with Client(config=config(primary, backup, hedge_after_ms=150, hedge_budget=1.0)) as client:
         resp = client.chat.completions.create(model="large", messages=MESSAGES, stream=stream)
         if stream:

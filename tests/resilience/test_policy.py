@@ -14,8 +14,10 @@ ISSUE_KEYS = {
     "slow_ttft_s": 10,
     "slow_rate": 0.8,
     "consecutive_failures": 5,
-    "open_s": 30,
-    "open_max_s": 300,
+    # Shorter than the first round's 30 / 300 s: a recovered deployment must get traffic back within
+    # one open_max_s, not after the rest of an outage-length run (README, "Timeouts and defaults").
+    "open_s": 10,
+    "open_max_s": 30,
     "half_open_probes": 3,
     "max_retries": 2,
     "retry_budget": 0.2,

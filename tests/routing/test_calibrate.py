@@ -117,7 +117,7 @@ def test_cli_reads_the_ledger(tmp_path, capsys):
 
 def test_cli_errors_are_messages_not_tracebacks(tmp_path, capsys):
     path = _jsonl(tmp_path, ["{broken"])
-    assert main(["--prompts", str(path), "--large-share", "0.3"]) == 1
+    assert main(["--prompts", str(path), "--large-share", "0.3"]) == 2
     assert "line 1" in capsys.readouterr().err
     assert main(["--prompts", str(path), "--large-share", "3"]) == 2
 
@@ -160,8 +160,45 @@ def test_write_adds_key_or_section(tmp_path):
     text = no_section.read_text(encoding="utf-8")
     assert text.startswith("# only a comment\n") and tomllib.loads(text)["routing"]["threshold"] == 0.3
     missing = tmp_path / "c.toml"
-    write_threshold(missing, 0.7)
-    assert tomllib.loads(missing.read_text(encoding="utf-8")) == {"routing": {"threshold": 0.7}}
+    with pytest.raises(ConfigError, match="not found"):
+        write_threshold(missing, 0.7)
+    assert not missing.exists()  # --write edits a config; it never creates one
+
+
+TRICKY_CONFIGS = {
+    # A multi-line array whose lines look like table headers.
+    "array lines": '[routing]\nrules = [\n  ["a", "b"],\n  [1],\n]\nthreshold = 0.1\n[tiers.t]\ndeployments = ["x:m"]\n',
+    # An array of tables under routing, after the threshold.
+    "array of tables": '[routing]\nthreshold = 0.2 # keep me\n\n[[routing.rules]]\nfeature = "x"\n[tiers.t]\nx = 1\n',
+    # A multi-line string that holds a [routing] line.
+    "multi-line string": '[tiers.t]\nnote = """\n[routing]\nthreshold = 9\n"""\n[routing]\ndefault = "auto"\n',
+    # CRLF line endings, no trailing newline, no [routing].
+    "crlf": '[tiers.t]\r\nx = 1\r\ny = [\r\n  1,\r\n]',
+    # A sub-table of routing only.
+    "sub-table": '[routing.classifier]\nx = 1\n',
+}
+
+
+@pytest.mark.parametrize("name", list(TRICKY_CONFIGS))
+def test_write_keeps_valid_toml_and_everything_else(tmp_path, name):
+    config = tmp_path / "llmroute.toml"
+    text = TRICKY_CONFIGS[name]
+    config.write_bytes(text.encode("utf-8"))
+    before = tomllib.loads(text)
+    write_threshold(config, 0.625)
+    after = tomllib.loads(config.read_text(encoding="utf-8"))
+    before.setdefault("routing", {})["threshold"] = 0.625
+    assert after == before
+
+
+@pytest.mark.parametrize("text", ['routing = { default = "auto" }\n', '[routing]\n"threshold" = 0.5\n',
+                                  "[routing\n"])
+def test_write_refuses_what_it_cannot_rewrite_and_leaves_the_file_alone(tmp_path, text):
+    config = tmp_path / "llmroute.toml"
+    config.write_text(text, encoding="utf-8")
+    with pytest.raises(ConfigError):
+        write_threshold(config, 0.6)
+    assert config.read_text(encoding="utf-8") == text
 
 
 def test_write_refuses_a_dotted_key(tmp_path):

@@ -70,6 +70,7 @@ class Response:
     stream: StreamBody | None = None
     delay_s: float = 0.0
     reset: bool = False
+    close: bool = False  # close the connection cleanly (FIN) without a response, as a keep-alive drop
 
     @classmethod
     def json(cls, payload: Any, status: int = 200, headers: dict[str, str] | None = None) -> Response:
@@ -193,6 +194,8 @@ class HTTPServer:
                 if response.reset:
                     aborted = True
                     _abort_with_rst(writer)
+                    return
+                if response.close:
                     return
                 if not await self._write_response(writer, response, keep_alive, method == "HEAD"):
                     aborted = True

@@ -57,6 +57,18 @@ def reset_before() -> Reply:
     return Reply(reset_before=True)
 
 
+def close_before() -> Reply:
+    """The connection closed cleanly right after the request is read, with no response."""
+    return Reply(close_before=True)
+
+
+def stall_after(chunks: int, stall_s: float, pieces: Sequence[str]) -> Reply:
+    """A 200 stream that goes silent for `stall_s` after `chunks` content pieces, then finishes."""
+    gaps = [0.0] * max(0, len(pieces) - 1)
+    gaps[chunks - 1] = stall_s
+    return Reply(pieces=pieces, gap_s=gaps)
+
+
 def reset_during(after_chunks: int, pieces: Sequence[str] | None = None, gap_s: float = 0.0) -> Reply:
     """A 200 stream that is reset after `after_chunks` content pieces."""
     return Reply(pieces=pieces, reset_after_chunks=after_chunks, gap_s=gap_s)

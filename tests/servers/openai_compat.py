@@ -320,6 +320,8 @@ class OpenAICompatServer(PlatformServer):
             await asyncio.sleep(reply.delay_s)
         if reply.reset_before:
             return Response(reset=True)
+        if reply.close_before:
+            return Response(close=True)
         if reply.body is not None:
             raw = reply.body
             if isinstance(raw, (dict, list)):
@@ -452,7 +454,8 @@ class OpenAICompatServer(PlatformServer):
             final["choices"] = []
             final["usage"] = self.usage_json(plan.usage)  # type: ignore[arg-type]
             yield sse(final)
-        yield DONE
+        if not reply.omit_done:
+            yield DONE
 
     # -- other endpoints --------------------------------------------------------------------------
     async def list_models(self, request: RecordedRequest) -> Response:

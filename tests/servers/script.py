@@ -23,6 +23,8 @@ class Reply:
 
     Outcome (pick one; the first that is set wins):
       reset_before   close the connection with a TCP RST right after reading the request.
+      close_before   close the connection cleanly (FIN) right after reading the request, with
+                     no response: what a server does to a keep-alive connection it drops.
       body           raw body (dict/list -> JSON, str/bytes as is) sent with `status`;
                      bypasses all platform formatting.
       error          a platform error kind ("auth", "not_found", "bad_request", "context",
@@ -39,7 +41,8 @@ class Reply:
 
     Stream faults: `reset_after_chunks=N` sends N pieces then a TCP RST; `malformed_at=N`
     inserts an unparseable `data:` line before piece N; `error_at=N` sends the platform's
-    mid-stream error event (kind `error`, default per platform) after N pieces and ends.
+    mid-stream error event (kind `error`, default per platform) after N pieces and ends;
+    `omit_done` ends a complete stream (finish reason sent) without its `[DONE]` line.
 
     Usage: `usage` overrides numbers (keys prompt_tokens, completion_tokens,
     cached_tokens, reasoning_tokens; total is recomputed unless given); `omit_usage`
@@ -62,9 +65,11 @@ class Reply:
     ttft_s: float = 0.0
     gap_s: float | Sequence[float] = 0.0
     reset_before: bool = False
+    close_before: bool = False
     reset_after_chunks: int | None = None
     malformed_at: int | None = None
     error_at: int | None = None
+    omit_done: bool = False
     stream: bool | None = None
 
     def gap_after(self, index: int) -> float:
