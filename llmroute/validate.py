@@ -349,13 +349,14 @@ def check_headers(headers: Any) -> Dict[str, str]:
         if not isinstance(name, str) or not _TOKEN_RE.match(name):
             raise _bad("extra_headers", f"{name!r:.60} is not a valid HTTP header name")
         if not isinstance(value, str):
-            raise _bad(f"extra_headers.{name}", f"must be a string, got {type(value).__name__}")
+            raise _bad("extra_headers", f"header {name!r}: the value must be a string, got {type(value).__name__}")
         if _BAD_HEADER_CHARS.search(value):
-            raise _bad(f"extra_headers.{name}", "must not contain CR, LF or NUL")
+            raise _bad("extra_headers", f"header {name!r}: the value must not contain CR, LF or NUL")
         try:
             value.encode("latin-1")
         except UnicodeEncodeError:
-            raise _bad(f"extra_headers.{name}", "must be latin-1 text (encode other text first)") from None
+            raise _bad("extra_headers", f"header {name!r}: the value must be latin-1 text (encode other text "
+                                        f"first)") from None
     return dict(headers)
 
 
