@@ -295,3 +295,50 @@ def test_abandoned_and_cancelled_attempts_are_charged_to_budgets(fault_server: A
     assert [r.status for r in records] == ["abandoned", "cancelled"]
     assert after_drop == records[0].input_tokens + records[0].output_tokens > 0
     assert after_interrupt == after_drop + records[1].input_tokens > after_drop
+
+
+def _hedged(primary: Any, backup: Any) -> dict[str, Any]:
+    return {
+        "providers": {"p": {"kind": "vllm", "base_url": primary.base_url},
+                      "b": {"kind": "vllm", "base_url": backup.base_url}},
+        "tiers": {"large": {"deployments": ["p:m", "b:m"], "hedge_after_ms": 100, "hedge_budget": 1.0}},
+        "resilience": {"max_concurrency": 1, "queue_timeout_s": 0},
+        "pricing": {"p:*": {"input_per_million": 1, "output_per_million": 2},
+                    "b:*": {"input_per_million": 1, "output_per_million": 2}},
+        "ledger": {"sink": "memory"},
+    }
+
+
+def test_keyboard_interrupt_during_a_hedge_race_ends_both_attempts(make_server: Any, alarm: Any) -> None:
+    primary, backup = make_server("fault"), make_server("fault")
+    primary.push(slow_headers(3.0))
+    backup.push(slow_headers(3.0))
+    with L.Client(config=_hedged(primary, backup)) as client:
+        alarm(0.6)  # after the hedge started: both attempts are waiting for headers
+        with pytest.raises(KeyboardInterrupt):
+            client.chat.completions.create(model="large", messages=MESSAGES)
+        records = client._engine.ledger.records
+        assert sorted(r.deployment for r in records) == ["b:m", "p:m"]
+        assert {r.status for r in records} == {"cancelled"}
+        assert client._engine.limits.in_flight("p:m") == client._engine.limits.in_flight("b:m") == 0
+        out = client.chat.completions.create(model="large", messages=MESSAGES)
+        assert out.choices[0].message.content
+
+
+def test_async_hedge_race_cancelled_by_wait_for(make_server: Any) -> None:
+    primary, backup = make_server("fault"), make_server("fault")
+    primary.push(slow_headers(3.0))
+    backup.push(slow_headers(3.0))
+
+    async def main() -> None:
+        async with L.AsyncClient(config=_hedged(primary, backup)) as client:
+            with pytest.raises(asyncio.TimeoutError):
+                await asyncio.wait_for(client.chat.completions.create(model="large", messages=MESSAGES), 0.6)
+            records = client._engine.ledger.records
+            assert sorted(r.deployment for r in records) == ["b:m", "p:m"]
+            assert {r.status for r in records} == {"cancelled"}
+            assert client._engine.limits.in_flight("p:m") == client._engine.limits.in_flight("b:m") == 0
+            out = await client.chat.completions.create(model="large", messages=MESSAGES)
+            assert out.choices[0].message.content
+
+    asyncio.run(main())
