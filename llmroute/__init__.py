@@ -8,6 +8,9 @@ resp = client.chat.completions.create(model="small", messages=[{"role": "user", 
 This module is the whole public API. Importing it does no I/O and opens no connection.
 """
 
+import logging as _logging
+
+from .cache import ResponseCache
 from .client import AsyncClient, AsyncStream, Client, Stream
 from .config import Config, load_config
 from .errors import (
@@ -31,6 +34,7 @@ from .errors import (
     RoutingError,
     ServerError,
     StreamInterruptedError,
+    StreamNotFinishedError,
     TimeoutError,
 )
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
@@ -40,6 +44,10 @@ from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
 __version__ = "0.1.0"
 
+# A library logs and never prints: without logging configured by the app, llmroute's records (breaker
+# trips, ledger trouble) go nowhere instead of to stderr through logging's last-resort handler.
+_logging.getLogger("llmroute").addHandler(_logging.NullHandler())
+
 
 def __getattr__(name: str):
     # `llmroute.report(...)`: the cost report, imported only when used.
@@ -47,13 +55,30 @@ def __getattr__(name: str):
         from .accounting.report import report
 
         return report
+    if name in ("BatchResult", "BatchJobView"):  # batch job results, imported only when used
+        from . import batch
+
+        return batch.BatchResult if name == "BatchResult" else batch.JobView
+
+    # Embedding and model-list types: imported when first used (a client imports them on creation).
+    if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
+        from . import embeddings
+
+        return getattr(embeddings, name)
+    if name in ("Model", "ModelList"):
+        from . import models
+
+        return getattr(models, name)
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
 
 
 __all__ = [
+    "ResponseCache",
     "Client",
     "AsyncClient",
     "report",
+    "BatchResult",
+    "BatchJobView",
     "Stream",
     "AsyncStream",
     "Config",
@@ -90,4 +115,10 @@ __all__ = [
     "RedirectError",
     "ResponseTooLargeError",
     "ReadLimits",
+    "StreamNotFinishedError",
+    "CreateEmbeddingResponse",
+    "Embedding",
+    "EmbeddingUsage",
+    "Model",
+    "ModelList",
 ]

@@ -61,6 +61,7 @@ class PreparedCall:
     request_id: str
     target: Optional[Target] = None
     input_tokens: Optional[int] = None
+    cache: Any = None  # the call's `CacheCall` (llmroute/cache/calls.py), when the cache is in play
 
     @property
     def messages(self) -> List[Dict[str, Any]]:
@@ -141,6 +142,9 @@ class CallRun:
         # The answer across attempts: a cut answer finished on another deployment is one answer.
         self.answer = StreamAssembler()
         self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
+
+        if prepared.cache is not None:
+            prepared.cache.started(self)
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
@@ -385,6 +389,8 @@ class CallRun:
         if not self._ended:
             self._ended = True
             self.engine.on_call_end(self, completion, error, now)
+            if completion is not None and self.prepared.cache is not None:
+                self.prepared.cache.completed(self, completion)
 
     def rough_input_tokens(self) -> int:
         """The prompt's size in tokens, counted if something already counted it, else estimated
@@ -428,7 +434,7 @@ class StreamState:
         self.ctx = ctx
         ctx.partial = self
         self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
-        self.assembler = StreamAssembler()
+        self.assembler = StreamAssembler() if run.prepared.cache is None else run.prepared.cache.assembler()
         self.held: List[ChatCompletionChunk] = []
         self.content_started = False
         self.ttft_s: Optional[float] = None

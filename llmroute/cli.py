@@ -1,4 +1,5 @@
-"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `health`, `calibrate`.
+"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `prices`, `health`, `calibrate`,
+`cache`, `batch`.
 
 Each subcommand lives in the module of its concept and is imported only when it runs, so
 `llmroute --help` stays fast and no subcommand pays for another's imports.
@@ -19,8 +20,12 @@ COMMANDS = {
     "bench": ("llmroute.bench.cli:main", "load-test deployments: TTFT/TPOT/ITL/E2E percentiles, throughput"),
     "plan": ("llmroute.bench.plan:main", "instances and monthly cost needed to hold a peak rate"),
     "report": ("llmroute.accounting.report:main", "cost-per-feature reports from the ledger"),
+    "prices": ("llmroute.accounting.prices_cli:main", "the shipped price table, or what a config is charged"),
     "health": ("llmroute.health:main", "breaker state of every deployment in a config"),
     "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
+    "cache": ("llmroute.cache.cli:main", "response cache: backend stats, clear a namespace or all"),
+
+    "batch": ("llmroute.batch.cli:main", "batch jobs on the platforms' batch APIs: submit, status, wait, fetch"),
 }
 
 

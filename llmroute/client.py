@@ -17,6 +17,9 @@ import httpx
 
 from . import errors as E
 from .bounded import DEFAULT_READ_LIMITS, ReadLimits
+from .cache import open_cache
+from .cache.calls import alookup, lookup
+from .cache.policy import pop_cache_args
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
 from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
@@ -199,13 +202,16 @@ class Stream:
 
     @property
     def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion, with usage, route and cost. Reads the rest of the stream if needed."""
-        if self._final is None:
+        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
+        Before that it raises `StreamNotFinishedError` (as `AsyncStream.response` does)."""
+        return _finished(self._final, self._closed)
+
+    def get_final_completion(self) -> ChatCompletion:
+        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
+        if self._final is None and not self._closed:
             for _ in self:
                 pass
-        if self._final is None:
-            raise RuntimeError("the stream was closed before it finished")
-        return self._final
+        return self.response
 
     @property
     def route(self):
@@ -248,6 +254,17 @@ class Stream:
         self.close()
 
 
+def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
+    """A stream's assembled response, or the error that says why there is none yet (sync and async alike)."""
+    if final is not None:
+        return final
+    if closed:
+        raise E.StreamNotFinishedError("the stream was closed before it finished: it has no response")
+    raise E.StreamNotFinishedError(
+        "stream.response is ready once the stream has ended: iterate it to the end first, or call "
+        "stream.get_final_completion() (await it on AsyncStream) to read the rest")
+
+
 def _caller_closed(run: CallRun, state: StreamState) -> None:
     """The caller stopped reading a stream early: the attempt was billed for what it produced."""
     state.ctx.record.status = "cancelled"
@@ -274,10 +291,15 @@ class Client:
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
+        self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
+        from .embeddings import Embeddings
+        from .models import Models
+
+        self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
@@ -428,7 +450,11 @@ class Client:
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
         if self._life.check():  # first call in a forked child: its own connections and threads
             self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         try:
             op = self._attempts(run)
@@ -436,7 +462,7 @@ class Client:
                 return Stream(run, op, self._attempts)
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 with Stream(run, op, self._attempts) as stream:
-                    return stream.response
+                    return stream.get_final_completion()
             completion, reported = op.parsed  # type: ignore[misc]
             return run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
@@ -447,12 +473,24 @@ class Client:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
+    @property
+    def batches(self) -> Any:
+        """Batch jobs on the platforms' batch APIs (`llmroute.batch.Batches`, docs/batch.md)."""
+        if getattr(self, "_batches", None) is None:
+            from .batch import Batches
+
+            self._batches = Batches(self)
+        return self._batches
+
     def close(self) -> None:
         self._life.closed = True
+        if getattr(self, "_batches", None) is not None:
+            self._batches.close()
         self._transport.close()
         if self._hedge_pool is not None:
             self._hedge_pool.shutdown(wait=False)
         self._engine.close()
+        self.cache.close()
 
     def __del__(self) -> None:
         life = getattr(self, "_life", None)
@@ -541,15 +579,17 @@ class AsyncStream:
 
     @property
     def response(self) -> ChatCompletion:
-        if self._final is None:
-            raise RuntimeError("the stream has not finished: iterate it to the end (or await stream.aresponse())")
-        return self._final
+        """The assembled ChatCompletion once the stream has ended; before that `StreamNotFinishedError`."""
+        return _finished(self._final, self._closed)
 
-    async def aresponse(self) -> ChatCompletion:
-        if self._final is None:
+    async def get_final_completion(self) -> ChatCompletion:
+        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
+        if self._final is None and not self._closed:
             async for _ in self:
                 pass
         return self.response
+
+    aresponse = get_final_completion
 
     @property
     def route(self):
@@ -617,8 +657,13 @@ class AsyncClient:
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
         self._transport_name = transport
+        self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
+        from .embeddings import AsyncEmbeddings
+        from .models import AsyncModels
+
+        self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",
@@ -758,7 +803,11 @@ class AsyncClient:
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
+        kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
+        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        if cached is not None and cached.entry is not None:
+            return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
         try:
             op = await self._attempts(run)
@@ -766,7 +815,7 @@ class AsyncClient:
                 return AsyncStream(run, op, self._attempts)
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 async with AsyncStream(run, op, self._attempts) as stream:
-                    return await stream.aresponse()
+                    return await stream.get_final_completion()
             completion, reported = op.parsed  # type: ignore[misc]
             return run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
@@ -777,10 +826,22 @@ class AsyncClient:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
         return self._engine.health(_now())
 
+    @property
+    def batches(self) -> Any:
+        """Batch jobs on the platforms' batch APIs (`llmroute.batch.AsyncBatches`, docs/batch.md)."""
+        if getattr(self, "_batches", None) is None:
+            from .batch import AsyncBatches
+
+            self._batches = AsyncBatches(self)
+        return self._batches
+
     async def aclose(self) -> None:
         self._life.closed = True
+        if getattr(self, "_batches", None) is not None:
+            await self._batches.aclose()
         await self._transport.aclose()
         self._engine.close()
+        self.cache.close()
 
     def __del__(self) -> None:
         life = getattr(self, "_life", None)

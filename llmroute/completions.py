@@ -74,6 +74,8 @@ class Completions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> ChatCompletion: ...
 
     @overload
@@ -120,6 +122,8 @@ class Completions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> "Stream": ...
 
     @overload
@@ -166,6 +170,8 @@ class Completions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "Stream"]: ...
 
     def create(
@@ -211,10 +217,13 @@ class Completions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "Stream"]:
         """An OpenAI Chat Completions call (see `llmroute.validate` for what is checked). llmroute's
         own: `feature` and `metadata` (kept in the ledger), `pool`, `timeout` (seconds for the whole
-        call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters)."""
+        call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters),
+        `cache` (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
         return self._client._create(_given(locals()))
 
 
@@ -269,6 +278,8 @@ class AsyncCompletions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> ChatCompletion: ...
 
     @overload
@@ -315,6 +326,8 @@ class AsyncCompletions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> "AsyncStream": ...
 
     @overload
@@ -361,6 +374,8 @@ class AsyncCompletions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "AsyncStream"]: ...
 
     async def create(
@@ -406,8 +421,11 @@ class AsyncCompletions:
         extra_body: Optional[Mapping[str, Any]] = None,
         extra_headers: Optional[Mapping[str, str]] = None,
         extra_query: Optional[Mapping[str, Any]] = None,
+        cache: Union[bool, Literal["always"], None] = None,
+        cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "AsyncStream"]:
         """An OpenAI Chat Completions call (see `llmroute.validate` for what is checked). llmroute's
         own: `feature` and `metadata` (kept in the ledger), `pool`, `timeout` (seconds for the whole
-        call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters)."""
+        call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters),
+        `cache` (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
         return await self._client._create(_given(locals()))

@@ -110,11 +110,14 @@ class DeploymentConfig(_Overridable):
 
 class TierConfig(_Overridable):
     deployments: List[Union[str, DeploymentConfig]] = Field(min_length=1)
+    # "embedding": the tier serves `client.embeddings.create`, never chat (docs/embeddings.md).
+    kind: Literal["chat", "embedding"] = "chat"
     fallback_tier: Optional[str] = None
     sticky_key: Optional[str] = None
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
     pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
+    cache: Optional[Dict[str, Any]] = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/policy.py
 
 
 class _RawConfig(_Section):
@@ -130,6 +133,10 @@ class _RawConfig(_Section):
     telemetry: Dict[str, Any] = Field(default_factory=dict)
     # `[pools.<name>]`: client-side limits for that pool's traffic (any limit key of [resilience]).
     pools: Dict[str, Dict[str, Any]] = Field(default_factory=dict)
+    cache: Dict[str, Any] = Field(default_factory=dict)
+
+    # `[batch]`: batch jobs (job store, polling, Fireworks accounts); validated by llmroute.batch.settings.
+    batch: Dict[str, Any] = Field(default_factory=dict)
 
 
 POOL_LIMIT_KEYS = frozenset({"max_concurrency", "rpm", "tpm", "queue_timeout_s", "queue_poll_s"})
@@ -191,6 +198,7 @@ class Tier:
     sticky_key: Optional[str] = None
     resilience: Mapping[str, Any] = field(default_factory=dict)
     pools: Dict[str, List[Deployment]] = field(default_factory=dict)  # pool -> its own deployments
+    kind: str = "chat"  # "chat" or "embedding"
 
     def deployments_for(self, pool: str) -> List[Deployment]:
         return self.pools.get(pool) or self.deployments
@@ -211,6 +219,7 @@ class Sections:
     budgets: List[Any]
     guards: Dict[str, Any]
     telemetry: Any
+    cache: Any = None  # CacheSettings: [cache] and the tiers' `cache` tables
 
 
 @dataclass
@@ -241,6 +250,11 @@ class Config:
         provider = self.providers.get(provider_name)
         if provider is None or not model:
             return None
+        from .accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
+
+        # Not in any tier, so load-time pricing never saw it: the same strictness applies here.
+        self.sections.prices.check_call_priced(
+            DeploymentRef(deployment_id, provider.name, provider.kind, provider.region, model, ""))
         return _make_deployment(provider, model, DeploymentConfig(id=deployment_id), None, "")
 
     def all_deployments(self) -> List[Deployment]:
@@ -411,6 +425,7 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             sticky_key=tier_cfg.sticky_key,
             resilience=_check_overrides(tier_cfg, source, f"tiers.{tier_name}"),
             pools=pools,
+            kind=tier_cfg.kind,
         )
     for tier in tiers.values():
         if tier.fallback_tier is not None and tier.fallback_tier not in tiers:
@@ -419,6 +434,9 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             )
         if tier.fallback_tier == tier.name:
             raise ConfigError("a tier cannot fall back to itself", path=source, key=f"tiers.{tier.name}.fallback_tier")
+        if tier.fallback_tier is not None and tiers[tier.fallback_tier].kind != tier.kind:
+            raise ConfigError(f"a {tier.kind} tier cannot fall back to the {tiers[tier.fallback_tier].kind} tier "
+                              f"{tier.fallback_tier!r}", path=source, key=f"tiers.{tier.name}.fallback_tier")
     reserved = {"auto"}
     for name in tiers:
         if name in reserved or ":" in name:
@@ -514,8 +532,9 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
 
     routing = _validated(RoutingConfig, raw.routing, source, "routing")
     if raw.routing:  # without a [routing] section, model="auto" says so at the call
-        deployment_ids = {d.id for t in tiers.values() for d in t.deployments}
-        _with_path(source, check_routing, routing, set(tiers), deployment_ids)
+        chat_tiers = {name: t for name, t in tiers.items() if t.kind == "chat"}  # routing never picks embeddings
+        deployment_ids = {d.id for t in chat_tiers.values() for d in t.deployments}
+        _with_path(source, check_routing, routing, set(chat_tiers), deployment_ids)
     base = _with_path(source, policy_from_config, raw.resilience, key="resilience")
     policies: Dict[str, Any] = {}
     for tier in tiers.values():
@@ -542,7 +561,8 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
         price = prices.lookup(ref.provider, ref.kind, ref.region, ref.model)
         if price is not None:
             currencies.add(price.currency)
-    _with_path(source, check_budget_config, budgets, tiers=set(tiers), currencies=currencies, rates=pricing.rates())
+    chat_tier_names = {name for name, t in tiers.items() if t.kind == "chat"}  # a downgrade goes to a chat tier
+    _with_path(source, check_budget_config, budgets, tiers=chat_tier_names, currencies=currencies, rates=pricing.rates())
     guards = {name: _validated(GuardConfig, g, source, f'guards."{name}"') for name, g in raw.guards.items()}
     telemetry = _validated(TelemetryConfig, raw.telemetry, source, "telemetry")
     pools: Dict[str, Dict[str, Any]] = {}
@@ -560,7 +580,16 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
                               key=f"routing.rules[{i}].pool")
     return Sections(routing=routing, resilience=base, policies=policies, pools=pools,
                     pool_names=frozenset(pool_names), pricing=pricing,
-                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry)
+                    prices=prices, ledger=ledger, budgets=budgets, guards=guards, telemetry=telemetry,
+                    cache=_cache_settings(raw, source))
+
+
+def _cache_settings(raw: _RawConfig, source: str) -> Any:
+    from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
+
+    tiers = {name: _validated(TierCacheConfig, t.cache, source, f"tiers.{name}.cache")
+             for name, t in raw.tiers.items() if t.cache is not None}
+    return CacheSettings(_validated(CacheConfig, raw.cache, source, "cache"), tiers)
 
 
 def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:

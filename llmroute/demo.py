@@ -20,11 +20,24 @@ from .client import AsyncClient, Client
 from .errors import LLMRouteError
 from .local import LocalServer
 
-__all__ = ["main", "demo_config"]
+__all__ = ["main", "demo_config", "clean_answer"]
 
 # The model has no chat template of its own: llama.cpp falls back to ChatML, whose markers the
 # model then writes out as text. Stopping on them is what a user of this model would do.
 STOP = ["<|im_end|>", "<|im_start|>"]
+
+def clean_answer(text: str) -> str:
+    """The answer as a reader should see it: without ChatML markers the model wrote out, and without
+    the first characters of one that `max_tokens` cut (the stop strings cannot match half a marker)."""
+    for marker in STOP:
+        text = text.replace(marker, "")
+    for marker in STOP:
+        for n in range(len(marker) - 1, 0, -1):
+            if text.endswith(marker[:n]):
+                text = text[:-n]
+                break
+    return text.strip()
+
 
 NOTE = (
     "Note: both tiers serve Gemma 3 270M, a tiny *base* model with no chat template, so its answers are poor.\n"
@@ -63,7 +76,7 @@ def _show(title: str, asked: str, answer: str, resp: Any) -> None:
     usage = resp.usage
     print(f"\n== {title}")
     print(f"asked : {asked}")
-    print(f"answer: {answer.strip()[:300]!r}")
+    print(f"answer: {clean_answer(answer)[:300]!r}")
     print(f"route : tier={route.tier} deployment={route.deployment} provider={route.provider} reason={route.reason!r}"
           + (f" score={route.score:.2f}" if route.score is not None else ""))
     print(f"usage : prompt={usage.prompt_tokens} completion={usage.completion_tokens} "

@@ -97,6 +97,8 @@ class Engine:
         if model == "auto":
             return self.route_auto(prepared)
         tier = tiers.get(model)
+        if tier is not None and tier.kind != "chat":
+            raise E.RoutingError(f"tier {model!r} serves embeddings: call client.embeddings.create(model={model!r}, ...)")
         if tier is not None:
             return self._tier_target(tier.name, f"tier: {tier.name}", prepared.pool)
         if ":" in model:
@@ -174,6 +176,8 @@ class Engine:
         first = run.target.deployments[0] if run.target.deployments else None
         price = self._price(first) if first is not None else None
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens")
+        if getattr(prepared, "operation", "chat") == "embeddings":
+            max_tokens = 0  # an embedding has no output tokens to reserve budget for
         estimate = estimate_cost(price, prompt_tokens=run.input_tokens(), max_tokens=max_tokens)
         verdict = self.budget_book.check(
             time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,
@@ -256,6 +260,7 @@ class Engine:
             requested_model=run.prepared.model,
             request_params=run.prepared.call.params,
             messages=run.prepared.messages,
+            operation=getattr(run.prepared, "operation", "chat"),
         )
 
     def on_plan_progress(self, run: "CallRun") -> None:
@@ -337,6 +342,7 @@ class Engine:
             latency_ms=rec.duration_s * 1000,
             router_score=run.route.score,
             usage_estimated=rec.usage_estimated,
+            cache=run.route.cache,
         )
         if self.ledger is not None:
             self.ledger.write(record)

@@ -10,6 +10,7 @@ LLMRouteError                      base of every llmroute error
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
 ├── ClientClosedError              a call on a client after its close()
 ├── EventLoopError                 an AsyncClient used from a second event loop
+├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
 └── ProviderError                  a platform answered with an error, or could not be reached
     ├── AuthenticationError        401: bad or missing key (a configuration fault)
     ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
@@ -70,6 +71,7 @@ __all__ = [
     "EventLoopError",
     "RedirectError",
     "ResponseTooLargeError",
+    "StreamNotFinishedError",
 ]
 
 
@@ -296,6 +298,9 @@ class ClientClosedError(LLMRouteError):
 class EventLoopError(LLMRouteError):
     """An `AsyncClient` used from an event loop other than the one of its first call (its connection
     pools belong to that loop): create one client per event loop."""
+class StreamNotFinishedError(LLMRouteError, RuntimeError):
+    """`stream.response` was read before the stream ended (inside the loop, before it, or after an
+    early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""
 
 
 # Keep the builtins reachable for code in this package that needs them.

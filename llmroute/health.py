@@ -1,9 +1,16 @@
-"""`llmroute health --config FILE`: every deployment's breaker state, with its reason.
+"""`llmroute health --config FILE`: every deployment's health in this process, with its reason.
 
-A fresh process has seen no traffic, so by default it first sends one tiny request to every
-deployment in the config (primary and backups) and then prints what the breakers make of it:
-state, failure and slow-call rates, open_until, the last error, p50/p95 TTFT and latency.
-`--no-probe` prints the table without sending anything. `--json` prints it as JSON.
+This process has seen no traffic of the app's (its breakers start closed), so by default it first
+sends tiny probe requests to every deployment in the config (primary and backups; an embedding
+deployment gets an embeddings request) and then prints, per deployment: a state that tells the
+truth about the probes ("failing" when every probe failed, whatever the breaker says; a breaker
+needs several failures before it opens), probes ok/sent, the breaker's failure and slow-call rates,
+open_until, the last error, p50/p95 TTFT and latency. `--no-probe` prints the breakers without
+sending anything (all closed in a fresh process). `--json` prints it as JSON.
+
+Probes are paid calls: they are written to the ledger with metadata `llmroute_probe = "health"`
+and no feature, and `llmroute report` leaves them out unless `--include-probes`.
+Exit code: 0 when every deployment is closed and answered its probes, else 1.
 """
 
 from __future__ import annotations
@@ -12,11 +19,38 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, List, Optional
+from typing import Any, Dict, List, Optional
 
-__all__ = ["main", "HealthReport"]
+__all__ = ["main", "HealthReport", "probe_deployments", "PROBE_MESSAGES", "PROBE_METADATA"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
+PROBE_METADATA = {"llmroute_probe": "health"}  # accounting.ledger.PROBE_METADATA_KEY
+
+
+def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
+    """Send `rounds` probes to every configured deployment; {deployment id: ProbeTally}."""
+    from .errors import LLMRouteError
+    from .resilience.health import ProbeTally
+    from .secrets import scrub
+
+    tallies: Dict[str, ProbeTally] = {}
+    tiers = client.config.tiers
+    for dep in client.config.all_deployments():
+        embedding = dep.tier is not None and tiers[dep.tier].kind == "embedding"
+        tally = tallies[dep.id] = ProbeTally()
+        for _ in range(max(1, rounds)):
+            error: Optional[BaseException] = None
+            try:
+                if embedding:
+                    client.embeddings.create(model=dep.id, input="ping", metadata=PROBE_METADATA)
+                else:
+                    client.chat.completions.create(model=dep.id, messages=PROBE_MESSAGES, max_tokens=1,
+                                                   metadata=PROBE_METADATA)
+            except LLMRouteError as exc:
+                error = exc
+                print(scrub(f"probe {dep.id}: {type(exc).__name__}: {exc}"), file=sys.stderr)
+            tally.add(error)
+    return tallies
 
 
 class HealthReport(dict):
@@ -39,8 +73,7 @@ class HealthReport(dict):
 
 def main(argv: Optional[List[str]] = None) -> int:
     from .client import Client
-    from .errors import LLMRouteError
-    from .resilience.health import format_health
+    from .resilience.health import format_health, health_status
     from .secrets import scrub
 
     parser = argparse.ArgumentParser(prog="llmroute health", description=__doc__.split("\n\n")[0])
@@ -51,29 +84,25 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
 
     with Client.from_config(args.config) as client:
-        failed = 0
-        if not args.no_probe:
-            for dep in client.config.all_deployments():
-                for _ in range(max(1, args.rounds)):
-                    try:
-                        client.chat.completions.create(model=dep.id, messages=PROBE_MESSAGES, max_tokens=1,
-                                                       feature="llmroute-health")
-                    except LLMRouteError as exc:
-                        failed += 1
-                        print(scrub(f"probe {dep.id}: {type(exc).__name__}: {exc}"), file=sys.stderr)
+        probes = None if args.no_probe else probe_deployments(client, args.rounds)
         snapshots = client.health()
-        out = {dep: snap.as_dict() for dep, snap in snapshots.items()}
-        ledger = getattr(snapshots, "ledger", None)
-        if args.json:
-            # "ledger" cannot clash with a deployment id: those always hold a ':'.
-            out["ledger"] = ledger.as_dict() if ledger is not None else None
-            print(scrub(json.dumps(out, indent=2, default=str)))
-        else:
-            print(scrub(format_health(snapshots, now=time.monotonic())))
-            print(scrub(snapshots.ledger_line()) if hasattr(snapshots, "ledger_line") else "")
-    unhealthy = [d for d, s in snapshots.items() if s.state != "closed"]
+    ledger = getattr(snapshots, "ledger", None)
+    status = {dep: health_status(snap, probes.get(dep) if probes else None) for dep, snap in snapshots.items()}
+    if args.json:
+        out: Dict[str, Any] = {}
+        for dep, snap in snapshots.items():
+            out[dep] = {**snap.as_dict(), "status": status[dep]}
+            if probes is not None and dep in probes:
+                out[dep]["probes"] = probes[dep].as_dict()
+        # "ledger" cannot clash with a deployment id: those always hold a ':'.
+        out["ledger"] = ledger.as_dict() if ledger is not None else None
+        print(scrub(json.dumps(out, indent=2, default=str)))
+    else:
+        print(scrub(format_health(snapshots, now=time.monotonic(), probes=probes)))
+        print(scrub(snapshots.ledger_line()) if hasattr(snapshots, "ledger_line") else "")
+    failed = any(t.failed for t in probes.values()) if probes else False
     ledger_bad = ledger is not None and (ledger.lost or ledger.last_error)
-    return 1 if (unhealthy or failed or ledger_bad) else 0
+    return 1 if failed or ledger_bad or any(s != "closed" for s in status.values()) else 0
 
 
 if __name__ == "__main__":

@@ -54,7 +54,8 @@ def model_path(cache_dir: Optional[Path] = None) -> Path:
     return target
 
 
-def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model: Optional[str], alias: str) -> None:
+def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model: Optional[str], alias: str,
+          embedding: bool = False, pooling: str = "mean") -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     try:
         import xllamacpp
@@ -70,6 +71,9 @@ def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model:
     params.n_parallel = parallel
     params.n_ctx = ctx * parallel  # llama.cpp splits n_ctx across slots
     params.endpoint_metrics = True
+    if embedding:  # /v1/embeddings on (llama.cpp --embedding --pooling): vectors pooled over the tokens
+        params.embedding = True
+        params.pooling_type = xllamacpp.llama_pooling_type[f"LLAMA_POOLING_TYPE_{pooling.upper()}"]
     server = xllamacpp.Server(params)
     print(f"{READY_MARK} {server.listening_address}", flush=True)
     stop = threading.Event()
@@ -91,8 +95,10 @@ class LocalServer:
 
     def __init__(self, *, port: int = 0, host: str = "127.0.0.1", threads: int = 1, ctx: int = 2048,
                  parallel: int = 2, alias: str = MODEL_ALIAS, startup_timeout_s: float = 120.0,
-                 log_path: Optional[str] = None) -> None:
+                 log_path: Optional[str] = None, embedding: bool = False, pooling: str = "mean") -> None:
         self.host = host
+        self.embedding = embedding
+        self.pooling = pooling
         self.port = port or _free_port(host)
         self.threads = threads
         self.ctx = ctx
@@ -110,7 +116,7 @@ class LocalServer:
         model_path()  # assemble once here, so a child never races on it
         cmd = [sys.executable, "-m", "llmroute.local", "serve", "--host", self.host, "--port", str(self.port),
                "--threads", str(self.threads), "--ctx", str(self.ctx), "--parallel", str(self.parallel),
-               "--alias", self.alias]
+               "--alias", self.alias] + (["--embedding", "--pooling", self.pooling] if self.embedding else [])
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
         log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
         self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
@@ -191,6 +197,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     s.add_argument("--parallel", type=int, default=2, help="concurrent slots")
     s.add_argument("--model", default=None, help="a GGUF file (default: the bundled Gemma 3 270M)")
     s.add_argument("--alias", default=MODEL_ALIAS, help="the model id the server answers to")
+    s.add_argument("--embedding", action="store_true", help="serve /v1/embeddings (llama.cpp embedding mode)")
+    s.add_argument("--pooling", default="mean", choices=("mean", "cls", "last"), help="pooling of token vectors")
     sub.add_parser("model-path", help="print the path of the bundled GGUF file (assembling it once)")
     args = parser.parse_args(argv)
     try:
@@ -198,7 +206,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(model_path())
             return 0
         serve(host=args.host, port=args.port, threads=args.threads, ctx=args.ctx, parallel=args.parallel,
-              model=args.model, alias=args.alias)
+              model=args.model, alias=args.alias, embedding=args.embedding, pooling=args.pooling)
     except LocalServerError as exc:
         print(f"llmroute local: {exc}", file=sys.stderr)
         return 2

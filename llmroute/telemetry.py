@@ -408,6 +408,11 @@ class CallTrace:
         """Whether the call span records attributes (false when sampled out or with no SDK)."""
         return self._recording
 
+    def set_cache(self, outcome: str | None, similarity: float | None = None) -> None:
+        """The response cache's outcome for this call (`llmroute.cache`, `llmroute.cache.similarity`)."""
+        if getattr(self, "_recording", False):
+            _set_present(self._span, {"llmroute.cache": outcome, "llmroute.cache.similarity": similarity})
+
     @property
     def context(self) -> Any:
         """An OpenTelemetry Context holding the call span, for code that wants to nest spans under it."""

@@ -160,6 +160,9 @@ class Route(BaseModel):
     recovery: Optional[str] = None
     resumed_at: List[int] = Field(default_factory=list)  # character offsets where continuations begin
 
+    cache: Optional[str] = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
+    cache_similarity: Optional[float] = None  # a semantic lookup's best cosine similarity
+
 
 class ChatCompletion(_OpenAIModel):
     id: str = ""

@@ -3,4 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh local,dev
+bash scripts/services.sh
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

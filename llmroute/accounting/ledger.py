@@ -22,7 +22,7 @@ writes what is buffered, `close()` flushes and releases the file.
 * `CallableSink(fn)`: calls `fn(record)` on the caller's thread; keep it fast. Its exceptions are
   logged, never raised into the call.
 
-SQLite schema (`schema_version` 1), queryable with plain SQL:
+SQLite schema (`schema_version` 2), queryable with plain SQL:
 
     CREATE TABLE ledger (
       id               INTEGER PRIMARY KEY AUTOINCREMENT,
@@ -41,7 +41,7 @@ SQLite schema (`schema_version` 1), queryable with plain SQL:
       output_tokens    INTEGER NOT NULL,  -- completion tokens, reasoning included
       cached_tokens    INTEGER NOT NULL,
       reasoning_tokens INTEGER NOT NULL,
-      cost             TEXT,              -- exact decimal as text; NULL when unpriced (never 0)
+      cost             TEXT,              -- exact decimal as text; NULL when unpriced (0 only for a cache hit)
       currency         TEXT,              -- USD | CNY; NULL when unpriced
       estimated        INTEGER NOT NULL,  -- 1: cost from estimated usage
       priced           INTEGER NOT NULL,  -- 0: no price was configured (pricing.strict = false)
@@ -51,7 +51,9 @@ SQLite schema (`schema_version` 1), queryable with plain SQL:
       ttft_ms          REAL,
       latency_ms       REAL,
       router_score     REAL,              -- the router's score for this choice, when one routed it
-      usage_estimated  INTEGER NOT NULL   -- 1: the platform sent no usage; tokens were counted locally
+      usage_estimated  INTEGER NOT NULL,  -- 1: the platform sent no usage; tokens were counted locally
+      cache            TEXT,              -- hit | semantic-hit | miss | bypass; NULL: the cache was not in play
+      cost_saved       TEXT               -- a cache hit: what the cached answer cost when it was made
     );
     CREATE INDEX ledger_ts ON ledger (ts);
     CREATE INDEX ledger_request ON ledger (request_id);
@@ -96,11 +98,13 @@ __all__ = [
     "read_records",
     "SCHEMA_VERSION",
     "COLUMNS",
+    "PROBE_METADATA_KEY",
+    "is_probe",
 ]
 
 log = logging.getLogger("llmroute.ledger")
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: cache, cost_saved
 Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
@@ -125,6 +129,16 @@ class LedgerHealth:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+# Calls llmroute makes to check a deployment (`llmroute health`, `llmroute bench smoke`) carry this
+# metadata key (value: which tool): they are paid, so they are recorded, but reports leave them out
+# by default and they are attributed to no feature.
+PROBE_METADATA_KEY = "llmroute_probe"
+
+
+def is_probe(record: "LedgerRecord") -> bool:
+    return PROBE_METADATA_KEY in (record.metadata or {})
+
 
 
 @dataclass(frozen=True)
@@ -157,6 +171,8 @@ class LedgerRecord:
     latency_ms: Optional[float] = None
     router_score: Optional[float] = None
     usage_estimated: bool = False
+    cache: Optional[str] = None
+    cost_saved: Optional[Decimal] = None
 
     @classmethod
     def from_cost(cls, cost: Any, **kw: Any) -> "LedgerRecord":
@@ -181,7 +197,7 @@ class LedgerRecord:
             v = getattr(self, name)
             if name == "metadata":
                 v = json.dumps(dict(v), sort_keys=True, ensure_ascii=False, default=str)
-            elif name == "cost":
+            elif name in _DECIMAL_COLUMNS:
                 v = None if v is None else str(v)
             elif isinstance(v, bool):
                 v = int(v)
@@ -199,7 +215,7 @@ class LedgerRecord:
             v = row[name]
             if name == "metadata":
                 v = json.loads(v) if isinstance(v, str) else dict(v or {})
-            elif name == "cost":
+            elif name in _DECIMAL_COLUMNS:
                 v = None if v is None else Decimal(str(v))
             elif name in _BOOL_COLUMNS:
                 v = bool(v)
@@ -208,13 +224,15 @@ class LedgerRecord:
 
     def to_json(self) -> str:
         d = asdict(self)
-        d["cost"] = None if self.cost is None else str(self.cost)
+        for name in _DECIMAL_COLUMNS:
+            d[name] = None if d[name] is None else str(d[name])
         d["metadata"] = dict(self.metadata)
         return json.dumps(d, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(LedgerRecord))
 _BOOL_COLUMNS = frozenset({"estimated", "priced", "usage_estimated"})
+_DECIMAL_COLUMNS = frozenset({"cost", "cost_saved"})
 _SQL_TYPES = {
     "ts": "REAL NOT NULL",
     "request_id": "TEXT NOT NULL",
@@ -441,6 +459,15 @@ class _BatchingSink:
         pass
 
 
+def _add_missing_columns(conn: sqlite3.Connection) -> None:
+    """Migration: a ledger written by an older version gets the columns added since (NULL in old rows)."""
+    have = {row[1] for row in conn.execute("PRAGMA table_info(ledger)")}
+    for name in COLUMNS:
+        if name not in have:
+            conn.execute(f"ALTER TABLE ledger ADD COLUMN {name} {_SQL_TYPES.get(name, 'TEXT').replace(' NOT NULL', '')}")
+    conn.execute("INSERT OR REPLACE INTO ledger_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),))
+
+
 class SQLiteSink(_BatchingSink):
     """The default sink: a SQLite file in WAL mode, written in batches by a background thread."""
 
@@ -460,6 +487,7 @@ class SQLiteSink(_BatchingSink):
             conn.execute("PRAGMA journal_mode=WAL")
             conn.execute("PRAGMA synchronous=NORMAL")
             conn.executescript(SCHEMA_SQL)
+            _add_missing_columns(conn)
             conn.execute(
                 "INSERT OR IGNORE INTO ledger_meta (key, value) VALUES ('schema_version', ?)", (str(SCHEMA_VERSION),)
             )

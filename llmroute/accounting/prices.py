@@ -134,6 +134,11 @@ class Price:
     # "table" for the shipped file, "config" for an override.
     origin: str = "table"
     note: str = ""
+    # "chat" or "embedding" (billed on input tokens only).
+    mode: str = "chat"
+    # The platform's asynchronous batch API rates; None: not known or not offered.
+    batch_input_per_million: Optional[Decimal] = None
+    batch_output_per_million: Optional[Decimal] = None
 
     @property
     def cached_rate(self) -> Decimal:
@@ -150,6 +155,8 @@ class PriceTable:
     entries: tuple[Price, ...]
     # (kind, region or None, model) -> Price
     index: Mapping[tuple[str, str | None, str], Price] = field(default_factory=dict)
+    # Platform regions the table deliberately leaves empty: (kind, region) -> why (`[[missing]]` entries).
+    missing: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
 
     def get(self, kind: str, region: str | None, model: str) -> Price | None:
         region = normalize_region(kind, region)
@@ -161,9 +168,11 @@ class PriceTable:
 
 
 _TABLE_KEYS = {
-    "kind", "region", "model", "class", "input_per_million", "output_per_million",
-    "cached_input_per_million", "currency", "confirmed", "source", "source_date", "note",
+    "kind", "region", "model", "class", "mode", "input_per_million", "output_per_million",
+    "cached_input_per_million", "batch_input_per_million", "batch_output_per_million",
+    "currency", "confirmed", "source", "source_date", "note",
 }  # fmt: skip
+_MODES = ("chat", "embedding")
 
 
 def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
@@ -189,6 +198,12 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
             if currency not in CURRENCIES:
                 raise ValueError(f"currency must be one of {CURRENCIES}, got {currency!r}")
             cached = raw.get("cached_input_per_million")
+            mode = raw.get("mode", "chat")
+            if mode not in _MODES:
+                raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+            if not str(raw.get("source", "")).strip():
+                raise ValueError("every entry needs a `source` (the page its figures come from)")
+            batch_in, batch_out = raw.get("batch_input_per_million"), raw.get("batch_output_per_million")
             price = Price(
                 input_per_million=_non_negative(raw["input_per_million"], "input_per_million"),
                 output_per_million=_non_negative(raw["output_per_million"], "output_per_million"),
@@ -205,6 +220,9 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
                 model_class=raw.get("class"),
                 origin="table",
                 note=str(raw.get("note", "")),
+                mode=mode,
+                batch_input_per_million=None if batch_in is None else _non_negative(batch_in, "batch_input_per_million"),
+                batch_output_per_million=None if batch_out is None else _non_negative(batch_out, "batch_output_per_million"),
             )
         except KeyError as e:
             raise ConfigError(f"missing key {e.args[0]!r}", path=name, key=key) from None
@@ -215,7 +233,13 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
             raise ConfigError(f"duplicate entry for {k}", path=name, key=key)
         index[k] = price
         entries.append(price)
-    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index)
+    missing: dict[tuple[str, str | None], str] = {}
+    for i, raw in enumerate(doc.get("missing", [])):
+        if set(raw) - {"kind", "region", "reason"} or "kind" not in raw or "reason" not in raw:
+            raise ConfigError("a [[missing]] entry has kind, optional region and reason", path=name,
+                              key=f"missing[{i}]")
+        missing[(raw["kind"], normalize_region(raw["kind"], raw.get("region")))] = str(raw["reason"])
+    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index, missing=missing)
 
 
 @lru_cache(maxsize=1)
@@ -405,12 +429,33 @@ class PriceBook:
             if self.lookup(d.provider, d.kind, d.region, d.model) is None:
                 where = f" in region {d.region!r}" if d.region else ""
                 raise ConfigError(
-                    f"deployment {d.deployment!r} ({d.kind}{where}, model {d.model!r}) has no price. "
+                    f"deployment {d.deployment!r} ({d.kind}{where}, model {d.model!r}) has no price"
+                    f"{self._missing_note(d.kind, d.region)}. "
                     f'Add [pricing."{d.provider}:{d.model}"] with input_per_million and output_per_million '
                     f"(0 for hardware you already pay for), or set pricing.strict = false "
                     f"to run it with cost None, flagged",
                     key=d.key,
                 )
+
+    def check_call_priced(self, deployment: DeploymentRef) -> None:
+        """The same rule for a deployment named in `create(model="provider:model")` as for a configured
+        one: with `strict`, no price is a ConfigError naming the model and the fix, before anything is sent."""
+        if not self.strict or self.lookup(deployment.provider, deployment.kind, deployment.region,
+                                          deployment.model) is not None:
+            return
+        where = f" in region {deployment.region!r}" if deployment.region else ""
+        raise ConfigError(
+            f"model {deployment.deployment!r} ({deployment.kind}{where}) has no price"
+            f"{self._missing_note(deployment.kind, deployment.region)}, so the call was not sent. "
+            f'Add [pricing."{deployment.provider}:{deployment.model}"] with input_per_million and '
+            f"output_per_million, or set pricing.strict = false to run it with cost None, flagged "
+            f"(`llmroute prices {deployment.model}` lists what ships)",
+            key=f'pricing."{deployment.deployment}"',
+        )
+
+    def _missing_note(self, kind: str, region: str | None) -> str:
+        why = self.table.missing.get((kind, normalize_region(kind, region)))
+        return f" (nothing ships for {kind}/{normalize_region(kind, region)}: {why})" if why else ""
 
     def class_of(self, model: str, provider_name: str | None = None) -> str | None:
         """The model class ("7b", "70b") of `model`: from a config override, else any table entry."""

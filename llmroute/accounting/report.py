@@ -1,14 +1,24 @@
 """Cost reports from a ledger file: `llmroute report` and `llmroute.report(...)`.
 
     llmroute report --ledger llmroute-ledger.db --by feature,tier,provider,model,day --since 7d \
-                    --format table|csv|json|html [--out FILE] [--reprice KIND[:REGION]] [--config FILE]
+                    --format table|csv|json|html [--out FILE] [--reprice KIND[:REGION]] [--config FILE] \
+                    [--wide] [--by-length]
 
 Per group (the `--by` keys plus the currency, since amounts in different currencies never add up):
 requests (distinct request ids), attempts, errors and error rate (attempts whose status is not ok,
 over attempts), tokens (`input_tokens` includes cached ones, as OpenAI's `prompt_tokens`), cost,
 cost per request, p50/p95 latency and TTFT (over attempts that have them), and counts of unpriced and
-estimated attempts. Totals come per currency, and in the reporting currency when exchange rates are
-set (`[pricing]` in `--config`). Unpriced attempts form groups of their own with `cost = null`.
+estimated attempts; where the response cache was in play, `cache_hits`, `cache_hit_rate` (requests
+answered from the cache over requests looked up) and `cost_saved` (what those answers cost when first
+made). Totals come per currency, and in the reporting currency when exchange rates are
+set (`[pricing]` in `--config`). An attempt with no cost (unpriced, or an error nothing was billed
+for) is counted in the group of its keys in that group's currency (`unpriced_attempts` says how many
+were unpriced); keys with no priced attempt at all form a group with `cost = null`. A missing key
+value (a call with no feature) shows as `(none)`. The terminal table fits 120 columns (`--wide` for
+every column); CSV amounts are rounded to 0.000001 of the currency, JSON keeps them exact. Probe calls
+of `llmroute health` and `bench smoke` are left out unless `include_probes`.
+
+`--by-length` adds latency by input- and output-token bucket (the HTML report always has it).
 
 `--reprice KIND` prices the same tokens at another platform's price for the same model class (the
 `class` field of the price table, e.g. 7b, 70b), assuming the same cached tokens: what a switch
@@ -43,13 +53,15 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..errors import ConfigError, LLMRouteError
+from ..percentile import percentile
 from .cost import compute_cost
-from .ledger import LedgerRecord, read_records
+from .ledger import LedgerRecord, is_probe, read_records
 from .prices import ExchangeRates, PriceBook, PricingConfig
 
-__all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS"]
+__all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS", "latency_by_length",
+           "to_table", "to_csv", "to_length_table"]
 
-GROUP_KEYS = ("feature", "tier", "pool", "provider", "provider_kind", "deployment", "model", "day", "status")
+GROUP_KEYS = ("feature", "tier", "pool", "provider", "provider_kind", "deployment", "model", "day", "status", "cache")
 FORMATS = ("table", "csv", "json", "html")
 
 
@@ -62,16 +74,6 @@ class ReportRows(list):
     def __init__(self, rows: Iterable[dict[str, Any]] = (), totals: Sequence[dict[str, Any]] = ()) -> None:
         super().__init__(rows)
         self.totals = list(totals)
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile (0-100) by linear interpolation; None for no values."""
-    if not values:
-        return None
-    xs = sorted(values)
-    k = (len(xs) - 1) * p / 100.0
-    lo, hi = math.floor(k), math.ceil(k)
-    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
 
 
 _REL = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw])\s*$")
@@ -128,6 +130,7 @@ def _check_by(by: Sequence[str]) -> list[str]:
 @dataclass
 class _Group:
     request_ids: set = field(default_factory=set)
+    priced_request_ids: set = field(default_factory=set)
     attempts: int = 0
     errors: int = 0
     input_tokens: int = 0
@@ -142,6 +145,9 @@ class _Group:
     reprice_cost: Decimal = Decimal(0)
     reprice_currency: set = field(default_factory=set)
     reprice_unpriced: int = 0
+    cache_lookups: set = field(default_factory=set)  # request ids the cache was asked about
+    cache_hits: set = field(default_factory=set)
+    cost_saved: Decimal = Decimal(0)
 
     def add(self, rec: LedgerRecord) -> None:
         self.request_ids.add(rec.request_id)
@@ -152,14 +158,24 @@ class _Group:
         self.cached_tokens += rec.cached_tokens
         self.reasoning_tokens += rec.reasoning_tokens
         if rec.cost is None:
-            self.unpriced += 1
+            self.unpriced += not rec.priced
         else:
             self.cost += rec.cost
+            self.priced_request_ids.add(rec.request_id)
         self.estimated += bool(rec.estimated)
         if rec.latency_ms is not None:
             self.latency.append(rec.latency_ms)
         if rec.ttft_ms is not None:
             self.ttft.append(rec.ttft_ms)
+        if rec.cache in _CACHE_LOOKUPS:
+            self.cache_lookups.add(rec.request_id)
+            if rec.cache != "miss":
+                self.cache_hits.add(rec.request_id)
+        if rec.cost_saved is not None:
+            self.cost_saved += rec.cost_saved
+
+
+_CACHE_LOOKUPS = frozenset({"hit", "semantic-hit", "miss"})
 
 
 def _parse_reprice(reprice: str) -> tuple[str, str | None]:
@@ -177,13 +193,15 @@ def report(
     rates: ExchangeRates | None = None,
     price_book: PriceBook | None = None,
     now: float | None = None,
+    include_probes: bool = False,
 ) -> ReportRows:
     """Rows of a cost report over a ledger file (SQLite or JSONL) or an iterable of records.
 
     `by`: group keys (`GROUP_KEYS` or `metadata.<key>`), a sequence or "a,b". `since`/`until`: unix
     seconds, `7d`-style durations, ISO dates or datetimes. `reprice`: a platform kind (optionally
     `kind:region`) to price the same traffic at. `rates`: to add reporting-currency figures (default:
-    the price book's config, if it sets them). Amounts are exact Decimals.
+    the price book's config, if it sets them). Amounts are exact Decimals. Probe calls
+    (`llmroute health`, `bench smoke`: metadata `llmroute_probe`) are left out unless `include_probes`.
     """
     by_keys = _check_by(by.split(",") if isinstance(by, str) else list(by))
     t_since, t_until = parse_time(since, now=now), parse_time(until, now=now, what="--until")
@@ -205,8 +223,22 @@ def report(
     groups: dict[tuple, _Group] = defaultdict(_Group)
     totals: dict[str | None, _Group] = defaultdict(_Group)
     class_cache: dict[tuple[str | None, str | None], Any] = {}
+    records = list(records)
+    # A record with no cost (unpriced, or an error nothing was billed for) joins the group of the same
+    # keys in the currency that group bills in, so "no feature" is one row, not a priced and a blank one.
+    # (When a key bills in two currencies, they go with the first in alphabetical order.)
+    currency_of: dict[tuple, str] = {}
     for rec in records:
-        key = tuple(_key_value(rec, k) for k in by_keys) + (rec.currency if rec.cost is not None else None,)
+        if not include_probes and is_probe(rec):
+            continue
+        if rec.cost is not None and rec.currency is not None:
+            keys = tuple(_key_value(rec, k) for k in by_keys)
+            currency_of[keys] = min(rec.currency, currency_of.get(keys, rec.currency))
+    for rec in records:
+        if not include_probes and is_probe(rec):
+            continue
+        keys = tuple(_key_value(rec, k) for k in by_keys)
+        key = keys + (rec.currency if rec.cost is not None else currency_of.get(keys),)
         g = groups[key]
         g.add(rec)
         totals[key[-1]].add(rec)
@@ -261,7 +293,8 @@ def _row(
         reasoning_tokens=g.reasoning_tokens,
         cost=cost,
         currency=currency,
-        cost_per_request=(cost / requests) if (cost is not None and requests) else None,
+        # Over the requests that were priced: unpriced ones would make the average look cheaper.
+        cost_per_request=(cost / len(g.priced_request_ids)) if (cost is not None and g.priced_request_ids) else None,
         unpriced_attempts=g.unpriced,
         estimated_attempts=g.estimated,
         latency_p50_ms=_ms(percentile(g.latency, 50)),
@@ -269,6 +302,12 @@ def _row(
         ttft_p50_ms=_ms(percentile(g.ttft, 50)),
         ttft_p95_ms=_ms(percentile(g.ttft, 95)),
     )
+    if g.cache_lookups:
+        # Requests the cache answered over requests it was asked about (bypasses not counted);
+        # cost_saved: what the answers served from the cache cost when they were first made.
+        row["cache_hits"] = len(g.cache_hits)
+        row["cache_hit_rate"] = len(g.cache_hits) / len(g.cache_lookups)
+        row["cost_saved"] = g.cost_saved if priced else None
     if rates is not None:
         row["reporting_currency"] = rates.reporting_currency
         row["cost_in_reporting_currency"] = rates.convert(cost, currency) if cost is not None else None
@@ -300,7 +339,7 @@ def _reporting_total(totals: Mapping[str | None, _Group], rates: ExchangeRates) 
         "requests": len(requests),
         "attempts": attempts,
         "unconverted_currencies": unconverted,
-        "unpriced_attempts": totals[None].unpriced if None in totals else 0,
+        "unpriced_attempts": sum(g.unpriced for g in totals.values()),
     }
 
 
@@ -323,11 +362,11 @@ def to_json(rows: ReportRows) -> str:
 
 def _fmt(v: Any, key: str = "") -> str:
     if v is None:
-        return "-"
+        return "(none)" if key in GROUP_KEYS or key.startswith("metadata.") else "-"
     if isinstance(v, Decimal):
         return f"{v:.6f}" if "cost" in key else f"{v.normalize():f}"
     if isinstance(v, float):
-        return f"{v:.1%}" if key == "error_rate" else f"{v:.1f}"
+        return f"{v:.1%}" if key in ("error_rate", "cache_hit_rate") else f"{v:.1f}"
     if isinstance(v, list):
         return ",".join(map(str, v)) or "-"
     return str(v)
@@ -337,14 +376,28 @@ _TABLE_COLS = [
     "requests", "attempts", "error_rate", "input_tokens", "cached_tokens", "output_tokens", "cost", "currency",
     "cost_per_request", "latency_p50_ms", "latency_p95_ms", "ttft_p50_ms", "ttft_p95_ms",
 ]  # fmt: skip
+# The terminal table's default columns (fit 120 columns); `--wide` shows _TABLE_COLS and the rest.
+_NARROW_COLS = ["requests", "error_rate", "input_tokens", "output_tokens", "cost", "currency", "cost_per_request",
+                "latency_p95_ms", "ttft_p95_ms"]  # fmt: skip
+# Short headers for the narrow table; CSV, JSON and --wide keep the full names.
+_SHORT = {"requests": "reqs", "error_rate": "err%", "input_tokens": "in_tok", "output_tokens": "out_tok",
+          "cached_tokens": "cached", "currency": "cur", "cost_per_request": "per_req", "latency_p95_ms": "p95_ms",
+          "ttft_p95_ms": "ttft95", "unpriced_attempts": "unpriced", "estimated_attempts": "estimated",
+          "cost_in_reporting_currency": "cost_rep", "reprice_cost": "reprice", "reprice_currency": "rp_cur",
+          "reprice_unpriced": "rp_unpriced"}  # fmt: skip
+# Dropped first, in this order, when the narrow table is still too wide.
+_DROP_ORDER = ["ttft_p95_ms", "error_rate", "cost_per_request", "latency_p95_ms", "input_tokens"]
+TABLE_WIDTH = 120
 
 
-def _columns(rows: ReportRows, by_keys: Sequence[str]) -> list[str]:
-    cols = list(by_keys) + _TABLE_COLS
+def _columns(rows: ReportRows, by_keys: Sequence[str], wide: bool = True) -> list[str]:
+    cols = list(by_keys) + (_TABLE_COLS if wide else _NARROW_COLS)
     if rows and "cost_in_reporting_currency" in rows[0]:
         cols.append("cost_in_reporting_currency")
     if rows and "reprice_cost" in rows[0]:
         cols += ["reprice_cost", "reprice_currency", "reprice_unpriced"]
+    if any("cache_hit_rate" in r for r in rows):
+        cols += ["cache_hits", "cache_hit_rate", "cost_saved"]
     if any(r.get("unpriced_attempts") for r in rows):
         cols.append("unpriced_attempts")
     if any(r.get("estimated_attempts") for r in rows):
@@ -352,25 +405,86 @@ def _columns(rows: ReportRows, by_keys: Sequence[str]) -> list[str]:
     return cols
 
 
-def to_table(rows: ReportRows, by_keys: Sequence[str]) -> str:
-    cols = _columns(rows, by_keys)
-    body = [[_fmt(r.get(c), c) for c in cols] for r in rows]
+def _render(header: list[str], data: list[list[str]]) -> list[str]:
+    widths = [max([len(h)] + [len(d[i]) for d in data]) for i, h in enumerate(header)]
+    lines = ["  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip(), "  ".join("-" * w for w in widths)]
+    for d in data:
+        lines.append("  ".join(x.rjust(w) if x[:1].isdigit() or x[:1] == "-" else x.ljust(w)
+                               for x, w in zip(d, widths)).rstrip())
+    return lines
+
+
+def _fit(cols: list[str], rows: ReportRows, by_keys: Sequence[str], width: int) -> tuple[list[str], list[str], list[list[str]]]:
+    """Columns, headers and cells of the narrow table: optional columns dropped, then the longest key
+    values cut with an ellipsis, until a line fits `width`."""
+    cols = list(cols)
+
+    def build() -> tuple[list[str], list[list[str]]]:
+        return [_SHORT.get(c, c) for c in cols], [[_fmt(r.get(c), c) for c in cols] for r in rows]
+
+    def line_width(header: list[str], data: list[list[str]]) -> int:
+        return sum(max([len(h)] + [len(d[i]) for d in data]) for i, h in enumerate(header)) + 2 * (len(header) - 1)
+
+    def cut_keys(floor: int) -> None:
+        keys = [i for i, c in enumerate(cols) if c in by_keys]
+        while line_width(header, data) > width and keys:
+            i = max(keys, key=lambda j: max(len(d[j]) for d in data) if data else 0)
+            longest = max((len(d[i]) for d in data), default=0)
+            if longest <= floor:
+                break
+            keep = max(floor, longest - (line_width(header, data) - width)) - 1
+            for d in data:
+                if len(d[i]) > keep + 1:
+                    d[i] = d[i][:keep] + "…"
+
+    header, data = build()
+    cut_keys(32)  # long names first give way, to 32 characters
+    for drop in _DROP_ORDER:  # then the least needed figures
+        if line_width(header, data) <= width:
+            break
+        if drop in cols:
+            cols.remove(drop)
+            header, data = build()
+            cut_keys(32)
+    cut_keys(8)
+    return cols, header, data
+
+
+def to_table(rows: ReportRows, by_keys: Sequence[str], *, wide: bool = False, width: int = TABLE_WIDTH) -> str:
+    """The terminal table: at most `width` columns unless `wide` (every column, full names)."""
+    cols = _columns(rows, by_keys, wide=wide)
+    if wide:
+        header, body = cols, [[_fmt(r.get(c), c) for c in cols] for r in rows]
+    else:
+        cols, header, body = _fit(cols, rows, by_keys, width)
     tcols = ["currency", "requests", "attempts", "input_tokens", "cached_tokens", "output_tokens", "cost"]
     tbody = [
         [("in " if t.get("in_reporting_currency") else "") + _fmt(t.get("currency"))] + [_fmt(t.get(c), c) for c in tcols[1:]]
         for t in rows.totals
     ]
-    out = io.StringIO()
-    for header, data in ((cols, body), (["total " + tcols[0], *tcols[1:]], tbody)):
-        widths = [max([len(h)] + [len(d[i]) for d in data]) for i, h in enumerate(header)]
-        out.write("  ".join(h.ljust(w) for h, w in zip(header, widths)).rstrip() + "\n")
-        out.write("  ".join("-" * w for w in widths) + "\n")
-        for d in data:
-            out.write("  ".join(x.rjust(w) if x[:1].isdigit() or x[:1] == "-" else x.ljust(w) for x, w in zip(d, widths)).rstrip() + "\n")
-        out.write("\n")
+    theader = ["total " + tcols[0], *tcols[1:]] if wide else ["total cur", *(_SHORT.get(c, c) for c in tcols[1:])]
+    lines = _render(header, body) + [""] + _render(theader, tbody) + [""]
     if not rows:
-        out.write("(no records in range)\n")
-    return out.getvalue()
+        lines.append("(no records in range)")
+    elif not wide and len(cols) < len(_columns(rows, by_keys, wide=True)):
+        lines.append("--wide: every column (attempts, cached tokens, p50s, full names); --format csv|json: all fields")
+    return "\n".join(lines) + "\n"
+
+
+# Money in CSV: a millionth of the currency unit (as the table shows), enough for per-request costs
+# of cheap models and far from the 28 digits a Decimal division carries. JSON keeps the exact value.
+MONEY_QUANTUM = Decimal("0.000001")
+_RATIOS = ("error_rate",)
+
+
+def _csv_cell(value: Any, key: str) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, Decimal):
+        return f"{value.quantize(MONEY_QUANTUM):f}"
+    if isinstance(value, float):
+        return f"{value:.4f}" if key in _RATIOS else f"{value:.3f}"
+    return str(value)
 
 
 def to_csv(rows: ReportRows, by_keys: Sequence[str]) -> str:
@@ -379,8 +493,53 @@ def to_csv(rows: ReportRows, by_keys: Sequence[str]) -> str:
     w = csv.writer(out, lineterminator="\n")
     w.writerow(cols)
     for r in rows:
-        w.writerow(["" if r.get(c) is None else str(r.get(c)) for c in cols])
+        w.writerow([_csv_cell(r.get(c), c) for c in cols])
     return out.getvalue()
+
+
+# ------------------------------------------------------------------------- latency by length
+# Token-count buckets (lower bounds). The field guide's first check when P95 jumps (section 5.1): are
+# long prompts or long answers a bigger share, and is it they that are slow?
+INPUT_BUCKETS = (0, 256, 1024, 4096, 16384)
+OUTPUT_BUCKETS = (0, 64, 256, 1024)
+
+
+def _bucket_label(bounds: Sequence[int], i: int) -> str:
+    def k(n: int) -> str:
+        return f"{n // 1024}K" if n >= 1024 and n % 1024 == 0 else str(n)
+
+    return f"{k(bounds[i])}-{k(bounds[i + 1])}" if i + 1 < len(bounds) else f">={k(bounds[i])}"
+
+
+def latency_by_length(records: Iterable[LedgerRecord]) -> list[dict[str, Any]]:
+    """Successful attempts grouped by input-token and by output-token bucket: count, share, p50/p95
+    latency and p95 TTFT per bucket (empty buckets left out)."""
+    ok = [r for r in records if r.status == "ok" and r.latency_ms is not None]
+    out: list[dict[str, Any]] = []
+    for dimension, bounds, attr in (("input", INPUT_BUCKETS, "input_tokens"), ("output", OUTPUT_BUCKETS, "output_tokens")):
+        buckets: dict[int, list[LedgerRecord]] = defaultdict(list)
+        for r in ok:
+            n = getattr(r, attr) or 0
+            i = max(j for j, lo in enumerate(bounds) if n >= lo)
+            buckets[i].append(r)
+        for i in sorted(buckets):
+            recs = buckets[i]
+            lat = [r.latency_ms for r in recs if r.latency_ms is not None]
+            ttft = [r.ttft_ms for r in recs if r.ttft_ms is not None]
+            out.append({"tokens": dimension, "bucket": _bucket_label(bounds, i), "attempts": len(recs),
+                        "share": len(recs) / len(ok), "latency_p50_ms": _ms(percentile(lat, 50)),
+                        "latency_p95_ms": _ms(percentile(lat, 95)), "ttft_p95_ms": _ms(percentile(ttft, 95))})
+    return out
+
+
+def to_length_table(rows: Sequence[Mapping[str, Any]]) -> str:
+    """The latency-by-length view as a terminal table."""
+    if not rows:
+        return "latency by length: no successful attempts with a latency in range\n"
+    header = ["tokens", "bucket", "attempts", "share", "p50_ms", "p95_ms", "ttft95"]
+    data = [[r["tokens"], r["bucket"], str(r["attempts"]), f"{r['share']:.1%}", _fmt(r["latency_p50_ms"]),
+             _fmt(r["latency_p95_ms"]), _fmt(r["ttft_p95_ms"])] for r in rows]
+    return "latency by length (successful attempts):\n" + "\n".join(_render(header, data)) + "\n"
 
 
 # --------------------------------------------------------------------------------------- HTML
@@ -493,9 +652,19 @@ def _svg_donut(data: Mapping[str, Decimal], currency: str) -> str:
 
 def to_html(rows: ReportRows, by_keys: Sequence[str], records: Iterable[LedgerRecord], *, title: str,
             rates: ExchangeRates | None) -> str:  # fmt: skip
+    records = list(records)
     per_day, per_tier = _chart_data(records, rates)
     e = html.escape
     cols = _columns(rows, by_keys)
+    lengths = latency_by_length(records)
+    lhead = "".join(f"<th>{e(c)}</th>" for c in ("tokens", "bucket", "attempts", "share", "latency p50 ms",
+                                                  "latency p95 ms", "TTFT p95 ms"))
+    lbody = "\n".join(
+        f"<tr><td>{e(r['tokens'])}</td><td>{e(r['bucket'])}</td><td>{r['attempts']}</td><td>{r['share']:.1%}</td>"
+        f"<td>{e(_fmt(r['latency_p50_ms']))}</td><td>{e(_fmt(r['latency_p95_ms']))}</td>"
+        f"<td>{e(_fmt(r['ttft_p95_ms']))}</td></tr>" for r in lengths)
+    by_length = (f'<h2>Latency by length (successful attempts)</h2>\n<div class="scroll"><table><thead><tr>{lhead}'
+                 f"</tr></thead><tbody>\n{lbody}\n</tbody></table></div>") if lengths else ""
     charts = []
     for cur in sorted(per_day):
         charts.append(f"<h2>Cost per feature per day ({e(cur)})</h2>\n{_svg_stacked_bars(per_day[cur], cur)}")
@@ -519,7 +688,8 @@ def to_html(rows: ReportRows, by_keys: Sequence[str], records: Iterable[LedgerRe
 <html lang="en"><head><meta charset="utf-8"><title>{e(title)}</title>
 <style>
 body {{ font-family: sans-serif; margin: 24px; color: #222; }}
-table {{ border-collapse: collapse; font-size: 12px; margin-bottom: 24px; }}
+table {{ border-collapse: collapse; font-size: 12px; }}
+.scroll {{ overflow-x: auto; max-width: 100%; margin-bottom: 24px; }}
 th, td {{ border: 1px solid #ccc; padding: 3px 6px; text-align: right; }}
 th {{ background: #f3f3f3; }}
 h2 {{ font-size: 15px; margin-top: 28px; }}
@@ -527,13 +697,14 @@ h2 {{ font-size: 15px; margin-top: 28px; }}
 <h1>{e(title)}</h1>
 {"".join(charts)}
 <h2>Groups</h2>
-<table><thead><tr>{head}</tr></thead><tbody>
+<div class="scroll"><table><thead><tr>{head}</tr></thead><tbody>
 {body}
-</tbody></table>
+</tbody></table></div>
 <h2>Totals</h2>
-<table><thead><tr>{thead}</tr></thead><tbody>
+<div class="scroll"><table><thead><tr>{thead}</tr></thead><tbody>
 {tbody}
-</tbody></table>
+</tbody></table></div>
+{by_length}
 <p style="color:#777;font-size:11px">input_tokens include cached tokens. Unpriced attempts have no cost (never 0).
 Generated {e(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))} by llmroute.</p>
 </body></html>
@@ -572,6 +743,11 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--out", help="write the report here (html default: llmroute-report.html)")
     p.add_argument("--reprice", metavar="KIND[:REGION]", help="price the same traffic at this platform's prices")
     p.add_argument("--config", help="llmroute TOML config, for [pricing] overrides and exchange rates")
+    p.add_argument("--include-probes", action="store_true",
+                   help="count the probe calls of `llmroute health` and `bench smoke` (left out by default)")
+    p.add_argument("--wide", action="store_true", help="table: every column with full names (wider than 120)")
+    p.add_argument("--by-length", action="store_true",
+                   help="add latency by input/output token bucket (table, json; always in html)")
     return p
 
 
@@ -594,17 +770,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_keys = _check_by(args.by.split(","))
         now = time.time()
         rows = report(ledger, by=by_keys, since=args.since, until=args.until, reprice=args.reprice,
-                      price_book=book, now=now)  # fmt: skip
+                      price_book=book, now=now, include_probes=args.include_probes)  # fmt: skip
+        lengths = None
+        if args.by_length and args.format in ("table", "json"):
+            t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
+            lengths = latency_by_length(read_records(ledger, since=t_since, until=t_until))
         if args.format == "json":
             text = to_json(rows) + "\n"
+            if lengths is not None:
+                doc = json.loads(text)
+                doc["by_length"] = lengths
+                text = json.dumps(doc, ensure_ascii=False, indent=2) + "\n"
         elif args.format == "csv":
             text = to_csv(rows, by_keys)
         elif args.format == "table":
-            text = to_table(rows, by_keys)
+            from ..batch.savings import savings_text
+
+            text = to_table(rows, by_keys, wide=args.wide) + savings_text(read_records(
+                ledger, since=parse_time(args.since, now=now), until=parse_time(args.until, now=now, what="--until")))
+            if lengths is not None:
+                text += "\n" + to_length_table(lengths)
         else:
             t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
             title = f"llmroute cost report: {Path(ledger).name}" + (f", since {args.since}" if args.since else "")
-            text = to_html(rows, by_keys, read_records(ledger, since=t_since, until=t_until), title=title,
+            records = (r for r in read_records(ledger, since=t_since, until=t_until)
+                       if args.include_probes or not is_probe(r))
+            text = to_html(rows, by_keys, records, title=title,
                            rates=(book.rates() if book else None))  # fmt: skip
             out = Path(args.out or "llmroute-report.html")
             out.write_text(text, encoding="utf-8")

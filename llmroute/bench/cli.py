@@ -354,10 +354,13 @@ async def _smoke_run(ns: argparse.Namespace, timeout_s: float) -> list[dict[str,
     client = _client(ns.config, ns.transport)
     tiers_of: dict[str, list[tuple[str, int]]] = {}
     for tier_name, tier in client.config.tiers.items():
+        if tier.kind != "chat":  # embedding deployments answer no chat prompt: `llmroute health` probes them
+            continue
         for position, dep in enumerate(tier.deployments):
             tiers_of.setdefault(dep.id, []).append((tier_name, position))  # position 0 is the primary
     prompt = Prompt(messages=({"role": "user", "content": ns.prompt},), source="smoke")
-    send = client_send(client, stream=True, feature="bench-smoke", keep_text=True)
+    # Probe calls: tagged, attributed to no feature, left out of reports by default (ledger.PROBE_METADATA_KEY).
+    send = client_send(client, stream=True, feature=None, keep_text=True, metadata={"llmroute_probe": "bench-smoke"})
     gate = asyncio.Semaphore(ns.parallel)
 
     async def one(deployment: str) -> dict[str, Any]:

@@ -23,8 +23,9 @@ _PAD_L, _PAD_R, _PAD_T, _PAD_B = 62, 16, 30, 44
 _MAX_POINTS = 2500  # per scatter series: beyond this, every k-th point is drawn
 
 
-def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
-    """Round tick values covering [low, high]: steps of 1, 2 or 5 times a power of ten."""
+def nice_ticks(low: float, high: float, count: int = 5, *, integer: bool = False) -> list[float]:
+    """Round tick values covering [low, high]: steps of 1, 2 or 5 times a power of ten (whole steps
+    only when `integer`, for axes such as concurrency where 1.2 means nothing)."""
     if not (math.isfinite(low) and math.isfinite(high)):
         return [0.0, 1.0]
     if high <= low:
@@ -32,6 +33,8 @@ def nice_ticks(low: float, high: float, count: int = 5) -> list[float]:
     raw = (high - low) / max(count, 1)
     power = 10 ** math.floor(math.log10(raw))
     step = next(m * power for m in (1, 2, 5, 10) if m * power >= raw)
+    if integer:
+        step = max(1.0, round(step))
     start = math.floor(low / step) * step
     ticks = []
     value = start
@@ -73,7 +76,8 @@ def _frame(title: str, x_label: str, y_label: str, xt: Sequence[float], yt: Sequ
 
 
 def _scales(xs: Sequence[float], ys: Sequence[float]) -> tuple[list[float], list[float], Any, Any]:
-    xt = nice_ticks(min(xs, default=0.0), max(xs, default=1.0))
+    whole = bool(xs) and all(float(x).is_integer() for x in xs)  # concurrency levels: integer ticks
+    xt = nice_ticks(min(xs, default=0.0), max(xs, default=1.0), integer=whole)
     yt = nice_ticks(0.0, max(ys, default=1.0))
     x0, x1, y1 = xt[0], xt[-1], yt[-1]
     sx = lambda v: _PAD_L + (v - x0) / ((x1 - x0) or 1) * (_W - _PAD_L - _PAD_R)

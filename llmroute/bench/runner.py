@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Sequence, TextIO
+from typing import Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from ..errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
 from .stats import RequestRecord, StreamTiming, percentile
@@ -120,11 +120,16 @@ class BenchRun:
 class ProgressMeter:
     """Live progress for one level, as a line at most every `every_s` seconds. Sans-I/O."""
 
-    def __init__(self, target: str, label: str, start: float, *, every_s: float = 1.0, window: int = 500) -> None:
+    def __init__(self, target: str, label: str, start: float, *, every_s: float = 1.0, window: int = 500,
+                 total: int | None = None, duration_s: float | None = None, levels_after: int = 0) -> None:
         self.target = target
         self.label = label
         self.start = start
         self.every_s = every_s
+        # For the ETA: this level's bounds (requests, seconds) and how many levels follow it in the run.
+        self.total = total
+        self.duration_s = duration_s
+        self.levels_after = levels_after
         self.done = 0
         self.errors = 0
         self.recent_ttft: list[float] = []
@@ -148,8 +153,33 @@ class ProgressMeter:
         p95 = percentile(self.recent_ttft[-self.window:], 95)
         rate = self.done / elapsed if elapsed > 0 else 0.0
         ttft = f"{p95 * 1000:.0f} ms" if p95 is not None else "-"
-        return (f"{self.target} {self.label}  {int(elapsed // 60):02d}:{int(elapsed % 60):02d}  "
-                f"done {self.done}  errors {self.errors}  {rate:.1f} req/s  p95 TTFT {ttft}")
+        eta = self.eta_s(now)
+        eta_text = "" if eta is None else f"  ETA {_clock_text(eta[0])}" + (
+            f" (run ~{_clock_text(eta[1])})" if self.levels_after else "")
+        done = f"{self.done}/{self.total}" if self.total is not None else str(self.done)
+        return (f"{self.target} {self.label}  {_clock_text(elapsed)}  "
+                f"done {done}  errors {self.errors}  {rate:.1f} req/s  p95 TTFT {ttft}{eta_text}")
+
+    def eta_s(self, now: float) -> tuple[float, float] | None:
+        """(seconds left in this level, seconds left in the run), from the first bound the level will reach
+        at its current rate; the run estimate assumes the levels after it take as long as this one."""
+        elapsed = max(now - self.start, 0.0)
+        left: list[float] = []
+        if self.duration_s is not None:
+            left.append(max(self.duration_s - elapsed, 0.0))
+        if self.total is not None and self.done > 0 and elapsed > 0:
+            left.append(max(self.total - self.done, 0) * elapsed / self.done)
+        if not left:
+            return None
+        level_left = min(left)
+        return level_left, level_left + self.levels_after * (elapsed + level_left)
+
+
+def _clock_text(seconds: float) -> str:
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return f"{seconds // 3600}:{seconds % 3600 // 60:02d}:{seconds % 60:02d}"
+    return f"{seconds // 60:02d}:{seconds % 60:02d}"
 
 
 class _Reporter:
@@ -196,8 +226,10 @@ async def run_bench(
             record = dataclasses.replace(record, target=target, level=0, phase="first", index=0)
             run.records.append(record)
             reporter.show(f"{target} first request: " + _first_line(record), final=True)
-        for level in plan.levels():
-            level_run = _Level(send, target, level, plan, cycle, run.records, clock, reporter)
+        levels = list(plan.levels())
+        for i, level in enumerate(levels):
+            after = len(levels) - 1 - i + (len(plan.targets) - 1 - plan.targets.index(target)) * len(levels)
+            level_run = _Level(send, target, level, plan, cycle, run.records, clock, reporter, levels_after=after)
             run.levels.append(await level_run.run())
     return run
 
@@ -217,8 +249,9 @@ class _Level:
     """The warm-up and measured phases of one target at one level."""
 
     def __init__(self, send: SendFn, target: str, level: float, plan: LoadPlan, prompts: Iterator[Prompt],
-                 sink: list[RequestRecord], clock: Clock, reporter: _Reporter) -> None:
+                 sink: list[RequestRecord], clock: Clock, reporter: _Reporter, *, levels_after: int = 0) -> None:
         self.send = send
+        self.levels_after = levels_after
         self.target = target
         self.level = level
         self.plan = plan
@@ -254,7 +287,8 @@ class _Level:
             self.reporter.show(f"{self.target} {label}  warm-up: {warmup} requests")
             await self._closed(phase="warmup", slots=min(slots, warmup), limit=warmup, deadline=None)
         start = self.clock()
-        self.meter = ProgressMeter(self.target, label, start, every_s=self.reporter.every_s)
+        self.meter = ProgressMeter(self.target, label, start, every_s=self.reporter.every_s, total=plan.requests,
+                                   duration_s=plan.duration_s, levels_after=self.levels_after)
         deadline = None if plan.duration_s is None else start + plan.duration_s
         ticker = asyncio.create_task(self._tick())
         lags: list[float] = []
@@ -420,12 +454,14 @@ def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
     return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
 
 
-def client_send(client: Any, *, stream: bool = True, feature: str = "bench", keep_text: bool = False,
-                clock: Clock = time.perf_counter) -> SendFn:
+def client_send(client: Any, *, stream: bool = True, feature: Optional[str] = "bench", keep_text: bool = False,
+                clock: Clock = time.perf_counter, metadata: Optional[Mapping[str, str]] = None) -> SendFn:
     """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines.
 
     `keep_text` stores each answer in its record (for smoke checks; a load run would hold them all).
+    `metadata` goes on every call (the smoke check tags its probes with it).
     """
+    extra = {"metadata": dict(metadata)} if metadata else {}
 
     async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         start = clock()
@@ -434,7 +470,8 @@ def client_send(client: Any, *, stream: bool = True, feature: str = "bench", kee
         try:
             if stream:
                 response_stream = await client.chat.completions.create(
-                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature)
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature,
+                    **extra)
                 async with response_stream:
                     async for chunk in response_stream:
                         timing.on_chunk(clock(), _chunk_text(chunk))
@@ -443,7 +480,8 @@ def client_send(client: Any, *, stream: bool = True, feature: str = "bench", kee
                 text = timing.text
             else:
                 response = await client.chat.completions.create(
-                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature)
+                    model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature,
+                    **extra)
                 timing.on_end(clock())
                 choices = getattr(response, "choices", None) or []
                 text = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""

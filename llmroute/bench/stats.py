@@ -24,6 +24,7 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
+from ..percentile import percentile
 from ..errors import ConfigError
 from .units import parse_duration_s
 
@@ -132,19 +133,6 @@ class StreamTiming:
     @property
     def text(self) -> str:
         return "".join(self.parts)
-
-
-def percentile(values: Sequence[float], p: float) -> float | None:
-    """The p-th percentile (0..100) by linear interpolation between closest ranks; None if empty."""
-    if not 0 <= p <= 100:
-        raise ValueError(f"percentile {p} is outside 0..100")
-    if not values:
-        return None
-    ordered = sorted(values)
-    rank = p / 100 * (len(ordered) - 1)
-    low = math.floor(rank)
-    high = math.ceil(rank)
-    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
 
 
 def distribution_ms(values_s: Iterable[float | None]) -> dict[str, float | int | None]:

@@ -184,20 +184,26 @@ class OpenAICompatAdapter:
             if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
                 completion, reported = self.completion_from_stream_body(content)
             else:
-                try:
-                    data = json.loads(content)
-                except ValueError:
-                    raise self._bad_body("not JSON") from None
-                if not isinstance(data, dict):
-                    raise self._bad_body("not a JSON object")
-                if is_error_payload(data):
-                    raise self.error_from_event(data, headers)
-                completion, reported = self.completion_from_dict(data)
+                completion, reported = self.completion_from_dict(self.json_body(headers, content))
         except RecursionError:
             raise self._bad_body("JSON nested too deeply to read") from None
         if not completion.choices:  # nothing to give the caller: an error, not a billed success
             raise self._bad_body("the completion has no choices")
         return completion, reported
+
+    def json_body(self, headers: Mapping[str, str], content: bytes) -> Dict[str, Any]:
+        """A 2xx body as a JSON object. Raises a typed error for an error body or one that is not JSON."""
+        try:
+            data = json.loads(content)
+        except ValueError:
+            raise self._bad_body("not JSON") from None
+        except RecursionError:
+            raise self._bad_body("JSON nested too deeply to read") from None
+        if not isinstance(data, dict):
+            raise self._bad_body("not a JSON object")
+        if is_error_payload(data):
+            raise self.error_from_event(data, headers)
+        return data
 
     def completion_from_stream_body(self, content: bytes) -> tuple[ChatCompletion, bool]:
         """A whole SSE body -> the completion it adds up to: for a plain call the platform only

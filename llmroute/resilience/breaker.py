@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
+from ..percentile import percentile  # one definition for health, hedging, reports and bench
 from .. import errors as E
 from .outcome import describe_error, retry_after_of
 from .policy import ResiliencePolicy
@@ -104,14 +105,6 @@ class BreakerSnapshot:
         if data["open_until"] is not None and math.isinf(data["open_until"]):
             data["open_until"] = "never"  # JSON has no infinity
         return data
-
-
-def percentile(sorted_values: list[float], q: float) -> Optional[float]:
-    """Nearest-rank percentile (q in [0, 100]) of an already sorted list; None when empty."""
-    if not sorted_values:
-        return None
-    rank = max(1, math.ceil(q / 100.0 * len(sorted_values)))
-    return sorted_values[min(rank, len(sorted_values)) - 1]
 
 
 class CircuitBreaker:

@@ -3,7 +3,9 @@
 `BreakerRegistry` holds one `CircuitBreaker` per deployment id ("provider:model"), each with its
 merged policy, classifies outcomes through `classify_failure`, and reports transitions: a disabled
 deployment (auth, billing, unknown model) is logged at ERROR because it is a configuration fault,
-not a blip. `format_health` renders snapshots as a plain-text table.
+not a blip. `ProbeTally` counts what `llmroute health` probes saw, and `health_status` joins it with
+the breaker: a deployment that failed every probe is "failing", whatever its breaker says (a breaker
+needs several failures before it opens). `format_health` renders both as a plain-text table.
 
 No clock, no I/O besides the `logging` records of transitions.
 """
@@ -14,13 +16,14 @@ import logging
 import math
 import random
 import threading
+from dataclasses import dataclass
 from typing import Callable, Iterable, Mapping, Optional, Union
 
 from .breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
 from .outcome import classify_failure
 from .policy import ResiliencePolicy
 
-__all__ = ["BreakerRegistry", "format_health"]
+__all__ = ["BreakerRegistry", "ProbeTally", "health_status", "format_health"]
 
 logger = logging.getLogger("llmroute.resilience")
 
@@ -110,6 +113,36 @@ def _policy_resolver(policies: PolicySource) -> Callable[[str], ResiliencePolicy
     return policies
 
 
+@dataclass
+class ProbeTally:
+    """What the probes of one deployment saw: how many were sent, how many failed, the last error."""
+
+    sent: int = 0
+    failed: int = 0
+    last_error: Optional[str] = None
+
+    def add(self, error: Optional[BaseException]) -> None:
+        self.sent += 1
+        if error is not None:
+            self.failed += 1
+            self.last_error = f"{type(error).__name__}: {error}"
+
+    @property
+    def all_failed(self) -> bool:
+        return self.sent > 0 and self.failed == self.sent
+
+    def as_dict(self) -> dict:
+        return {"sent": self.sent, "failed": self.failed, "last_error": self.last_error}
+
+
+def health_status(snapshot: BreakerSnapshot, probe: Optional[ProbeTally] = None) -> str:
+    """The breaker's state (closed, open, half_open), except that a deployment whose probes all failed
+    is "failing" while its breaker is not open (one failure seldom opens a breaker)."""
+    if probe is not None and probe.all_failed and snapshot.state != "open":
+        return "failing"
+    return snapshot.state
+
+
 def _seconds(value: Optional[float]) -> str:
     if value is None:
         return "-"
@@ -118,12 +151,17 @@ def _seconds(value: Optional[float]) -> str:
     return f"{value:.1f}"
 
 
-def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[float] = None) -> str:
-    """A plain-text table of breaker snapshots; with `now`, open deadlines are shown as time left."""
+def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[float] = None,
+                  probes: Optional[Mapping[str, ProbeTally]] = None) -> str:
+    """A plain-text table of breaker snapshots; with `now`, open deadlines are shown as time left.
+    With `probes`, a "probes" column (ok/sent) and the state a failed probe run makes "failing"."""
     header = ("deployment", "state", "fail", "slow", "calls", "open for", "trips", "ttft p50/p95", "latency p50/p95", "last error")
+    if probes is not None:
+        header = header[:2] + ("probes",) + header[2:]
     rows = [header]
     notes = []
     for deployment_id, s in snapshots.items():
+        probe = probes.get(deployment_id) if probes is not None else None
         if s.open_until is None:
             open_for = "-"
         elif math.isinf(s.open_until):
@@ -135,20 +173,24 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
         last_error = s.last_error or "-"
         if len(last_error) > 60:
             last_error = last_error[:59] + "…"
-        rows.append(
-            (
-                deployment_id,
-                s.state,
-                f"{s.failure_rate:.0%}",
-                f"{s.slow_rate:.0%}",
-                str(s.calls_in_window),
-                open_for,
-                str(s.trips),
-                f"{_seconds(s.p50_ttft_s)}/{_seconds(s.p95_ttft_s)}",
-                f"{_seconds(s.p50_latency_s)}/{_seconds(s.p95_latency_s)}",
-                last_error,
-            )
+        row = (
+            deployment_id,
+            health_status(s, probe),
+            f"{s.failure_rate:.0%}",
+            f"{s.slow_rate:.0%}",
+            str(s.calls_in_window),
+            open_for,
+            str(s.trips),
+            f"{_seconds(s.p50_ttft_s)}/{_seconds(s.p95_ttft_s)}",
+            f"{_seconds(s.p50_latency_s)}/{_seconds(s.p95_latency_s)}",
+            last_error,
         )
+        if probes is not None:
+            row = row[:2] + (f"{probe.sent - probe.failed}/{probe.sent} ok" if probe else "-",) + row[2:]
+        rows.append(row)
+        if probe is not None and probe.all_failed and not s.disabled_reason:
+            notes.append(f"!! {deployment_id}: every probe failed ({probe.failed}/{probe.sent}); "
+                         f"breaker {s.state}; last: {probe.last_error}")
         if s.disabled_reason:
             notes.append(f"!! {deployment_id}: {s.disabled_reason}")
         elif s.state != "closed" and s.reason:

@@ -23,6 +23,7 @@ import pytest
 
 import llmroute as L
 from llmroute import Client
+from llmroute.accounting.ledger import SCHEMA_VERSION
 from tests.accounting._client import MESSAGES, TABLE_VERSION, config, provider
 from tests.providers.helpers import drain
 from tests.servers.script import Reply
@@ -137,7 +138,7 @@ def test_sqlite_ledger_has_one_record_per_attempt_readable_with_plain_sql(togeth
     finally:
         con.close()
     assert per_feature == {"summarize": 1, "chat": 3, "auto-routed": 1}
-    assert tenant == "acme" and str(schema) == "1"
+    assert tenant == "acme" and str(schema) == str(SCHEMA_VERSION)
 
 
 def test_jsonl_ledger_writes_the_same_records(together_server, fireworks_server, tmp_path):

@@ -108,8 +108,8 @@ def test_dashscope_compat_cached_at_forty_percent():
     assert c.amount == D("0.00132") and c.currency == "USD"
     big = {"prompt_tokens": 10000, "completion_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 5000}}
     c = cost_from_usage(price("ali", "bailian", "cn-beijing", "qwen-max"), big)
-    # 5000 x 20 + 5000 x 8 + 2000 x 60 = 100000 + 40000 + 120000 = 260000 per million
-    assert c.amount == D("0.26") and c.currency == "CNY"
+    # 5000 x 2.4 + 5000 x 0.96 + 2000 x 9.6 = 12000 + 4800 + 19200 = 36000 per million
+    assert c.amount == D("0.036") and c.currency == "CNY"
 
 
 def test_dashscope_native_input_output_tokens():

@@ -26,6 +26,7 @@ from llmroute.accounting.ledger import (
     MemorySink,
     SQLiteSink,
     open_sink,
+    SCHEMA_VERSION,
     read_records,
 )
 from llmroute.accounting.prices import Price
@@ -61,7 +62,7 @@ def test_sqlite_round_trip_is_exact(tmp_path):
     # Plain SQL works on it: exact text costs, NULL (not 0) for the unpriced attempt.
     assert conn.execute("SELECT cost FROM ledger ORDER BY id").fetchall() == [("0.001232",), (None,)]
     assert conn.execute("SELECT json_extract(metadata, '$.tenant') FROM ledger WHERE id = 1").fetchone() == ("acme",)
-    assert conn.execute("SELECT value FROM ledger_meta WHERE key = 'schema_version'").fetchone() == ("1",)
+    assert conn.execute("SELECT value FROM ledger_meta WHERE key = 'schema_version'").fetchone() == (str(SCHEMA_VERSION),)
 
 
 def test_from_cost_fills_tokens_and_money():

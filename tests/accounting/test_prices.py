@@ -60,7 +60,9 @@ def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
             assert not p.confirmed, p.model
     assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
     assert table.get("bailian", "singapore", "qwen-plus").confirmed
-    assert not table.get("bailian", "cn-beijing", "qwen-plus").confirmed
+    # qwen-plus in Beijing is on the official model list; qwen-max's current price only in third-party tables.
+    assert table.get("bailian", "cn-beijing", "qwen-plus").confirmed
+    assert not table.get("bailian", "cn-beijing", "qwen-max").confirmed
 
 
 def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
@@ -75,8 +77,9 @@ def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
 
 
 def test_bailian_cached_rate_is_forty_percent_of_input():
+    # billing-for-model-studio: cache hits cost 40% of input; qwen-flash's own page says 20%.
     for p in load_price_table().entries:
-        if p.kind == "bailian":
+        if p.kind == "bailian" and p.mode == "chat" and p.model != "qwen-flash":
             assert p.cached_input_per_million == p.input_per_million * Decimal("0.4"), p.model
 
 
@@ -220,3 +223,110 @@ def test_import_has_no_side_effects():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert out.stdout.strip() == "ok", out.stderr
+
+
+# -- the catalogue: every platform and region, with sources -------------------------------------------------
+
+
+def test_catalogue_covers_each_platform_region_with_sources_and_batch_where_published():
+    table = load_price_table()
+    chat = {(p.kind, p.region) for p in table.entries if p.mode == "chat"}
+    assert {("together", None), ("fireworks", None), ("siliconflow", "cn"), ("bailian", "singapore"),
+            ("bailian", "cn-beijing")} <= chat
+    embedding = {(p.kind, p.region) for p in table.entries if p.mode == "embedding"}
+    assert {("fireworks", None), ("bailian", "singapore")} <= embedding
+    for p in table.entries:
+        assert p.source and p.source_date, p.model
+        if p.kind == "fireworks" and p.batch_input_per_million is not None:
+            # docs.fireworks.ai/serverless/pricing: batch is 50% of serverless on input and output.
+            assert p.batch_input_per_million == p.input_per_million / 2, p.model
+            assert p.batch_output_per_million == p.output_per_million / 2, p.model
+    # Current models named in the platforms resolve (a config naming them loads).
+    for kind, region, model in [("together", None, "openai/gpt-oss-120b"),
+                                ("fireworks", None, "accounts/fireworks/models/gpt-oss-20b"),
+                                ("siliconflow", "cn", "Qwen/Qwen3-8B"), ("bailian", "cn-beijing", "qwen-flash"),
+                                ("bailian", "singapore", "text-embedding-v4")]:
+        assert table.get(kind, region, model) is not None, model
+
+
+def test_table_entries_must_name_a_source_and_a_known_mode():
+    base = 'version = "t"\n[[price]]\nkind = "together"\nmodel = "m"\ninput_per_million = 1\n' \
+           'output_per_million = 1\ncurrency = "USD"\n'
+    with pytest.raises(ConfigError, match="source"):
+        parse_price_table(base)
+    with pytest.raises(ConfigError, match="mode"):
+        parse_price_table(base + 'source = "p"\nmode = "rerank"\n')
+    t = parse_price_table(base + 'source = "p"\nbatch_input_per_million = 0.5\nbatch_output_per_million = 0.5\n')
+    assert t.entries[0].batch_input_per_million == Decimal("0.5") and t.entries[0].mode == "chat"
+
+
+# -- create(model="provider:model") is held to the same strictness as configured deployments ---------------
+
+
+def _together_config(server, tmp_path, strict: bool) -> dict:
+    from tests.accounting._client import config, provider
+
+    return config({"tg": provider("together", server)}, {"t": ["tg:Qwen/Qwen2.5-7B-Instruct-Turbo"]},
+                  pricing={"strict": strict}, ledger={"path": str(tmp_path / "ledger.db")})
+
+
+def test_unpriced_model_named_in_create_is_a_config_error_before_sending(together_server, tmp_path):
+    from llmroute import Client
+    from tests.accounting._client import MESSAGES
+
+    with Client(config=_together_config(together_server, tmp_path, strict=True)) as client:
+        with pytest.raises(ConfigError) as info:
+            client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES)
+    message = str(info.value)
+    assert "tg:moonshotai/Kimi-K3" in message and 'pricing.\"tg:moonshotai/Kimi-K3\"' in message and "strict" in message
+    assert together_server.requests == []
+
+
+def test_unpriced_model_named_in_create_runs_flagged_when_strict_is_off(together_server, tmp_path):
+    from llmroute import Client, report
+    from tests.accounting._client import MESSAGES
+
+    with Client(config=_together_config(together_server, tmp_path, strict=False)) as client:
+        resp = client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES, feature="f")
+    assert resp.cost.amount is None and resp.cost.priced is False and str(resp.cost) == "unpriced"
+    assert resp.route.deployment == "tg:moonshotai/Kimi-K3"
+    import sqlite3
+
+    db = sqlite3.connect(tmp_path / "ledger.db")
+    assert db.execute("SELECT deployment, priced, cost FROM ledger").fetchall() == [("tg:moonshotai/Kimi-K3", 0, None)]
+    db.close()
+    rows = report(str(tmp_path / "ledger.db"), by=("deployment",))
+    row = next(r for r in rows if r.get("deployment") == "tg:moonshotai/Kimi-K3")
+    assert row["unpriced_attempts"] == 1 and row["cost"] is None
+
+
+# -- llmroute prices ---------------------------------------------------------------------------------------
+
+
+def test_prices_command_lists_matches_within_120_columns_and_a_config_charge(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "gpt-oss"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = out.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    assert any("openai/gpt-oss-120b" in line and "0.15" in line and "0.6" in line for line in lines)
+    assert any("accounts/fireworks/models/gpt-oss-20b" in line and "0.035" in line for line in lines)
+    assert not any("qwen-plus" in line for line in lines)
+    # What does not ship is said, not left for the user to guess.
+    out_sf = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "siliconflow"], capture_output=True,
+                            text=True, timeout=60).stdout
+    assert "not shipped: siliconflow/intl" in out_sf and "Qwen/Qwen3-8B" in out_sf
+    assert load_price_table().missing[("bailian", "us")]
+    intl = DeploymentRef("sf:Qwen/Qwen3-8B", "sf", "siliconflow", "intl", "Qwen/Qwen3-8B", "tiers.t.deployments[0]")
+    with pytest.raises(ConfigError, match="nothing ships for siliconflow/intl"):
+        PriceBook().check_priced([intl])
+    cfg = tmp_path / "c.toml"
+    cfg.write_text('[providers.tg]\nkind = "together"\napi_key = "k"\n[providers.gpu]\nkind = "vllm"\n'
+                   'base_url = "http://127.0.0.1:9/v1"\n[tiers.t]\ndeployments = ["tg:openai/gpt-oss-120b", '
+                   '"gpu:mine"]\n[pricing]\nstrict = false\n')
+    out = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "--config", str(cfg)],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    charged = {line.split()[0]: line for line in out.stdout.splitlines()[2:]}
+    assert "table" in charged["tg:openai/gpt-oss-120b"] and "0.15" in charged["tg:openai/gpt-oss-120b"]
+    assert "UNPRICED" in charged["gpu:mine"] and "no price" in out.stderr

@@ -53,19 +53,41 @@ def ledger(tmp_path):
 
 def test_groups_and_totals_by_feature(ledger):
     rows = report(ledger, by=("feature",))
-    chat_usd = next(r for r in rows if r["feature"] == "chat" and r["currency"] == "USD")
-    assert chat_usd["requests"] == 2 and chat_usd["attempts"] == 3 and chat_usd["errors"] == 1
-    assert chat_usd["error_rate"] == pytest.approx(1 / 3)
-    assert (chat_usd["input_tokens"], chat_usd["output_tokens"], chat_usd["cached_tokens"]) == (4000, 600, 200)
-    assert chat_usd["cost"] == D("0.004784")  # 0.00104 + 0.00156 + 0.002184
-    assert chat_usd["cost_per_request"] == D("0.002392")
-    assert chat_usd["latency_p50_ms"] == 300.0 and chat_usd["latency_p95_ms"] == pytest.approx(480.0)
-    assert chat_usd["ttft_p50_ms"] == 60.0
-    unpriced = next(r for r in rows if r["feature"] == "chat" and r["currency"] is None)
-    assert unpriced["cost"] is None and unpriced["unpriced_attempts"] == 1  # never 0
+    # One row per feature (and currency): the unpriced self-hosted chat attempt joins chat's USD row,
+    # counted in unpriced_attempts, instead of forming a second "chat" row.
+    assert sorted((r["feature"], r["currency"]) for r in rows) == [("chat", "USD"), ("summarize", "CNY")]
+    chat_usd = next(r for r in rows if r["feature"] == "chat")
+    assert chat_usd["requests"] == 3 and chat_usd["attempts"] == 4 and chat_usd["errors"] == 1
+    assert chat_usd["error_rate"] == pytest.approx(1 / 4)
+    assert (chat_usd["input_tokens"], chat_usd["output_tokens"], chat_usd["cached_tokens"]) == (4100, 610, 200)
+    assert chat_usd["cost"] == D("0.004784")  # 0.00104 + 0.00156 + 0.002184; the unpriced attempt adds nothing
+    assert chat_usd["unpriced_attempts"] == 1  # never counted as 0 cost silently
+    assert chat_usd["cost_per_request"] == D("0.002392")  # over the 2 priced requests
+    assert chat_usd["latency_p50_ms"] == 200.0 and chat_usd["latency_p95_ms"] == pytest.approx(470.0)
     totals = {t["currency"]: t for t in rows.totals}
     assert totals["USD"]["cost"] == D("0.004784") and totals["CNY"]["cost"] == D("0.5")
-    assert totals[None]["cost"] is None
+    assert totals["USD"]["unpriced_attempts"] == 1 and None not in totals
+
+
+def test_a_key_with_no_priced_attempt_is_one_unpriced_row():
+    recs = [r for r in records() if r.request_id == "d"]
+    rows = report(recs, by="feature")
+    assert [(r["feature"], r["currency"], r["cost"], r["unpriced_attempts"]) for r in rows] == [("chat", None, None, 1)]
+
+
+def test_no_feature_is_one_row_shown_as_none(tmp_path):
+    from llmroute.accounting.report import to_table
+
+    base = records()
+    recs = [LedgerRecord(ts=DAY1, request_id="x", feature=None, cost=D("0.001"), currency="USD", priced=True),
+            LedgerRecord(ts=DAY1, request_id="y", feature=None, cost=None, currency=None, priced=False,
+                         status="error", error_type="ServerError"),
+            base[0]]
+    rows = report(recs, by="feature")
+    none_rows = [r for r in rows if r["feature"] is None]
+    assert len(none_rows) == 1 and none_rows[0]["attempts"] == 2 and none_rows[0]["currency"] == "USD"
+    table = to_table(rows, ["feature"])
+    assert sum(1 for line in table.splitlines() if line.startswith("(none)")) == 1
 
 
 def test_by_several_keys_and_metadata(ledger):
@@ -106,11 +128,9 @@ def test_reporting_currency_totals(ledger):
 def test_reprice_at_another_platform(ledger):
     rows = report(ledger, by="feature", reprice="fireworks")
     chat = next(r for r in rows if r["feature"] == "chat" and r["currency"] == "USD")
-    # 70B class on Fireworks is $0.90 in = out, no cached rate: (4000 + 600) x 0.90 per million.
-    assert chat["reprice_cost"] == D("0.00414") and chat["reprice_currency"] == "USD"
-    unpriced_row = next(r for r in rows if r["currency"] is None)
-    # Qwen2.5-7B-Instruct is 7b class (SiliconFlow entry): Fireworks 8B at 0.20 -> 110 x 0.20.
-    assert unpriced_row["reprice_cost"] == D("0.000022")
+    # (4000 + 600) x 0.90 per million for the 70B attempts, plus the unpriced box attempt in the same row:
+    # Qwen2.5-7B-Instruct is 7b class (SiliconFlow entry), Fireworks 8B at 0.20 -> 110 x 0.20 = 0.000022.
+    assert chat["reprice_cost"] == D("0.00414") + D("0.000022") and chat["reprice_currency"] == "USD"
     rows = report(ledger, by="feature", reprice="bailian")  # no classed models there
     assert all(r["reprice_unpriced"] == r["attempts"] for r in rows)
     with pytest.raises(ValueError):
@@ -151,7 +171,7 @@ def test_cli_json_shape(ledger, capsys):
 def test_cli_table_csv_and_config(ledger, tmp_path, capsys):
     assert main(["--ledger", str(ledger), "--by", "feature", "--since", "3650d"]) == 0
     out = capsys.readouterr().out
-    assert "chat" in out and "0.004784" in out and "total currency" in out
+    assert "chat" in out and "0.004784" in out and "total cur" in out
     csv_path = tmp_path / "r.csv"
     assert main(["--ledger", str(ledger), "--format", "csv", "--out", str(csv_path)]) == 0
     assert csv_path.read_text().splitlines()[0].startswith("feature,requests,")
@@ -160,6 +180,78 @@ def test_cli_table_csv_and_config(ledger, tmp_path, capsys):
     assert main(["--config", str(cfg), "--format", "json"]) == 0  # ledger path from the config
     doc = json.loads(capsys.readouterr().out)
     assert any(t.get("in_reporting_currency") for t in doc["totals"])
+
+
+def _long_ledger(tmp_path):
+    """Records with long model and deployment names, several providers and days: the wide case."""
+    path = tmp_path / "wide.db"
+    model = "accounts/fireworks/models/qwen3-vl-30b-a3b-instruct-with-a-very-long-fine-tune-suffix"
+    with SQLiteSink(path) as sink:
+        for i in range(30):
+            sink.write(LedgerRecord(
+                ts=DAY1 + i * 3600, request_id=f"r{i}", feature=f"feature-number-{i % 3}-for-reports",
+                tier="large" if i % 2 else "small", provider="fw", provider_kind="fireworks",
+                deployment=f"fw:{model}", model=model, input_tokens=100 * (i + 1) * (i + 1), output_tokens=7 * i + 1,
+                cost=D(1) / D(3) * D(i + 1) / D(1000), currency="USD", priced=True, latency_ms=100.0 + 40 * i,
+                ttft_ms=10.0 + i))
+    return path
+
+
+def test_terminal_table_fits_120_columns_and_wide_shows_everything(tmp_path, capsys):
+    path = _long_ledger(tmp_path)
+    assert main(["--ledger", str(path), "--by", "feature,tier,provider,model,day"]) == 0
+    narrow = capsys.readouterr().out
+    assert max(len(line) for line in narrow.splitlines()) <= 120
+    assert "…" in narrow and "--wide" in narrow  # long model names cut, and the way to see them
+    assert main(["--ledger", str(path), "--by", "feature,tier,provider,model,day", "--wide"]) == 0
+    wide = capsys.readouterr().out
+    assert "accounts/fireworks/models/qwen3-vl-30b-a3b-instruct-with-a-very-long-fine-tune-suffix" in wide
+    assert "latency_p50_ms" in wide and "cached_tokens" in wide and max(len(l) for l in wide.splitlines()) > 120
+
+
+def test_csv_amounts_at_currency_precision(tmp_path):
+    path = _long_ledger(tmp_path)
+    out = tmp_path / "r.csv"
+    assert main(["--ledger", str(path), "--by", "tier", "--format", "csv", "--out", str(out)]) == 0
+    import csv as _csv
+
+    rows = list(_csv.DictReader(out.open()))
+    for row in rows:
+        for col in ("cost", "cost_per_request"):
+            whole, _, frac = row[col].partition(".")
+            assert len(frac) == 6, (col, row[col])  # 0.000001 of the currency, not 28 digits
+    # The JSON keeps the exact Decimal (a third of a cent is not rounded away there).
+    exact = report(path, by="tier")
+    assert len(str(exact[0]["cost"]).split(".")[1]) > 6
+
+
+def test_latency_by_length_buckets(tmp_path, capsys):
+    from llmroute.accounting.report import latency_by_length
+
+    path = _long_ledger(tmp_path)
+    rows = latency_by_length(r for r in __import__("llmroute").accounting.ledger.read_records(path))
+    inputs = {r["bucket"]: r for r in rows if r["tokens"] == "input"}
+    outputs = {r["bucket"]: r for r in rows if r["tokens"] == "output"}
+    # inputs are 100 x (i + 1)^2: 100 (i=0) in 0-256; 400, 900 in 256-1K; 1600..3600 (i=3..5) in 1K-4K ...
+    assert inputs["0-256"]["attempts"] == 1 and inputs["256-1K"]["attempts"] == 2 and inputs["1K-4K"]["attempts"] == 3
+    assert sum(r["attempts"] for r in inputs.values()) == 30 and sum(r["attempts"] for r in outputs.values()) == 30
+    # latency grows with i, so the longest prompts are the slowest bucket: the view shows it.
+    assert inputs[">=16K"]["latency_p95_ms"] > inputs["0-256"]["latency_p95_ms"]
+    assert outputs["0-64"]["attempts"] == 9  # 7i + 1 < 64 for i = 0..8; i = 9 gives 64, the next bucket
+    assert main(["--ledger", str(path), "--by", "tier", "--by-length"]) == 0
+    text = capsys.readouterr().out
+    assert "latency by length" in text and ">=16K" in text
+
+
+def test_html_tables_scroll_inside_the_page(tmp_path):
+    path = _long_ledger(tmp_path)
+    out = tmp_path / "r.html"
+    assert main(["--ledger", str(path), "--by", "feature,tier,provider,model,day", "--format", "html",
+                 "--out", str(out)]) == 0
+    page = out.read_text()
+    assert ".scroll { overflow-x: auto" in page
+    assert page.count('<div class="scroll"><table>') == 3  # groups, totals, latency by length
+    assert "Latency by length" in page
 
 
 def test_cli_errors_are_one_line(tmp_path, capsys):

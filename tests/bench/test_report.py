@@ -78,3 +78,12 @@ def test_nice_ticks_cover_the_range_with_round_steps():
     assert nice_ticks(0, 0) == [0, 0.2, 0.4, 0.6, 0.8, 1.0]
     ticks = nice_ticks(0, 0.0031)
     assert ticks[-1] >= 0.0031 and len(ticks) <= 8
+
+
+def test_concurrency_axes_get_integer_ticks():
+    assert nice_ticks(1, 2) == [1.0, 1.2, 1.4, 1.6, 1.8, 2.0]  # a time or latency axis may
+    assert nice_ticks(1, 2, integer=True) == [1, 2]  # a concurrency axis may not: 1.2 workers mean nothing
+    assert nice_ticks(1, 4, integer=True) == [1, 2, 3, 4]
+    svg = line_chart("TTFT p95", "concurrency", "ms", [("small", [(1, 10.0), (2, 20.0)])])
+    labels = re.findall(r'text-anchor="middle">([^<]+)</text>', svg)
+    assert "1.2" not in labels and "1" in labels and "2" in labels

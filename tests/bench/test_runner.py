@@ -172,6 +172,23 @@ def test_progress_meter_rate_limits_lines():
     assert meter.line(3.1, force=True) is not None
 
 
+def test_progress_meter_shows_an_eta_for_the_level_and_the_run():
+    rec = RequestRecord(target="small", level=5, phase="measured", index=0, start_s=0, ok=True, ttft_s=0.1, e2e_s=1.0)
+    # 100 requests per level, 3 more levels after this one; 25 done in 60 s -> 180 s left in the level,
+    # and each later level assumed as long as this one (240 s): 180 + 3 x 240 = 900 s for the run.
+    meter = ProgressMeter("small", "c=5", start=0.0, total=100, levels_after=3)
+    for _ in range(25):
+        meter.add(rec)
+    assert meter.eta_s(60.0) == (180.0, 900.0)
+    line = meter.line(60.0)
+    assert "done 25/100" in line and "ETA 03:00 (run ~15:00)" in line
+    # A duration bound that comes first wins: 4-minute levels, 60 s in -> 180 s left whatever the rate.
+    timed = ProgressMeter("small", "c=5", start=0.0, total=10_000, duration_s=240.0)
+    timed.add(rec)
+    assert timed.eta_s(60.0) == (180.0, 180.0) and "ETA 03:00" in timed.line(60.0)
+    assert ProgressMeter("small", "c=5", start=0.0, total=10).eta_s(5.0) is None  # nothing done yet: no guess
+
+
 def test_error_fields_name_the_cause_of_a_failover():
     inner = RateLimitError("slow down", deployment="p:m", status=429)
     attempt = type("A", (), {"error": inner})()

@@ -279,16 +279,21 @@ def test_snapshot_reports_rates_errors_and_percentiles():
         feed(b, i * 0.1, server_error() if i == 20 else None, ttft_s=i / 10, latency_s=i)
     snap = b.snapshot(2.0)
     assert snap.calls_in_window == 20 and snap.failure_rate == pytest.approx(0.05)
-    assert snap.p50_ttft_s == pytest.approx(1.0) and snap.p95_ttft_s == pytest.approx(1.9)
-    assert snap.p50_latency_s == 10 and snap.p95_latency_s == 19
+    # Linear interpolation (llmroute/percentile.py, as reports and bench): 20 samples 1..20.
+    assert snap.p50_ttft_s == pytest.approx(1.05) and snap.p95_ttft_s == pytest.approx(1.905)
+    assert snap.p50_latency_s == pytest.approx(10.5) and snap.p95_latency_s == pytest.approx(19.05)
     assert snap.last_error.startswith("ServerError") and snap.last_error_at == pytest.approx(2.0)
 
 
-def test_percentile_nearest_rank():
+def test_percentile_is_the_one_linear_definition():
+    from llmroute.accounting.report import percentile as report_percentile
+    from llmroute.bench.stats import percentile as bench_percentile
+
+    assert percentile is report_percentile is bench_percentile
     assert percentile([], 50) is None
     assert percentile([1.0], 95) == 1.0
-    assert percentile([1.0, 2.0, 3.0, 4.0], 50) == 2.0
-    assert percentile(list(map(float, range(1, 101))), 95) == 95.0
+    assert percentile([4.0, 1.0, 3.0, 2.0], 50) == 2.5  # numpy's default: 1 + (4 - 1) x 0.5
+    assert percentile(list(map(float, range(1, 101))), 95) == pytest.approx(95.05)
 
 
 def test_unknown_outcome_is_rejected():

@@ -46,9 +46,18 @@ def defaults_config(servers: dict[str, Any], **kw: Any) -> dict[str, Any]:
     return config
 
 
-def fast_config(servers: dict[str, Any], *, resilience: dict[str, Any] | None = None, **kw: Any) -> dict[str, Any]:
-    providers = {name: dict(FAST) for name in servers}
-    return tier_config(servers, providers=providers, resilience={**FAST_RESILIENCE, **(resilience or {})}, **kw)
+def fast_config(servers: dict[str, Any], *, resilience: dict[str, Any] | None = None,
+                deployments: list[Any] | None = None, primary_ttft_s: float | None = None,
+                **kw: Any) -> dict[str, Any]:
+    """Short limits on the primary "a" only: the backups keep the defaults, so a loaded machine
+    cannot make a healthy backup look silent. Tests whose primary answers before it fails pass a
+    longer `primary_ttft_s`, so its first piece is never late on a loaded machine."""
+    listed = deployments if deployments is not None else [dep(name) for name in servers]
+    limits = {**FAST, **FAST_RESILIENCE}
+    if primary_ttft_s is not None:
+        limits["ttft_timeout_s"] = primary_ttft_s
+    fast_a = [{"id": A, **limits} if d == A else d for d in listed]
+    return tier_config(servers, resilience=resilience, deployments=fast_a, **kw)
 
 
 def continuing(name: str) -> dict[str, Any]:
@@ -134,9 +143,10 @@ def test_without_a_backup_a_silent_deployment_is_retried(servers, mode):
 
 @pytest.mark.parametrize("mode", MODES)
 def test_a_stall_after_content_is_finished_on_a_continuing_backup(servers, mode):
-    servers["a"].push(stall_after(2, 5.0, PIECES))
+    servers["a"].push(stall_after(2, 20.0, PIECES))
     servers["b"].push(Reply(pieces=[" three", " four"]))
-    config = fast_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")])
+    config = fast_config(primary_ttft_s=2.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")])
     with Caller(mode, config) as call:
         result = call()
     assert result.text == "one two three four"
@@ -152,7 +162,8 @@ def test_a_stall_after_content_is_finished_on_a_continuing_backup(servers, mode)
 def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill(servers, mode, fault):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02) if fault == "reset" else error_event(2, PIECES))
     servers["b"].push(Reply(pieces=[" three", " four"]))
-    config = fast_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")])
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")])
     with Caller(mode, config) as call:
         result = call(max_tokens=50)
     assert result.text == "one two three four"
@@ -172,7 +183,8 @@ def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill(servers,
 def test_a_continued_stream_marks_where_the_continuation_starts(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
     servers["b"].push(Reply(pieces=[" three", " four"]))
-    config = fast_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")])
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")])
     with Caller(mode, config) as call:
         if call.is_async:
             async def collect():
@@ -192,7 +204,7 @@ def test_a_continued_stream_marks_where_the_continuation_starts(servers, mode):
 @pytest.mark.parametrize("mode", PLAIN_MODES)
 def test_a_cut_plain_answer_is_restarted_where_no_backup_can_continue(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
-    with Caller(mode, fast_config({"a": servers["a"], "b": servers["b"]})) as call:
+    with Caller(mode, fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]})) as call:
         result = call()
     assert result.text == B_TEXT  # the caller never sees half of a plain answer
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
@@ -204,7 +216,8 @@ def test_a_cut_plain_answer_is_restarted_where_no_backup_can_continue(servers, m
 def test_a_backup_that_refuses_the_prefill_never_becomes_the_final_error(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
     servers["b"].push(status(400, message="Assistant response prefill is incompatible with enable_thinking"))
-    config = fast_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")])
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")])
     with Caller(mode, config) as call, pytest.raises(E.StreamInterruptedError) as info:
         call()
     err = info.value
@@ -217,7 +230,7 @@ def test_a_backup_that_refuses_the_prefill_never_becomes_the_final_error(servers
 def test_a_refused_prefill_moves_a_plain_call_on_to_a_restart(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
     servers["b"].push(status(400, message="prefill not supported"))
-    config = fast_config({"a": servers["a"], "b": servers["b"], "c": servers["c"]},
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"], "c": servers["c"]},
                          deployments=[A, continuing("b"), C])
     with Caller(mode, config) as call:
         result = call()
@@ -230,7 +243,8 @@ def test_a_refused_prefill_moves_a_plain_call_on_to_a_restart(servers, mode):
 @pytest.mark.parametrize("mode", STREAM_MODES)
 def test_stream_recovery_raise_keeps_the_old_behaviour(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
-    config = fast_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")],
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")],
                          tier={"stream_recovery": "raise"})
     with Caller(mode, config) as call, pytest.raises(E.StreamInterruptedError) as info:
         call()
@@ -246,7 +260,7 @@ def test_stream_recovery_raise_keeps_the_old_behaviour(servers, mode):
 @pytest.mark.parametrize("at", [0, 2])
 def test_one_malformed_event_is_skipped_and_counted(servers, mode, at):
     servers["a"].push(malformed(at, PIECES))
-    with Caller(mode, fast_config({"a": servers["a"], "b": servers["b"]})) as call:
+    with Caller(mode, fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]})) as call:
         result = call()
     assert result.text == "".join(PIECES)
     assert sent(result.route) == [(A, "ok")]
@@ -256,7 +270,7 @@ def test_one_malformed_event_is_skipped_and_counted(servers, mode, at):
 @pytest.mark.parametrize("mode", MODES)
 def test_a_stream_with_a_finish_reason_but_no_done_is_complete(servers, mode):
     servers["a"].push(Reply(pieces=PIECES, omit_done=True))
-    with Caller(mode, fast_config({"a": servers["a"], "b": servers["b"]})) as call:
+    with Caller(mode, fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]})) as call:
         result = call()
     assert result.text == "".join(PIECES)
     assert sent(result.route) == [(A, "ok")]

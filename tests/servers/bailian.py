@@ -35,9 +35,11 @@ from tests.servers.openai_compat import (
     LenientFormat,
     count_prompt_tokens,
 )
+from tests.servers.embeddings import embedding_vector, input_tokens
 from tests.servers.script import RecordedRequest, Reply
 
 NATIVE_PATH = "/api/v1/services/aigc/text-generation/generation"
+NATIVE_EMBEDDING_PATH = "/api/v1/services/embeddings/text-embedding/text-embedding"
 
 # §4 Errors (both modes): kind -> (native code, compat code/type, status, message).
 _CATALOG: dict[str, tuple[str, str, int, str]] = {
@@ -64,6 +66,11 @@ _CATALOG: dict[str, tuple[str, str, int, str]] = {
 class BailianServer(OpenAICompatServer):
     platform = "bailian"
     base_path = "/compatible-mode/v1"  # §4a base URLs end in /compatible-mode/v1
+    # docs/embeddings.md: text-embedding-v4/v3, at most 10 texts per request, listed dimensions only.
+    embedding_models = {"text-embedding-v4": 1024, "text-embedding-v3": 1024}
+    dimensions_models = {"text-embedding-v4": (2048, 1536, 1024, 768, 512, 256, 128, 64),
+                         "text-embedding-v3": (1024, 768, 512)}
+    max_embedding_inputs = 10
     default_models = {  # §4 Models; per-model input caps are unconfirmed
         "qwen-plus": 131_072,
         "qwen-turbo": 131_072,
@@ -98,6 +105,7 @@ class BailianServer(OpenAICompatServer):
     def routes(self):  # type: ignore[override]
         routes = super().routes()
         routes[("POST", NATIVE_PATH)] = self.native_generation_framed
+        routes[("POST", NATIVE_EMBEDDING_PATH)] = self.native_embeddings
         return routes
 
     def chat_paths(self) -> set[str]:
@@ -179,7 +187,8 @@ class BailianServer(OpenAICompatServer):
                             self.native_event(1, "error", response.status, payload))
         return response
 
-    async def native_generation(self, request: RecordedRequest) -> Response:
+    async def native_request(self, request: RecordedRequest) -> tuple[dict[str, Any], Reply] | Response:
+        """What every native route does first: the key, a JSON object body, the scripted outcome."""
         if request.bearer is None or request.bearer != self.api_key:
             return self.native_error("auth")
         body = request.json
@@ -188,8 +197,14 @@ class BailianServer(OpenAICompatServer):
         model = body.get("model")
         reply = self.script.pop(request.path, model if isinstance(model, str) else None) or Reply()
         early = await self.scripted_outcome(reply, self.native_error)
-        if early is not None:
-            return early
+        return early if early is not None else (body, reply)
+
+    async def native_generation(self, request: RecordedRequest) -> Response:
+        started = await self.native_request(request)
+        if isinstance(started, Response):
+            return started
+        body, reply = started
+        model = body.get("model")
         if not self.accepts_model(model):
             return self.native_error("not_found")
         inp = body.get("input")
@@ -297,3 +312,41 @@ class BailianServer(OpenAICompatServer):
             # §4b: no [DONE] sentinel; the stream simply ends.
         finally:
             self.running -= 1
+
+    # -- native embeddings (docs/embeddings.md) -------------------------------------------------
+    async def native_embeddings(self, request: RecordedRequest) -> Response:
+        """`{model, input: {texts}, parameters: {dimension, text_type}}` ->
+        `{output: {embeddings: [{text_index, embedding}]}, usage: {total_tokens}, request_id}`."""
+        started = await self.native_request(request)
+        if isinstance(started, Response):
+            return started
+        body, reply = started
+        model = body.get("model")
+        if model not in self.embedding_models:
+            return self.native_error("not_found")
+        inp = body.get("input")
+        texts = inp.get("texts") if isinstance(inp, dict) else None
+        if isinstance(texts, str):
+            texts = [texts]
+        if not isinstance(texts, list) or not texts or not all(isinstance(t, str) and t for t in texts):
+            return self.native_error("bad_request", message="input.texts should be a non-empty list of strings")
+        if len(texts) > (self.max_embedding_inputs or len(texts)):
+            return self.native_error("bad_request", message=(
+                f"batch size is invalid, it should not be larger than {self.max_embedding_inputs}."))
+        params = body.get("parameters") or {}
+        size = self.embedding_models[model]
+        dimension = params.get("dimension") if isinstance(params, dict) else None
+        if dimension is not None:
+            if dimension not in (self.dimensions_models.get(model) or ()):
+                return self.native_error("bad_request", message=f"dimension {dimension!r} is not supported")
+            size = dimension
+        self.embedding_requests_total += 1
+        tokens = sum(input_tokens(t) for t in texts)
+        payload: dict[str, Any] = {
+            "output": {"embeddings": [{"text_index": i, "embedding": embedding_vector(t, size)}
+                                      for i, t in enumerate(texts)]},
+            "request_id": str(uuid.uuid4()),
+        }
+        if not reply.omit_usage:
+            payload["usage"] = {"total_tokens": tokens}
+        return Response.json(payload, headers=reply.headers)

@@ -20,6 +20,7 @@ from tests.servers.script import Reply
 class FaultServer(OpenAICompatServer):
     platform = "fault"
     base_path = "/v1"
+    embedding_models = {"fault-embed": 8}
     default_models = {"fault-model": 1_000_000}
     default_api_key = None
     auth_mode = "none"

@@ -23,6 +23,8 @@ _RATE_HEADERS = (("X-Ratelimit-Limit-Tokens-Prompt", "60000"),
 class FireworksServer(OpenAICompatServer):
     platform = "fireworks"
     base_path = "/inference/v1"  # §2 Endpoint: https://api.fireworks.ai/inference/v1
+    embedding_models = {"nomic-ai/nomic-embed-text-v1.5": 768}  # docs/embeddings.md: dimensions (Matryoshka)
+    dimensions_models = {"nomic-ai/nomic-embed-text-v1.5": None}
     default_models = {  # §2 Models table
         "accounts/fireworks/models/llama-v3p1-8b-instruct": 131_072,
         "accounts/fireworks/models/llama-v3p3-70b-instruct": 131_072,

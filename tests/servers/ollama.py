@@ -22,6 +22,7 @@ from tests.servers.script import RecordedRequest
 class OllamaServer(OpenAICompatServer):
     platform = "ollama"
     base_path = "/v1"
+    embedding_models = {"nomic-embed-text": 768}  # /v1/embeddings (OpenAI compatibility)
     default_models = {"qwen2.5:7b": 32_768, "llama3.1:8b": 131_072}
     default_api_key = None
     auth_mode = "none"  # §9: api_key "required but ignored"

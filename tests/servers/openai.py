@@ -16,6 +16,8 @@ from tests.servers.openai_compat import OpenAICompatServer, Plan
 class OpenAIServer(OpenAICompatServer):
     platform = "openai"
     base_path = "/v1"
+    embedding_models = {"text-embedding-3-small": 1536}  # OpenAI: dimensions shortens a v3 vector
+    dimensions_models = {"text-embedding-3-small": None}
     default_models = {"gpt-4o-mini": 128_000, "gpt-4o": 128_000}
     default_api_key = "sk-test-openai"
     # §0 final usage chunk example carries service_tier and system_fingerprint.

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
 from tests.servers.base import RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
+from tests.servers.embeddings import EmbeddingsMixin
 from tests.servers.script import RecordedRequest, Reply
 
 SSE_HEADERS = {"Content-Type": "text/event-stream; charset=utf-8", "Cache-Control": "no-cache"}
@@ -101,7 +102,7 @@ DONE = b"data: [DONE]\n\n"
 UNSET = object()  # "use the platform default" for constructor arguments where None means "off"
 
 
-class OpenAICompatServer(PlatformServer):
+class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
     """OpenAI Chat Completions semantics; subclasses override class attributes and hooks."""
 
     platform = "openai"
@@ -172,6 +173,7 @@ class OpenAICompatServer(PlatformServer):
         return {
             ("POST", self.base_path + "/chat/completions"): self.chat,
             ("GET", self.base_path + "/models"): self.list_models,
+            ("POST", self.embedding_path()): self.embeddings,
         }
 
     def reset(self) -> None:
@@ -459,11 +461,19 @@ class OpenAICompatServer(PlatformServer):
 
     # -- other endpoints --------------------------------------------------------------------------
     async def list_models(self, request: RecordedRequest) -> Response:
-        denied = self.auth_response(request)
+        denied = await self.models_preamble(request)
         if denied is not None:
             return denied
         data = [self.model_card(m, ctx) for m, ctx in self.models.items()]
+        data += [self.model_card(m, 0) for m in self.embedding_models if m not in self.models]
         return Response.json({"object": "list", "data": data})
+
+    async def models_preamble(self, request: RecordedRequest) -> Response | None:
+        """Auth, then a scripted outcome (error, reset, delay) for GET /models, as for the other routes."""
+        denied = self.auth_response(request)
+        if denied is not None:
+            return denied
+        return await self.scripted_outcome(self.script.pop(request.path, None) or Reply())
 
     def model_card(self, model: str, context: int) -> dict[str, Any]:
         return {"id": model, "object": "model", "created": 0, "owned_by": self.platform}

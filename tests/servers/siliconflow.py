@@ -18,6 +18,9 @@ from tests.servers.openai_compat import ErrorSpec, OpenAICompatServer, Plan, Rep
 class SiliconFlowServer(OpenAICompatServer):
     platform = "siliconflow"
     base_path = "/v1"
+    # docs/embeddings.md: bge-m3 1024 fixed; Qwen3-Embedding takes `dimensions`.
+    embedding_models = {"BAAI/bge-m3": 1024, "Qwen/Qwen3-Embedding-8B": 4096}
+    dimensions_models = {"Qwen/Qwen3-Embedding-8B": (4096, 2560, 2048, 1024, 768, 512, 256, 128, 64)}
     default_models = {  # §3 Models: HF-style ids, Pro/ variants; 32K contexts are unconfirmed
         "Qwen/Qwen2.5-7B-Instruct": 32_768,
         "Qwen/Qwen2.5-72B-Instruct": 32_768,

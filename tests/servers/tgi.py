@@ -21,6 +21,7 @@ from tests.servers.script import RecordedRequest
 class TGIServer(OpenAICompatServer):
     platform = "tgi"
     base_path = "/v1"
+    embedding_models = {"BAAI/bge-small-en-v1.5": 384}  # TEI's OpenAI route, same /v1 base
     default_models = {"tgi": 4096}  # context = max_total_tokens; the model name is not checked
     default_api_key = None
     auth_mode = "none"  # §7 Auth: none built in

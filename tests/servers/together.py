@@ -13,6 +13,7 @@ from typing import Any
 
 from tests.servers.base import Response
 from tests.servers.openai_compat import ErrorSpec, OpenAICompatServer, Plan, Usage
+from tests.servers.script import RecordedRequest
 
 _RATE_HEADERS = (("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "0"), ("x-ratelimit-reset", "1"),
                  ("x-tokenlimit-limit", "20000"), ("x-tokenlimit-remaining", "0"))
@@ -21,6 +22,9 @@ _RATE_HEADERS = (("x-ratelimit-limit", "10"), ("x-ratelimit-remaining", "0"), ("
 class TogetherServer(OpenAICompatServer):
     platform = "together"
     base_path = "/v1"
+    # docs/embeddings.md: OpenAI's shape, but no `usage` on the answer; GET /models is a bare array.
+    embedding_models = {"BAAI/bge-large-en-v1.5": 1024, "intfloat/multilingual-e5-large-instruct": 1024}
+    embedding_usage = False
     # §1 "Models, context, prices"; Kimi is here for the include_usage-only quirk.
     default_models = {
         "meta-llama/Llama-3.3-70B-Instruct-Turbo": 131_072,
@@ -108,3 +112,16 @@ class TogetherServer(OpenAICompatServer):
 
 
 
+
+    # -- models ----------------------------------------------------------------------------------
+    async def list_models(self, request: RecordedRequest) -> Response:
+        """GET /v1/models: a bare JSON array of model objects with `type`, `context_length`, `pricing`
+        (together-python `Models.list` reads the body as a list; docs/embeddings.md)."""
+        denied = await self.models_preamble(request)
+        if denied is not None:
+            return denied
+        data = [{"id": m, "object": "model", "created": 0, "type": "chat", "organization": m.split("/")[0],
+                 "context_length": ctx, "pricing": {"input": 0, "output": 0}} for m, ctx in self.models.items()]
+        data += [{"id": m, "object": "model", "created": 0, "type": "embedding", "organization": m.split("/")[0],
+                  "context_length": 512, "pricing": {"input": 0, "output": 0}} for m in self.embedding_models]
+        return Response.json(data)

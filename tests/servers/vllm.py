@@ -22,6 +22,8 @@ from tests.servers.script import RecordedRequest
 class VLLMServer(OpenAICompatServer):
     platform = "vllm"
     base_path = "/v1"
+    embedding_models = {"BAAI/bge-m3": 1024}  # a pooling model (--runner pooling)
+    embedding_id_prefix = "embd-"
     default_models = {"Qwen/Qwen2.5-7B-Instruct": 32_768}
     default_api_key = None  # §5: auth only with --api-key
     auth_mode = "optional"

@@ -1,0 +1,12 @@
+"""Batch jobs on the platforms' batch APIs (Together, SiliconFlow, Bailian, Fireworks): docs/batch.md.
+
+`client.batches` / `async_client.batches` are the entry points; nothing here is imported by
+`import llmroute` until a client's `batches` is first used.
+"""
+
+from .client import AsyncBatches, Batches
+from .job import BatchResult, JobView, OnlineCall
+from .settings import BatchSettings
+from .store import JobStore
+
+__all__ = ["Batches", "AsyncBatches", "BatchResult", "JobView", "OnlineCall", "BatchSettings", "JobStore"]

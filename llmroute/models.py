@@ -1,0 +1,156 @@
+"""`client.models.list()`: the models each configured provider serves, OpenAI-shaped.
+
+Each provider's `GET {base}/models` is asked (Together's bare array and Ollama's native list are
+read too, see `providers/embeddings.py`). A model's `id` is "provider:model-id", the form
+`create(model=...)` takes, so a listed id can be called as is; `model` keeps the platform's own id
+and every field the platform sent (`context_length`, `max_model_len`, `type`, ...) stays readable.
+A provider that cannot be listed does not hide the others: its typed error is in `.errors`; only
+when every provider asked failed is an error raised. Listing is free: no ledger record, no breaker.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+
+from pydantic import Field
+
+from . import errors as E
+from .providers.embeddings import models_request, parse_model_list
+from .types import _OpenAIModel
+
+if TYPE_CHECKING:
+    from .config import Config, Provider
+
+__all__ = ["Model", "ModelList", "Models", "AsyncModels"]
+
+
+class Model(_OpenAIModel):
+    id: str
+    object: str = "model"
+    created: int = 0
+    owned_by: str = ""
+    provider: str = ""  # the provider's name in [providers]
+    model: str = ""  # the platform's own model id
+
+
+class ModelList(_OpenAIModel):
+    """`data`: every model listed; iterate it like openai-python's page. `errors`: provider -> error."""
+
+    object: str = "list"
+    data: List[Model] = Field(default_factory=list)
+    errors: Dict[str, Any] = Field(default_factory=dict, exclude=True)
+
+    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]
+        return iter(self.data)
+
+    def __len__(self) -> int:
+        return len(self.data)
+
+
+def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
+    if provider is None:
+        return list(config.providers.values())
+    if provider not in config.providers:
+        known = ", ".join(sorted(config.providers)) or "none"
+        raise E.InvalidRequestError(f"unknown provider {provider!r} (configured providers: {known})", field="provider")
+    return [config.providers[provider]]
+
+
+def _timeouts(provider: "Provider") -> Any:
+    from .config import DEFAULT_CONNECT_TIMEOUT_S
+    from .transport import Timeouts
+
+    cfg = provider.config
+    connect = cfg.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
+    total = min(cfg.timeout_s or 30.0, 30.0)  # a model list is small: no reason to wait minutes
+    return Timeouts(connect_s=min(connect, total), ttft_s=total, total_s=total, read_s=total, read_kind="total")
+
+
+def _models_of(provider: "Provider", content: bytes) -> List[Model]:
+    return [Model.model_validate({**m, "id": f"{provider.name}:{m['id']}", "provider": provider.name, "model": m["id"]})
+            for m in parse_model_list(provider, content)]
+
+
+def _error(provider: "Provider", status: int, headers: Any, content: bytes) -> E.ProviderError:
+    from .providers.error_mapping import error_from_response
+
+    return error_from_response(status, headers, content, provider=provider.name, deployment=None, kind=provider.kind)
+
+
+def _result(listed: Dict[str, List[Model]], errors: Dict[str, E.ProviderError]) -> ModelList:
+    if errors and not listed:
+        if len(errors) == 1:
+            raise next(iter(errors.values()))
+        detail = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in errors.items())
+        raise E.ConnectionError(f"no provider could list its models ({detail})")
+    return ModelList(data=[m for models in listed.values() for m in models], errors=errors)
+
+
+class Models:
+    """`client.models`: `list(provider=None)`."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    def list(self, *, provider: Optional[str] = None) -> ModelList:
+        from .client import _NETWORK_ERRORS
+        from .transport import map_transport_error
+
+        listed: Dict[str, List[Model]] = {}
+        errors: Dict[str, E.ProviderError] = {}
+        for p in _providers(self._client.config, provider):
+            timeouts = _timeouts(p)
+            try:
+                response = self._client._transport.open(models_request(p), timeouts, provider=p.name,
+                                                        max_connections=p.max_connections)
+                try:
+                    content = response.read()
+                finally:
+                    response.close()
+                if response.status_code >= 300:
+                    raise _error(p, response.status_code, response.headers, content)
+                listed[p.name] = _models_of(p, content)
+            except E.ProviderError as error:
+                errors[p.name] = error
+            except _NETWORK_ERRORS as exc:
+                errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
+        return _result(listed, errors)
+
+
+class AsyncModels:
+    """`AsyncClient.models`: the same `list()`, awaited; providers are asked concurrently."""
+
+    def __init__(self, client: Any) -> None:
+        self._client = client
+
+    async def list(self, *, provider: Optional[str] = None) -> ModelList:
+        import asyncio
+
+        from .client import _network_errors
+        from .transport import map_transport_error
+
+        network_errors = _network_errors()
+
+        async def one(p: "Provider") -> Any:
+            timeouts = _timeouts(p)
+            try:
+                response = await self._client._transport.open(models_request(p), timeouts, provider=p.name,
+                                                              max_connections=p.max_connections)
+                try:
+                    content = await response.aread()
+                finally:
+                    await response.aclose()
+                if response.status_code >= 300:
+                    return _error(p, response.status_code, response.headers, content)
+                return _models_of(p, content)
+            except E.ProviderError as error:
+                return error
+            except network_errors as exc:
+                return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
+
+        providers = _providers(self._client.config, provider)
+        results = await asyncio.gather(*(one(p) for p in providers))
+        listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
+        errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
+        return _result(listed, errors)
+

@@ -1,0 +1,1 @@
+from tests.batch.helpers import batch_servers, servers  # noqa: F401
