@@ -54,7 +54,7 @@ def hostile_rows(server: HostileServer) -> list[tuple[str, str, str]]:
         def call() -> Any:
             with L.Client(config=config) as client:
                 out = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=stream, timeout=timeout)
-                return out.response if stream else out
+                return out.get_final_completion() if stream else out
 
         result = _outcome(call)
         elapsed = time.monotonic() - started

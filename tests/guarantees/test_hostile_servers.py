@@ -47,7 +47,7 @@ def _call(config: dict[str, Any], *, stream: bool = False, limits: Any = LIMITS,
     with L.Client(config=config, read_limits=limits) as client:
         out = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=stream, **kwargs)
         if stream:
-            return out.response
+            return out.get_final_completion()
         return out
 
 
@@ -55,7 +55,7 @@ async def _acall(config: dict[str, Any], transport: str, *, stream: bool = False
     async with L.AsyncClient(config=config, transport=transport, read_limits=LIMITS) as client:
         out = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=stream, **kwargs)
         if stream:
-            return await out.aresponse()
+            return await out.get_final_completion()
         return out
 
 
