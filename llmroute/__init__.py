@@ -38,6 +38,8 @@ from .errors import (
     StreamNotFinishedError,
     TimeoutError,
 )
+from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from .bounded import ReadLimits
 from .secrets import SecretStr
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 
@@ -109,6 +111,11 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "ClientClosedError",
+    "EventLoopError",
+    "RedirectError",
+    "ResponseTooLargeError",
+    "ReadLimits",
     "StreamNotFinishedError",
     "CreateEmbeddingResponse",
     "Embedding",

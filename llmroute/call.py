@@ -17,14 +17,17 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors as E
+from .accounting.plausible import implausible_usage
 from .config import Config, Deployment
+from .exits import end_call, exit_status
 from .providers import adapter_class
-from .providers.base import LLMROUTE_PARAMS, CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .providers.prefill import continuation_call
 from .providers.sendable import check_headers, encode_body
 from .tokens import count_message_tokens, estimate_usage
 from .transport import Timeouts
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
+from .validate import check_create_args
 
 logger = logging.getLogger("llmroute.call")
 
@@ -32,9 +35,6 @@ if TYPE_CHECKING:
     from .engine import Engine
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
-
-_ROLES = frozenset({"system", "user", "assistant", "tool", "developer", "function"})
-
 
 @dataclass
 class Target:
@@ -68,69 +68,19 @@ class PreparedCall:
         return self.call.messages
 
 
-def _validate_messages(messages: Any) -> List[Dict[str, Any]]:
-    if not isinstance(messages, (list, tuple)) or not messages:
-        raise E.InvalidRequestError("must be a non-empty list of messages", field="messages")
-    out = []
-    for i, message in enumerate(messages):
-        if hasattr(message, "model_dump"):
-            message = message.model_dump(exclude_none=True)
-        if not isinstance(message, Mapping):
-            raise E.InvalidRequestError(f"must be a dict, got {type(message).__name__}", field=f"messages[{i}]")
-        role = message.get("role")
-        if role not in _ROLES:
-            raise E.InvalidRequestError(
-                f"unknown role {role!r}; expected one of {', '.join(sorted(_ROLES))}", field=f"messages[{i}].role"
-            )
-        content = message.get("content")
-        if content is not None and not isinstance(content, (str, list)):
-            raise E.InvalidRequestError("must be a string, a list of parts, or None", field=f"messages[{i}].content")
-        out.append(dict(message))
-    return out
-
-
-def prepare_call(config: Config, kwargs: Dict[str, Any]) -> PreparedCall:
-    """Validate `create()`'s keyword arguments. Raises `InvalidRequestError` naming the argument."""
-    kwargs = dict(kwargs)
-    model = kwargs.pop("model", None)
-    if not isinstance(model, str) or not model:
-        raise E.InvalidRequestError("is required: a tier name, 'auto', or 'provider:model-id'", field="model")
-    messages = _validate_messages(kwargs.pop("messages", None))
-    stream = kwargs.pop("stream", False)
-    if not isinstance(stream, bool):
-        raise E.InvalidRequestError("must be True or False", field="stream")
-    feature = kwargs.pop("feature", None)
-    if feature is not None and not isinstance(feature, str):
-        raise E.InvalidRequestError("must be a string", field="feature")
-    metadata = kwargs.pop("metadata", None) or {}
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise E.InvalidRequestError("must be a dict of str to str", field="metadata")
-    pool = kwargs.pop("pool", None) or "interactive"
-    if not isinstance(pool, str) or pool not in config.sections.pool_names:
-        known = ", ".join(sorted(config.sections.pool_names))
-        raise E.InvalidRequestError(f"unknown pool {pool!r} (known: {known})", field="pool")
-    timeout = kwargs.pop("timeout", None)
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise E.InvalidRequestError("must be a positive number of seconds", field="timeout")
-    extra_body = kwargs.pop("extra_body", None) or {}
-    extra_headers = kwargs.pop("extra_headers", None) or {}
-    if not isinstance(extra_body, Mapping):
-        raise E.InvalidRequestError("must be a dict", field="extra_body")
-    if not isinstance(extra_headers, Mapping):
-        raise E.InvalidRequestError("must be a dict", field="extra_headers")
-    for name in ("max_tokens", "max_completion_tokens", "n"):
-        value = kwargs.get(name)
-        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-            raise E.InvalidRequestError("must be a positive integer", field=name)
-    params = {k: v for k, v in kwargs.items() if v is not None and k not in LLMROUTE_PARAMS}
+def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
+    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
+    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
+    args = check_create_args(kwargs, pools=config.sections.pool_names)
     return PreparedCall(
-        model=model,
-        call=CallInput(messages=messages, params=params, extra_body=dict(extra_body), extra_headers=dict(extra_headers)),
-        stream=stream,
-        feature=feature,
-        metadata=dict(metadata),
-        pool=pool,
-        timeout_s=float(timeout) if timeout is not None else None,
+        model=args.model,
+        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
+                       extra_headers=args.extra_headers, extra_query=args.extra_query),
+        stream=args.stream,
+        feature=args.feature,
+        metadata=args.metadata,
+        pool=args.pool,
+        timeout_s=args.timeout_s,
         request_id=uuid.uuid4().hex,
     )
 
@@ -150,6 +100,8 @@ class AttemptContext:
     trace: Any = None
     streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
     continuation: bool = False  # continues the partial answer of a cut attempt
+    partial: Any = None  # the attempt's StreamState, when read as a stream
+    unsent: bool = False  # the request could not be built: nothing reached the platform
 
 
 @dataclass(frozen=True)
@@ -347,6 +299,10 @@ class CallRun:
         rec.status = "ok"
         rec.duration_s = now - ctx.started
         rec.ttft_s = ttft_s
+        doubt = implausible_usage(completion.usage, ctx.deployment.context_window) if usage_reported else None
+        if doubt is not None:  # not believed: priced as estimated, and the record says why
+            usage_reported = False
+            rec.note = ((rec.note + ", ") if rec.note else "") + f"reported usage implausible ({doubt}): estimated"
         if attempt_usage is None and not usage_reported:
             completion.usage = estimate_usage(
                 self.prepared.messages,
@@ -378,31 +334,37 @@ class CallRun:
         return completion
 
     def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
-                  why: str = "another attempt answered first") -> None:
-        """A hedge lost the race, or the caller gave up. Its prompt was sent, so it may be billed: recorded."""
+                  why: str = "another attempt answered first", *, status: str = "cancelled",
+                  error: Optional[BaseException] = None) -> None:
+        """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
+        says how). Its prompt was sent, so it may be billed: recorded."""
         rec = ctx.record
-        if self.in_flight.pop(rec.number, None) is None and rec.status == "cancelled":
+        if self.in_flight.pop(rec.number, None) is None and rec.status in ("cancelled", "abandoned"):
             return  # already ended
-        rec.status = "cancelled"
-        rec.note = ((rec.note + ", ") if rec.note else "") + f"cancelled: {why}"
+        rec.status = status
+        rec.note = ((rec.note + ", ") if rec.note else "") + f"{status}: {why}"
         rec.duration_s = now - ctx.started
+        if error is not None:
+            rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
         if partial is not None:
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
-        else:
+        elif not ctx.unsent:
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
             rec.usage_estimated = True
-        rec.billed = True
-        self.engine.on_attempt_end(self, ctx, None, now)
+        rec.billed = not ctx.unsent
+        self.engine.on_attempt_end(self, ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
 
     def abandon(self, now: float, error: BaseException) -> None:
         """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it
-        failed in our own code: attempts in flight are recorded as cancelled (their prompts were
-        sent) and give back their breaker permits and limit slots; the call ends. Idempotent."""
-        for ctx in list(self.in_flight.values()):
-            self.cancelled(ctx, now, why=f"the call ended ({type(error).__name__})")
-        self._end(None, error, now)
+        failed in our own code: `exits.end_call` records the attempts in flight (their prompts were
+        sent), gives back their breaker permits and limit slots, and ends the call. Idempotent."""
+        end_call(self, exit_status(error), error, now)
+
+    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        """End the call's span (once; later calls do nothing)."""
+        self._end(completion, error, now)
 
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""
@@ -470,6 +432,7 @@ class StreamState:
     def __init__(self, run: CallRun, ctx: AttemptContext) -> None:
         self.run = run
         self.ctx = ctx
+        ctx.partial = self
         self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
         self.assembler = StreamAssembler() if run.prepared.cache is None else run.prepared.cache.assembler()
         self.held: List[ChatCompletionChunk] = []

@@ -16,13 +16,18 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List
 import httpx
 
 from . import errors as E
+from .bounded import DEFAULT_READ_LIMITS, ReadLimits
 from .cache import open_cache
 from .cache.calls import alookup, lookup
 from .cache.policy import pop_cache_args
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
+from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
 from .engine import Engine
-from .transport import AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, map_transport_error
+from .exits import end_call, exit_status
+from .lifecycle import ClientLife, warn_unclosed
+from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
+                        iter_body, map_transport_error, read_body)
 from .types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
@@ -44,9 +49,18 @@ def _transport_error(exc: Exception, ctx: AttemptContext, state: Optional[Stream
     error = map_transport_error(
         exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
     )
+    if isinstance(error, E.TimeoutError) and error.timeout != "connect" and _now() >= ctx.deadline - 0.01:
+        # The read was cut at the attempt's deadline (transport.py): that is the total timeout.
+        return E.TimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
+                              timeout="total", seconds=ctx.timeouts.total_s, provider=error.provider,
+                              deployment=error.deployment)
     if isinstance(error, E.TimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
         return stall_timeout(ctx)  # the read timeout fired after content: a stall, not a slow first token
     return error
+
+
+def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
+    return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
 
 
 _NETWORK_ERRORS = (httpx.HTTPError, OSError)
@@ -61,6 +75,22 @@ def _network_errors() -> tuple:
     if aiohttp is not None:
         return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
     return _NETWORK_ERRORS + (asyncio.TimeoutError,)
+
+
+def _running_loop() -> Any:
+    import asyncio
+
+    return asyncio.get_running_loop()
+
+
+def _aclose_later(response: Any, loop: Any) -> None:
+    """Close an async response from synchronous code (a finaliser): scheduled on its own loop."""
+    if loop is None or loop.is_closed():
+        return
+    try:
+        loop.call_soon_threadsafe(lambda: loop.create_task(response.aclose()))
+    except RuntimeError:  # the loop closed meanwhile
+        pass
 
 
 async def _asleep(seconds: float) -> None:
@@ -151,6 +181,11 @@ class Stream:
             except _NETWORK_ERRORS as exc:
                 self._recover(_transport_error(exc, state.ctx, state))
                 continue
+            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+                raise
+            except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
+                self._end(exit_status(exc), exc)
+                raise
             self._final = state.finish(_now())
             self._release()
             return
@@ -195,6 +230,22 @@ class Stream:
         if self._final is None and not self._state.ended:
             self._state.ended = True
             _caller_closed(self._run, self._state)
+        end_call(self._run, "cancelled", None, _now())
+
+    def _end(self, status: str, error: Optional[BaseException]) -> None:
+        """The stream ended other than by its end, an error or close(): release and record it once."""
+        self._closed = True
+        self._release()
+        self._state.ended = True
+        end_call(self._run, status, error, _now())
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self._end("abandoned", None)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     def __enter__(self) -> "Stream":
         return self
@@ -250,35 +301,27 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
     write_feedback(engine.ledger, record)
 
 
-class _Completions:
-    def __init__(self, client: "Client") -> None:
-        self._client = client
-
-    def create(self, **kwargs: Any) -> Union[ChatCompletion, Stream]:
-        """An OpenAI Chat Completions call. Takes any OpenAI parameter, plus `feature`, `metadata`,
-        `pool`, `timeout` (seconds for the whole call), `extra_body`, `extra_headers`, and `cache`
-        (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
-        return self._client._create(kwargs)
-
-
 class _Chat:
     def __init__(self, client: "Client") -> None:
-        self.completions = _Completions(client)
+        self.completions = Completions(client)
 
 
 class Client:
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *,
-                 ledger: Any = None) -> None:
-        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s."""
+                 ledger: Any = None, read_limits: Optional[ReadLimits] = None) -> None:
+        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
+        `read_limits`: caps on what one response may make the client read (`bounded.ReadLimits`)."""
         self.config = _as_config(config)
+        self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
+        self._life = ClientLife("Client")
         from .embeddings import Embeddings
         from .models import Models
 
@@ -295,11 +338,14 @@ class Client:
         try:
             response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                             max_connections=provider.max_connections, timer=timer)
+        except E.InvalidRequestError:
+            ctx.unsent = True
+            raise
         finally:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
-                content = response.read()
+                content = read_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 response.close()
             error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
@@ -325,12 +371,13 @@ class Client:
             if state is None or _plain_answer(run_of(state), op.response):
                 op.state = None
                 try:
-                    content = op.response.read()
+                    content = read_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     op.response.close()
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
-            op.chunks = op.response.iter_raw()
+            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            op.chunks = iter_body(op.response, self.read_limits, **_body_args(ctx))
             for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:
@@ -342,6 +389,10 @@ class Client:
             op.error = error
         except _NETWORK_ERRORS as exc:
             op.error = _transport_error(exc, ctx, state)
+        except BaseException:
+            if op.response is not None:
+                op.response.close()
+            raise
         if op.error is not None and op.response is not None:
             op.response.close()
         return op
@@ -390,6 +441,17 @@ class Client:
                                                       thread_name_prefix="llmroute-hedge")
         first = _opened(run, ctx)
         running = {self._hedge_pool.submit(self._open, first): first}
+        try:
+            return self._race_loop(run, hedge, running, wait, FIRST_COMPLETED)
+        except BaseException:  # the caller's end (end_call) records them; their threads stop reading
+            for op in running.values():
+                op.cancelled = True
+                if op.response is not None:
+                    op.response.close()
+            raise
+
+    def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened], wait: Any,
+                   FIRST_COMPLETED: Any) -> Optional[_Opened]:
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
@@ -413,6 +475,8 @@ class Client:
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
+        if self._life.check():  # first call in a forked child: its own connections and threads
+            self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
@@ -420,15 +484,19 @@ class Client:
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
-        op = self._attempts(run)
-        if prepared.stream:
-            return Stream(run, op, self._attempts)
-        if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
-            with Stream(run, op, self._attempts) as stream:
-                result = stream.get_final_completion()
-        else:
-            completion, reported = op.parsed  # type: ignore[misc]
-            result = run.succeeded(op.ctx, completion, reported, _now(), None)
+        try:
+            op = self._attempts(run)
+            if prepared.stream:
+                return Stream(run, op, self._attempts)
+            if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
+                with Stream(run, op, self._attempts) as stream:
+                    result = stream.get_final_completion()
+            else:
+                completion, reported = op.parsed  # type: ignore[misc]
+                result = run.succeeded(op.ctx, completion, reported, _now(), None)
+        except BaseException as exc:  # every exit: slots, permits and records are settled once
+            end_call(run, exit_status(exc), exc, _now())
+            raise
         if original is not None:
             self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
         return result
@@ -456,6 +524,7 @@ class Client:
     def close(self) -> None:
         if self._shadow is not None:
             self._shadow.close()
+        self._life.closed = True
         if getattr(self, "_batches", None) is not None:
             self._batches.close()
         self._transport.close()
@@ -463,6 +532,16 @@ class Client:
             self._hedge_pool.shutdown(wait=False)
         self._engine.close()
         self.cache.close()
+
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed:
+            return
+        try:
+            warn_unclosed(self)
+            self.close()
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
+            pass
 
     def __enter__(self) -> "Client":
         return self
@@ -486,6 +565,7 @@ class AsyncStream:
         self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
         self._final: Optional[ChatCompletion] = None
         self._closed = False
+        self._loop = _running_loop()
         self._switch(opened)
 
     def _switch(self, opened: _Opened) -> None:
@@ -519,6 +599,11 @@ class AsyncStream:
             except errors as exc:
                 await self._recover(_transport_error(exc, state.ctx, state))
                 continue
+            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+                raise
+            except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
+                self._end(exit_status(exc), exc)
+                raise
             self._final = state.finish(_now())
             await self._release()
             return
@@ -564,8 +649,27 @@ class AsyncStream:
         if self._final is None and not self._state.ended:
             self._state.ended = True
             _caller_closed(self._run, self._state)
+        end_call(self._run, "cancelled", None, _now())
 
     close = aclose
+
+    def _end(self, status: str, error: Optional[BaseException]) -> None:
+        """Ended other than by its end, an error or aclose(): record it once; the response is closed
+        on its event loop (it cannot be awaited from here)."""
+        self._closed = True
+        self._state.ended = True
+        end_call(self._run, status, error, _now())
+        response, self._response = self._response, None
+        if response is not None:
+            _aclose_later(response, self._loop)
+
+    def __del__(self) -> None:
+        if getattr(self, "_closed", True):
+            return
+        try:
+            self._end("abandoned", None)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     async def __aenter__(self) -> "AsyncStream":
         return self
@@ -574,18 +678,9 @@ class AsyncStream:
         await self.aclose()
 
 
-class _AsyncCompletions:
-    def __init__(self, client: "AsyncClient") -> None:
-        self._client = client
-
-    async def create(self, **kwargs: Any) -> Union[ChatCompletion, AsyncStream]:
-        """Same arguments as `Client.chat.completions.create`."""
-        return await self._client._create(kwargs)
-
-
 class _AsyncChat:
     def __init__(self, client: "AsyncClient") -> None:
-        self.completions = _AsyncCompletions(client)
+        self.completions = AsyncCompletions(client)
 
 
 class AsyncClient:
@@ -596,13 +691,16 @@ class AsyncClient:
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",
-        ledger: Any = None,
+        ledger: Any = None, read_limits: Optional[ReadLimits] = None,
     ) -> None:
         self.config = _as_config(config)
+        self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
+        self._transport_name = transport
         self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
+        self._life = ClientLife("AsyncClient")
         from .embeddings import AsyncEmbeddings
         from .models import AsyncModels
 
@@ -619,11 +717,14 @@ class AsyncClient:
         try:
             response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                                   max_connections=provider.max_connections, timer=timer)
+        except E.InvalidRequestError:
+            ctx.unsent = True
+            raise
         finally:
             ctx.record.connect_s = timer.connect_s
         if response.status_code >= 300:
             try:
-                content = await response.aread()
+                content = await aread_body(response, self.read_limits, **_body_args(ctx))
             finally:
                 await response.aclose()
             error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
@@ -647,12 +748,13 @@ class AsyncClient:
             if state is None or _plain_answer(run_of(state), op.response):
                 op.state = None
                 try:
-                    content = await op.response.aread()
+                    content = await aread_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     await op.response.aclose()
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
-            op.chunks = op.response.aiter_raw()
+            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            op.chunks = aiter_body(op.response, self.read_limits, **_body_args(ctx))
             async for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:
@@ -662,12 +764,12 @@ class AsyncClient:
             await op.response.aclose()
         except E.ProviderError as error:
             op.error = error
-        except asyncio.CancelledError:
-            if op.response is not None:
-                await op.response.aclose()
-            raise
         except _network_errors() as exc:
             op.error = _transport_error(exc, ctx, state)
+        except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
+            if op.response is not None:
+                await asyncio.shield(op.response.aclose())
+            raise
         if op.error is not None and op.response is not None:
             await op.response.aclose()
         return op
@@ -705,6 +807,16 @@ class AsyncClient:
 
         first = _opened(run, ctx)
         running = {asyncio.ensure_future(self._open(first)): first}
+        try:
+            return await self._race_loop(run, hedge, running)
+        except BaseException:  # the caller's end (end_call) records them; their tasks are cancelled
+            for task in running:
+                task.cancel()
+            raise
+
+    async def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> Optional[_Opened]:
+        import asyncio
+
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
@@ -730,20 +842,26 @@ class AsyncClient:
         return None
 
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
+        if self._life.check(_running_loop()):  # first call in a forked child: its own connections
+            self._transport = AsyncTransport(self._transport_name)
         kwargs, cache_args = pop_cache_args(kwargs)
         prepared = prepare_call(self.config, kwargs)
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
         run = CallRun(self._engine, prepared, _now())
-        op = await self._attempts(run)
-        if prepared.stream:
-            return AsyncStream(run, op, self._attempts)
-        if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
-            async with AsyncStream(run, op, self._attempts) as stream:
-                return await stream.get_final_completion()
-        completion, reported = op.parsed  # type: ignore[misc]
-        return run.succeeded(op.ctx, completion, reported, _now(), None)
+        try:
+            op = await self._attempts(run)
+            if prepared.stream:
+                return AsyncStream(run, op, self._attempts)
+            if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
+                async with AsyncStream(run, op, self._attempts) as stream:
+                    return await stream.get_final_completion()
+            completion, reported = op.parsed  # type: ignore[misc]
+            return run.succeeded(op.ctx, completion, reported, _now(), None)
+        except BaseException as exc:  # every exit: slots, permits and records are settled once
+            end_call(run, exit_status(exc), exc, _now())
+            raise
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
@@ -766,11 +884,25 @@ class AsyncClient:
                          source=source)
 
     async def aclose(self) -> None:
+        self._life.closed = True
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()
         await self._transport.aclose()
         self._engine.close()
         self.cache.close()
+
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed:
+            return
+        life.closed = True
+        try:
+            warn_unclosed(self)
+            self._engine.close()
+            for client in list(self._transport._clients.values()):
+                _aclose_later(client, life.loop)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     close = aclose
 

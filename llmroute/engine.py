@@ -346,7 +346,8 @@ class Engine:
         rec.cost = cost
         if rec.billed:
             run.extras.costs.append(cost)
-        status = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cancelled"}.get(rec.status, "error")
+        status = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cancelled",
+                  "abandoned": "abandoned"}.get(rec.status, "error")
         record = LedgerRecord.from_cost(
             cost,
             ts=time.time(),
@@ -377,7 +378,7 @@ class Engine:
             trace.end(now=now, response_model=ctx.deployment.model,
                       input_tokens=usage.prompt_tokens if usage else None,
                       output_tokens=usage.completion_tokens if usage else None, error=error,
-                      cancelled=rec.status == "cancelled")
+                      cancelled=rec.status in ("cancelled", "abandoned"))
 
     def on_call_end(self, run: "CallRun", completion: Optional["ChatCompletion"], error: Optional[BaseException],
                     now: float) -> None:

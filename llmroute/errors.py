@@ -9,18 +9,22 @@ LLMRouteError                      base of every llmroute error
 ├── RequestGuardError              a per-feature guard refused the call before sending
 ├── SharedStateUnavailableError    Redis did not answer and [state] on_unavailable = "refuse"
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
+├── ClientClosedError              a call on a client after its close()
+├── EventLoopError                 an AsyncClient used from a second event loop
 ├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
 └── ProviderError                  a platform answered with an error, or could not be reached
     ├── AuthenticationError        401: bad or missing key (a configuration fault)
     ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
     ├── BillingError               402, Arrearage, insufficient quota: out of credit
     ├── NotFoundError              404: unknown model or endpoint
+    │   └── RedirectError          3xx: the endpoint moved; base_url must name the final URL
     ├── BadRequestError            400/422: the request itself is wrong
     │   ├── ContextLengthError     the prompt plus max_tokens exceeds the context window
     │   └── ContentFilterError     the platform's moderation refused the input or output
     ├── RateLimitError             429: over the platform's rate for this account
     ├── OverloadedError            503/529: the platform is shedding load
     ├── ServerError                other 5xx
+    │   └── ResponseTooLargeError  a body, SSE line or decompressed body passed its cap
     ├── TimeoutError               connect, time-to-first-token or total timeout; `.timeout` says which
     ├── ConnectionError            refused, reset or unreachable before a response
     └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
@@ -65,6 +69,10 @@ __all__ = [
     "TimeoutError",
     "ConnectionError",
     "StreamInterruptedError",
+    "ClientClosedError",
+    "EventLoopError",
+    "RedirectError",
+    "ResponseTooLargeError",
     "StreamNotFinishedError",
 ]
 
@@ -197,6 +205,15 @@ class NotFoundError(ProviderError):
     """404: the model or endpoint does not exist for this account."""
 
 
+class RedirectError(NotFoundError):
+    """3xx: the platform redirected the request. Redirects are not followed (a POST with a key must not
+    be resent elsewhere); `location` is where it pointed. Fatal for the deployment, like a 404."""
+
+    def __init__(self, message: str, *, location: str | None = None, **kw: Any) -> None:
+        self.location = scrub(location) if location else location
+        super().__init__(message, **kw)
+
+
 class BadRequestError(ProviderError):
     """The request is wrong (400, 422); retrying it unchanged cannot help."""
 
@@ -225,6 +242,16 @@ class ServerError(ProviderError):
     """Any other 5xx."""
 
     default_retryable = True
+
+
+class ResponseTooLargeError(ServerError):
+    """A response passed a read cap (`limit` names it: "response_bytes", "decoded_bytes" or
+    "sse_line_bytes"; `max_bytes` its value). The attempt ended; another deployment may answer."""
+
+    def __init__(self, message: str, *, limit: str, max_bytes: int, **kw: Any) -> None:
+        self.limit = limit
+        self.max_bytes = max_bytes
+        super().__init__(message, **kw)
 
 
 class TimeoutError(ProviderError):
@@ -271,6 +298,13 @@ class AllDeploymentsFailedError(LLMRouteError):
         return None
 
 
+class ClientClosedError(LLMRouteError):
+    """A call on a `Client` or `AsyncClient` after its `close()`."""
+
+
+class EventLoopError(LLMRouteError):
+    """An `AsyncClient` used from an event loop other than the one of its first call (its connection
+    pools belong to that loop): create one client per event loop."""
 class StreamNotFinishedError(LLMRouteError, RuntimeError):
     """`stream.response` was read before the stream ended (inside the loop, before it, or after an
     early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""

@@ -4,6 +4,10 @@ Follows the WHATWG rules that matter here: lines end in LF, CRLF or CR; a blank 
 `data:` lines are joined with LF; lines starting with ':' are comments (DashScope sends
 `:HTTP_STATUS/200`); a single space after the colon is dropped. Bytes may be split anywhere,
 including inside a UTF-8 character. This module does no I/O.
+
+Bounded: a line (or one event's data) longer than `max_line` characters raises
+`ResponseTooLargeError`; a line arriving in many pieces is joined once, when it ends, so decoding
+costs time linear in the bytes whatever the line length.
 """
 
 from __future__ import annotations
@@ -12,7 +16,11 @@ import codecs
 from dataclasses import dataclass
 from typing import List, Optional
 
-__all__ = ["SSEEvent", "SSEDecoder"]
+from . import errors as E
+
+__all__ = ["SSEEvent", "SSEDecoder", "MAX_LINE_CHARS"]
+
+MAX_LINE_CHARS = 4 << 20  # bounded.ReadLimits.max_sse_line_bytes's default
 
 
 @dataclass(frozen=True)
@@ -26,11 +34,16 @@ class SSEEvent:
 class SSEDecoder:
     """Feed bytes with `feed()`, get completed events; `close()` returns a last event left unterminated."""
 
-    __slots__ = ("_text", "_buffer", "_data", "_event", "_id", "_comments", "_has_field", "_pending_cr")
+    __slots__ = ("_text", "_buffer", "_data", "_event", "_id", "_comments", "_has_field", "_pending_cr", "_parts",
+                 "_pending", "_data_chars", "max_line")
 
-    def __init__(self) -> None:
+    def __init__(self, max_line: int = MAX_LINE_CHARS) -> None:
         self._text = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
+        self._parts: List[str] = []  # pieces of an unfinished line, joined when it ends
+        self._pending = 0  # characters in _buffer and _parts
+        self._data_chars = 0  # characters in the event's data lines so far
+        self.max_line = max_line
         self._data: List[str] = []
         self._event: Optional[str] = None
         self._id: Optional[str] = None
@@ -47,7 +60,14 @@ class SSEDecoder:
             if text.startswith("\n"):
                 text = text[1:]
             self._pending_cr = False
-        buffer = self._buffer + text
+        if "\n" not in text and "\r" not in text:
+            # No line ends here: keep the piece; joining it now would copy the whole line again.
+            self._parts.append(text)
+            self._pending += len(text)
+            self._check(self._pending, "one SSE line")
+            return []
+        buffer = self._buffer + "".join(self._parts) + text
+        self._parts = []
         events: List[SSEEvent] = []
         start = 0
         n = len(buffer)
@@ -71,13 +91,22 @@ class SSEDecoder:
                 events.append(event)
             start = nxt
         self._buffer = buffer[start:]
+        self._pending = len(self._buffer)
+        self._check(self._pending, "one SSE line")
         return events
+
+    def _check(self, chars: int, what: str) -> None:
+        if chars > self.max_line:
+            raise E.ResponseTooLargeError(f"{what} passed {self.max_line} characters (sse_line_bytes cap)",
+                                          limit="sse_line_bytes", max_bytes=self.max_line, retryable=False)
 
     def close(self) -> List[SSEEvent]:
         """End of stream: flush a final event whose blank line never came (DashScope ends so)."""
         tail = self._text.decode(b"", final=True)
-        rest = self._buffer + tail
+        rest = self._buffer + "".join(self._parts) + tail
         self._buffer = ""
+        self._parts = []
+        self._pending = 0
         events: List[SSEEvent] = []
         if rest:
             event = self._line(rest)
@@ -94,17 +123,21 @@ class SSEDecoder:
                 return None
             event = SSEEvent("\n".join(self._data), self._event, self._id, tuple(self._comments))
             self._data = []
+            self._data_chars = 0
             self._event = None
             self._comments = []
             self._has_field = False
             return event
         if line[0] == ":":
-            self._comments.append(line[1:])
+            if len(self._comments) < 64:  # a stream of comments is a keep-alive, not something to hold
+                self._comments.append(line[1:])
             return None
         name, sep, value = line.partition(":")
         if sep and value.startswith(" "):
             value = value[1:]
         if name == "data":
+            self._data_chars += len(value) + 1
+            self._check(self._data_chars, "one SSE event's data")
             self._data.append(value)
             self._has_field = True
         elif name == "event":

@@ -15,14 +15,16 @@ import functools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, Optional
 
 import httpx
 
 from . import errors as E
+from .bounded import ACCEPT_ENCODING, BodyReader, ReadLimits
 from .providers.base import HttpRequest
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer",
+           "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
 @dataclass(frozen=True)
@@ -106,6 +108,151 @@ def _reason(exc: BaseException) -> str:
 
 def _body(request: HttpRequest) -> Dict[str, Any]:
     return {"content": request.content} if request.content is not None else {"json": request.json}
+
+
+class _UntilDeadline(dict):
+    """httpcore's per-request timeouts, each socket wait cut to what is left before `deadline`: httpcore
+    reads this dict before every read and write, so a server trickling one byte a second (headers or
+    body) cannot hold the request past the attempt's total timeout."""
+
+    def __init__(self, timeouts: Dict[str, Any], deadline: float) -> None:
+        super().__init__(timeouts)
+        self.deadline = deadline
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        left = max(0.001, self.deadline - time.monotonic())
+        return left if value is None else min(value, left)
+
+
+# The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("llmroute_deadline", default=None)
+
+
+class _DeadlineStream:
+    """httpcore's sync network stream, each read and write cut to what is left before `_DEADLINE`.
+    httpcore reads its timeouts once per phase, so without this a server trickling its headers one
+    byte at a time would hold the request for as long as it likes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @staticmethod
+    def _cut(timeout: Optional[float]) -> Optional[float]:
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return timeout
+        left = max(0.001, deadline - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._inner.read(max_bytes, self._cut(timeout))
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        self._inner.write(buffer, self._cut(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> "_DeadlineStream":
+        return _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's sync network backend, handing out `_DeadlineStream`s."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _with_deadlines(client: httpx.Client) -> httpx.Client:
+    pool = getattr(getattr(client, "_transport", None), "_pool", None)
+    backend = getattr(pool, "_network_backend", None)
+    if backend is not None:
+        pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
+    return client
+
+
+def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+    """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
+    A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
+    raised before anything is sent."""
+    try:
+        req = client.build_request(
+            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
+            extensions={"trace": timer} if timer is not None else None,
+        )
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included
+        raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
+            from None
+    req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
+    req.headers["Accept-Encoding"] = ACCEPT_ENCODING  # both decoded within the caps (bounded.py)
+    return req
+
+
+def _past(deadline: float) -> httpx.ReadTimeout:
+    return httpx.ReadTimeout(f"the attempt's total timeout passed while reading ({time.monotonic() - deadline:.1f}s over)")
+
+
+def iter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> Iterator[bytes]:
+    """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    for data in response.iter_raw():
+        if time.monotonic() > deadline:
+            raise _past(deadline)
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+def read_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> bytes:
+    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
+
+
+async def aiter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> AsyncIterator[bytes]:
+    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`."""
+    import asyncio
+
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    raw = response.aiter_raw().__aiter__()
+    while True:
+        try:
+            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                data = await raw.__anext__()
+        except StopAsyncIteration:
+            break
+        except E.BuiltinTimeoutError:
+            raise _past(deadline) from None
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+async def aread_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> bytes:
+    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
+                                                        deployment=deployment)])
 
 
 def _limits(max_connections: int) -> httpx.Limits:
@@ -209,7 +356,8 @@ class SyncTransport:
                     raise RuntimeError("the client is closed")
                 client = self._clients.get(provider)
                 if client is None:
-                    client = httpx.Client(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+                    client = _with_deadlines(httpx.Client(limits=_limits(max_connections), trust_env=False,
+                                                          follow_redirects=False))
                     self._clients[provider] = client
         return client
 
@@ -217,12 +365,12 @@ class SyncTransport:
              timer: Optional[ConnectTimer] = None) -> httpx.Response:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
-        extensions = {"trace": timer} if timer is not None else None
-        req = client.build_request(
-            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
-            extensions=extensions,
-        )
-        return client.send(req, stream=True)
+        req = _build(client, request, timeouts, timer)
+        token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
+        try:
+            return client.send(req, stream=True)
+        finally:
+            _DEADLINE.reset(token)
 
     def close(self) -> None:
         with self._lock:
@@ -277,15 +425,15 @@ class AsyncTransport:
         timer: Optional[AsyncConnectTimer] = None,
     ) -> httpx.Response:
         client = self._client(provider, max_connections)
-        extensions = {"trace": timer} if timer is not None else None
-        req = client.build_request(
-            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
-            extensions=extensions,
-        )
+        req = _build(client, request, timeouts, timer)
         # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
         token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
+        import asyncio
+
         try:
-            return await client.send(req, stream=True)
+            # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
+            async with asyncio.timeout(timeouts.total_s):
+                return await client.send(req, stream=True)
         finally:
             if token is not None:
                 _AIOHTTP_TIMER.reset(token)

@@ -117,7 +117,7 @@ class Attempt(BaseModel):
     model: str
     tier: Optional[str] = None
     number: int = 1
-    status: Literal["ok", "error", "skipped", "cancelled", "interrupted"] = "ok"
+    status: Literal["ok", "error", "skipped", "cancelled", "interrupted", "abandoned"] = "ok"
     error: Optional[BaseException] = Field(default=None, exclude=True)
     error_type: Optional[str] = None
     error_message: Optional[str] = None

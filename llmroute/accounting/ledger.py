@@ -46,7 +46,7 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       estimated        INTEGER NOT NULL,  -- 1: cost from estimated usage
       priced           INTEGER NOT NULL,  -- 0: no price was configured (pricing.strict = false)
       price_version    TEXT,
-      status           TEXT    NOT NULL,  -- ok | error | cancelled | interrupted
+      status           TEXT    NOT NULL,  -- ok | error | cancelled | interrupted | abandoned
       error_type       TEXT,              -- llmroute error class name
       ttft_ms          REAL,
       latency_ms       REAL,
@@ -105,7 +105,7 @@ __all__ = [
 log = logging.getLogger("llmroute.ledger")
 
 SCHEMA_VERSION = 2  # 2: cache, cost_saved
-Status = Literal["ok", "error", "cancelled", "interrupted"]
+Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
 # dropped, counted in `lost` and logged at ERROR with the count, rather than growing without limit.
@@ -282,6 +282,19 @@ def _close_open_sinks() -> None:
             log.exception("ledger: flush at exit failed for %r", sink)
 
 
+# What forked children inherited from their parent's sinks: held, never closed in the child.
+_inherited_io: list[Any] = []
+
+
+def _sinks_after_fork_in_child() -> None:
+    for sink in list(_open_sinks):
+        sink._after_fork_in_child()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_sinks_after_fork_in_child)
+
+
 def _register_for_exit(sink: "_BatchingSink") -> None:
     global _atexit_registered
     with _atexit_lock:
@@ -423,6 +436,21 @@ class _BatchingSink:
             if self._stopping:
                 return  # close() does the final flush
             self.flush()
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: the parent's writer thread does not exist here, its locks may have been held
+        at the fork, and the records it buffered are the parent's to write. Start afresh (the next
+        write starts this process's own thread); the parent's open file or connection is left alone."""
+        self._lock = threading.Lock()
+        self._io_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._buffer = []
+        self._in_flight = 0
+        self._thread = None
+        for name in ("_conn", "_file"):
+            if getattr(self, name, None) is not None:
+                _inherited_io.append(getattr(self, name))
+                setattr(self, name, None)
 
     def _write_batch(self, batch: list[LedgerRecord]) -> None:  # pragma: no cover - abstract
         raise NotImplementedError

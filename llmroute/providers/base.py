@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import time
+from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
@@ -41,7 +42,7 @@ FINISH_REASONS = {
 }
 
 # Parameters that are ours, never sent to a platform.
-LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers"})
+LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers", "extra_query"})
 
 
 @dataclass
@@ -65,6 +66,7 @@ class CallInput:
     params: Dict[str, Any] = field(default_factory=dict)
     extra_body: Dict[str, Any] = field(default_factory=dict)
     extra_headers: Dict[str, str] = field(default_factory=dict)
+    extra_query: Dict[str, str] = field(default_factory=dict)  # URL query parameters
 
 
 def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
@@ -147,7 +149,10 @@ class OpenAICompatAdapter:
     def build_request(self, call: CallInput, *, stream: bool) -> HttpRequest:
         headers = self.headers(stream)
         headers.update(call.extra_headers)
-        return HttpRequest("POST", self.url(stream), headers, self.body(call, stream), stream)
+        url = self.url(stream)
+        if call.extra_query:
+            url += ("&" if "?" in url else "?") + urlencode(call.extra_query)
+        return HttpRequest("POST", url, headers, self.body(call, stream), stream)
 
     def request_after_error(self, error: E.ProviderError, request: HttpRequest) -> Optional[HttpRequest]:
         """A corrected request to send once more when the platform refused a field we chose (not the
@@ -175,9 +180,16 @@ class OpenAICompatAdapter:
     # -- non-streamed responses --------------------------------------------------------------
     def parse_completion(self, headers: Mapping[str, str], content: bytes) -> tuple[ChatCompletion, bool]:
         """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
-        if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
-            return self.completion_from_stream_body(content)
-        return self.completion_from_dict(self.json_body(headers, content))
+        try:
+            if content[:5] == b"data:" or content.lstrip()[:5] == b"data:":
+                completion, reported = self.completion_from_stream_body(content)
+            else:
+                completion, reported = self.completion_from_dict(self.json_body(headers, content))
+        except RecursionError:
+            raise self._bad_body("JSON nested too deeply to read") from None
+        if not completion.choices:  # nothing to give the caller: an error, not a billed success
+            raise self._bad_body("the completion has no choices")
+        return completion, reported
 
     def json_body(self, headers: Mapping[str, str], content: bytes) -> Dict[str, Any]:
         """A 2xx body as a JSON object. Raises a typed error for an error body or one that is not JSON."""
@@ -185,6 +197,8 @@ class OpenAICompatAdapter:
             data = json.loads(content)
         except ValueError:
             raise self._bad_body("not JSON") from None
+        except RecursionError:
+            raise self._bad_body("JSON nested too deeply to read") from None
         if not isinstance(data, dict):
             raise self._bad_body("not a JSON object")
         if is_error_payload(data):
@@ -347,7 +361,12 @@ class StreamDecoder:
         return out
 
     def feed(self, data: bytes) -> List[ChatCompletionChunk]:
-        return self._decode(self.sse.feed(data))
+        try:
+            events = self.sse.feed(data)
+        except E.ResponseTooLargeError as error:  # the SSE line cap: say whose stream it was
+            error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
+            raise
+        return self._decode(events)
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())

@@ -279,10 +279,18 @@ def error_from_response(
     status: int, headers: Mapping[str, str], content: bytes, *, provider: str, deployment: str, kind: str
 ) -> E.ProviderError:
     """Map a non-2xx HTTP response to a typed error, reading whatever envelope the platform uses."""
+    if 300 <= status < 400:
+        # httpx follows no redirects for us (a POST carrying a key must not be resent elsewhere).
+        location = headers.get("location")
+        return E.RedirectError(
+            f"redirected ({status}) to {location or 'nowhere'}: redirects are not followed; set the "
+            f"provider's base_url to the final address", location=location, provider=provider,
+            deployment=deployment, status=status, request_id=_request_id(headers), retryable=False,
+        )
     text = content.decode("utf-8", errors="replace")
     try:
         payload = json.loads(text) if text.strip() else None
-    except ValueError:
+    except (ValueError, RecursionError):
         payload = _sse_error_payload(text)
     return error_from_payload(
         payload, status=status, headers=headers, provider=provider, deployment=deployment, kind=kind, raw_text=text
