@@ -41,7 +41,8 @@ sys.path.insert(0, str(ROOT))
 MODEL = "gpt-4o-mini"
 KEY = "sk-test-openai"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
-CONCURRENCY = 16
+CONCURRENCY = 16  # async rows: calls in flight (and every client's connection limit); --concurrency
+TRANSPORTS = ("httpx", "aiohttp")  # AsyncClient rows; --transports
 
 # LiteLLM fetches its model cost map from the internet at import unless told to use the bundled copy.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -166,6 +167,7 @@ def run_async_cpu(make: Callable[[], Any], n: int) -> float:
         call, close = await make()
         await call()
         sem = asyncio.Semaphore(CONCURRENCY)
+        await asyncio.gather(*[call() for _ in range(CONCURRENCY)])  # warm: a full pool of connections
 
         async def one() -> None:
             async with sem:
@@ -376,10 +378,13 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     except ImportError:
         note_skip("portkey SDK async", "portkey-ai")
 
-    config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
+    config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY,
+                                      "max_connections": CONCURRENCY,
+                                      # CPU is measured here, not latency: no limit may fire on a busy machine
+                                      "connect_timeout_s": 60, "ttft_timeout_s": 100, "timeout_s": 110}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
-    for transport in ("httpx", "aiohttp"):
+    for transport in TRANSPORTS:
         async def make_llmroute(transport=transport):
             c = llmroute.AsyncClient(config=config, transport=transport)
 
@@ -396,16 +401,29 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     return rows
 
 
+def _print_rows(rows: Dict[str, float], base: float, connects: Dict[str, int], against: str) -> None:
+    print(f"{'client':<38}{'CPU us/call':>12}{against:>16}{'new conns':>11}")
+    for name, us in rows.items():
+        print(f"{name:<38}{us:>12.0f}{us / base:>15.2f}x{connects.get(name, 0):>11}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    global CONCURRENCY, TRANSPORTS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="calls per row (default 2000)")
     parser.add_argument("--import-runs", type=int, default=7)
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "client_overhead.json"))
     parser.add_argument("--only", choices=["import", "cpu"], default=None)
+    parser.add_argument("--concurrency", default=str(CONCURRENCY),
+                        help="async rows: calls in flight, a comma list runs each (default 16)")
+    parser.add_argument("--chunks", type=int, default=20, help="content chunks per stream (default 20)")
+    parser.add_argument("--no-sync", action="store_true", help="async rows only")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help="AsyncClient rows (default httpx,aiohttp)")
     args = parser.parse_args(argv)
+    TRANSPORTS = tuple(args.transports.split(","))
     if not _GUARD:
         exec(GUARD_SRC, _GUARD)
-    result: Dict[str, Any] = {"requests": args.requests, "concurrency": CONCURRENCY, "python": sys.version.split()[0],
+    result: Dict[str, Any] = {"requests": args.requests, "concurrency": args.concurrency, "chunks": args.chunks, "python": sys.version.split()[0],
                               "loadavg_1_5_15": list(os.getloadavg())}
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -425,22 +443,30 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.only in (None, "cpu"):
         cpu: Dict[str, Any] = {}
         connects: Dict[str, Dict[str, int]] = {}
-        for stream, pieces in ((False, 16), (True, 20)):
+        for stream, pieces in ((False, 16), (True, args.chunks)):
             proc, url = start_server(pieces)
             try:
-                label = "stream (20 chunks)" if stream else "non-streamed"
+                label = f"stream ({pieces} chunks)" if stream else "non-streamed"
                 ROW_CONNECTS.clear()
-                sync, asynch = sync_rows(url, args.requests, stream), async_rows(url, args.requests, stream)
+                sync = {} if args.no_sync else sync_rows(url, args.requests, stream)
+                connects[label] = dict(zip(sync, ROW_CONNECTS))
+                cpu[label] = dict(sync)
+                if sync:
+                    print(f"\nClient CPU per call, {label}, {args.requests} calls per row (sync)")
+                    _print_rows(sync, sync["httpx (raw)"], connects[label], "vs raw httpx")
+                for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                    CONCURRENCY = concurrency
+                    ROW_CONNECTS.clear()
+                    asynch = async_rows(url, args.requests, stream)
+                    key = f"{label}, concurrency {concurrency}"
+                    cpu[key] = asynch
+                    connects[key] = dict(zip(asynch, ROW_CONNECTS))
+                    print(f"\nClient CPU per call, {label}, {args.requests} calls per row, async concurrency {concurrency}")
+                    base = asynch.get("aiohttp (raw)", asynch["httpx async (raw)"])
+                    _print_rows(asynch, base, connects[key], "vs raw aiohttp" if "aiohttp (raw)" in asynch else "vs raw httpx")
             finally:
                 proc.stdin.close()
                 proc.wait(10)
-            cpu[label] = {**sync, **asynch}
-            connects[label] = dict(zip(cpu[label], ROW_CONNECTS))
-            print(f"\nClient CPU per call, {label}, {args.requests} calls per row (async: concurrency {CONCURRENCY})")
-            print(f"{'client':<38}{'CPU us/call':>12}{'vs raw httpx':>14}{'new conns':>11}")
-            for rows, base in ((sync, sync["httpx (raw)"]), (asynch, asynch["httpx async (raw)"])):
-                for name, us in rows.items():
-                    print(f"{name:<38}{us:>12.0f}{us / base:>13.2f}x{connects[label][name]:>11}")
         result["cpu_us_per_call"] = cpu
         result["new_connections_per_row"] = connects
 

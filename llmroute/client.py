@@ -49,15 +49,20 @@ def _transport_error(exc: Exception, ctx: AttemptContext, state: Optional[Stream
 _NETWORK_ERRORS = (httpx.HTTPError, OSError)
 
 
-def _network_errors() -> tuple:
-    """What the async transports raise. asyncio is imported here, not at `import llmroute`."""
-    import asyncio
-    import sys
+_ASYNC_NETWORK_ERRORS: Optional[tuple] = None
 
-    aiohttp = sys.modules.get("aiohttp")  # imported only when the aiohttp transport is in use
-    if aiohttp is not None:
-        return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
-    return _NETWORK_ERRORS + (asyncio.TimeoutError,)
+
+def _network_errors() -> tuple:
+    """What the async transports raise. asyncio and aiohttp are imported on first use, not at
+    `import llmroute`; the tuple is built once."""
+    global _ASYNC_NETWORK_ERRORS
+    if _ASYNC_NETWORK_ERRORS is None:
+        import asyncio
+
+        import aiohttp
+
+        _ASYNC_NETWORK_ERRORS = _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
+    return _ASYNC_NETWORK_ERRORS
 
 
 async def _asleep(seconds: float) -> None:
@@ -509,8 +514,7 @@ class _AsyncChat:
 class AsyncClient:
     """The asyncio client, same surface as `Client`.
 
-    `transport="auto"` (the default) runs on aiohttp when the `llmroute[aiohttp]` extra is installed,
-    else on httpx's own transport; `"httpx"` or `"aiohttp"` choose one."""
+    `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool."""
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",

@@ -1,28 +1,31 @@
-"""The only module that does network I/O: httpx connection pools, sync and async, one per provider.
+"""The only module that does network I/O: connection pools, sync and async, one per provider.
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
-they arrive). It knows nothing of platforms; it maps httpx's exceptions to llmroute's connect /
-time-to-first-token / total timeouts and connection errors, naming the deployment. The async side
-runs on aiohttp when the `llmroute[aiohttp]` extra is installed (`transport="auto"`, the default:
-it costs several times less CPU per request), else on httpx's own transport; aiohttp is imported
-only when an `AsyncClient` uses it.
+they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
+connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
+side runs on httpx. The async side runs on aiohttp by default (`transport="aiohttp"`, or "auto"): it
+costs several times less CPU per request than httpx's async pool and holds up at high concurrency
+(benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. aiohttp is imported only when an
+`AsyncClient` sends its first request, so `import llmroute` does not pay for it.
+
+Both sides ask for `Accept-Encoding: identity` unless the request names an encoding: streams are
+read as raw bytes, which a compressed body would garble.
 """
 
 from __future__ import annotations
 
-import contextvars
-import functools
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, AsyncIterator, Dict, Optional
 
 import httpx
 
 from . import errors as E
 from .providers.base import HttpRequest
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer", "map_transport_error"]
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
+           "AsyncConnectTimer", "map_transport_error"]
 
 
 @dataclass(frozen=True)
@@ -48,15 +51,11 @@ DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
 
 
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
-    """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
+    """httpx and aiohttp exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
     if _stale_connection(exc):
         return E.ConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
                                  code=DROPPED_BEFORE_REPLY, **kw)
-    cause = exc.__cause__
-    if cause is not None and type(cause).__module__.startswith("aiohttp"):
-        # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout: read the cause.
-        exc = cause  # type: ignore[assignment]
     if type(exc).__module__.split(".")[0] == "aiohttp":
         name = type(exc).__name__
         if name == "ConnectionTimeoutError":
@@ -108,6 +107,24 @@ def _body(request: HttpRequest) -> Dict[str, Any]:
     return {"content": request.content} if request.content is not None else {"json": request.json}
 
 
+def _content(request: HttpRequest) -> bytes:
+    """The body to send: the adapter's pre-encoded JSON, as is."""
+    if request.content is not None:
+        return request.content
+    import json
+
+    return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _headers(request: HttpRequest) -> Dict[str, str]:
+    """The request's headers, asking for an uncompressed body unless they name an encoding."""
+    headers = request.headers
+    for name in headers:
+        if name.lower() == "accept-encoding":
+            return headers
+    return {**headers, "Accept-Encoding": "identity"}
+
+
 def _limits(max_connections: int) -> httpx.Limits:
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
 
@@ -141,34 +158,55 @@ class AsyncConnectTimer(ConnectTimer):
         self.event(name)
 
 
-# The timer of the request being sent in this task, for aiohttp's connection trace hooks (which run
-# in the task that sends the request, so a context variable reaches them without a lookup table).
-_AIOHTTP_TIMER: contextvars.ContextVar[Optional[ConnectTimer]] = contextvars.ContextVar("llmroute_connect_timer")
-
-
 async def _aiohttp_connect_started(session: Any, context: Any, params: Any) -> None:
-    timer = _AIOHTTP_TIMER.get(None)
+    timer = context.trace_request_ctx
     if timer is not None:
         timer._started = time.perf_counter()
 
 
 async def _aiohttp_connect_ended(session: Any, context: Any, params: Any) -> None:
-    timer = _AIOHTTP_TIMER.get(None)
+    timer = context.trace_request_ctx
     if timer is not None and timer._started:
         timer.connect_s = time.perf_counter() - timer._started
 
 
-def _aiohttp_session(transport: Any, max_connections: int) -> Any:
-    """The aiohttp session behind httpx-aiohttp, made on first use (inside the running loop): the
-    provider's connection limit (httpx-aiohttp would default to 100), 30 s keep-alive like the httpx
-    pools, the transport's TLS context, and trace hooks that time new connections (TCP + TLS)."""
+def _aiohttp_session(max_connections: int) -> Any:
+    """One provider's aiohttp session, made on first use (inside the running loop): the provider's
+    connection limit, 30 s keep-alive like the httpx pools, httpx's TLS context (the same CA bundle
+    as the sync side), no proxy settings from the environment, and trace hooks that time new
+    connections (TCP + TLS) into the request's `ConnectTimer`."""
     import aiohttp
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_start.append(_aiohttp_connect_started)
     trace.on_connection_create_end.append(_aiohttp_connect_ended)
-    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=transport.ssl_context)
-    return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+    ssl_context = httpx.create_ssl_context(trust_env=False)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=ssl_context)
+    return aiohttp.ClientSession(connector=connector, trace_configs=[trace], trust_env=False)
+
+
+class AiohttpResponse:
+    """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
+    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`."""
+
+    __slots__ = ("_response", "status_code", "headers")
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status_code: int = response.status
+        self.headers = response.headers
+
+    async def aread(self) -> bytes:
+        return await self._response.read()
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any()
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool (closed instead if the body was not read to its end)."""
+        response = self._response
+        response.release()
+        await response.wait_for_close()
 
 
 def _stale_connection(exc: BaseException) -> bool:
@@ -179,7 +217,7 @@ def _stale_connection(exc: BaseException) -> bool:
     sending a response"; aiohttp raises ServerDisconnectedError, or ClientOSError "Cannot write to
     closing transport" when the close raced the write."""
     err: Optional[BaseException] = exc
-    for _ in range(3):  # the exception and its causes (httpx-aiohttp wraps aiohttp's)
+    for _ in range(3):  # the exception and its causes
         if err is None:
             break
         name, text = type(err).__name__, str(err)
@@ -219,7 +257,7 @@ class SyncTransport:
         client = self._client(provider, max_connections)
         extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
+            request.method, request.url, headers=_headers(request), **_body(request), timeout=timeouts.httpx(),
             extensions=extensions,
         )
         return client.send(req, stream=True)
@@ -233,38 +271,24 @@ class SyncTransport:
 
 
 class AsyncTransport:
-    """One `httpx.AsyncClient` per provider; `backend="aiohttp"` uses httpx-aiohttp's transport."""
+    """One pool per provider: an aiohttp `ClientSession` (`backend="aiohttp"`, the default; "auto"
+    means the same) or an `httpx.AsyncClient` (`backend="httpx"`)."""
 
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "httpx", "aiohttp"):
             raise E.ConfigError(
                 f"unknown async transport {backend!r}; expected 'auto', 'httpx' or 'aiohttp'", key="transport"
             )
-        if backend == "auto":
-            # aiohttp costs several times less CPU per request than httpx's pool under concurrency
-            # (benchmarks/RESULTS.md), so it is used whenever the aiohttp extra is installed.
-            import importlib.util
-
-            backend = "aiohttp" if importlib.util.find_spec("httpx_aiohttp") is not None else "httpx"
-        self.backend = backend
-        self._clients: Dict[str, httpx.AsyncClient] = {}
+        self.backend = "aiohttp" if backend == "auto" else backend
+        self._clients: Dict[str, Any] = {}
         self._closed = False
 
-    def _make(self, max_connections: int) -> httpx.AsyncClient:
-        limits = _limits(max_connections)
+    def _make(self, max_connections: int) -> Any:
         if self.backend == "aiohttp":
-            try:
-                from httpx_aiohttp import AiohttpTransport
-            except ImportError:
-                raise E.ConfigError(
-                    "transport 'aiohttp' needs the aiohttp extra: pip install 'llmroute[aiohttp]'", key="transport"
-                ) from None
-            transport = AiohttpTransport(limits=limits, trust_env=False)
-            transport.client = functools.partial(_aiohttp_session, transport, max_connections)
-            return httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
-        return httpx.AsyncClient(limits=limits, trust_env=False, follow_redirects=False)
+            return _aiohttp_session(max_connections)
+        return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
 
-    def _client(self, provider: str, max_connections: int) -> httpx.AsyncClient:
+    def _client(self, provider: str, max_connections: int) -> Any:
         if self._closed:
             raise RuntimeError("the client is closed")
         client = self._clients.get(provider)
@@ -275,23 +299,39 @@ class AsyncTransport:
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
         timer: Optional[AsyncConnectTimer] = None,
-    ) -> httpx.Response:
+    ) -> Any:
+        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
         client = self._client(provider, max_connections)
+        if self.backend == "aiohttp":
+            # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
+            # map_transport_error names that case and the failover plan resends it, visibly.
+            response = await client.request(
+                request.method, request.url, headers=_headers(request), data=_content(request),
+                timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
+            )
+            return AiohttpResponse(response)
         extensions = {"trace": timer} if timer is not None else None
         req = client.build_request(
-            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
+            request.method, request.url, headers=_headers(request), **_body(request), timeout=timeouts.httpx(),
             extensions=extensions,
         )
-        # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
-        token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
-        try:
-            return await client.send(req, stream=True)
-        finally:
-            if token is not None:
-                _AIOHTTP_TIMER.reset(token)
+        return await client.send(req, stream=True)
 
     async def aclose(self) -> None:
         self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
-            await client.aclose()
+            if isinstance(client, httpx.AsyncClient):
+                await client.aclose()
+            else:
+                await client.close()
+
+
+def _aiohttp_timeout(timeouts: Timeouts) -> Any:
+    """aiohttp's timeouts for one attempt's limits. `connect` covers
+    waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
+    `sock_read` bounds each wait for bytes; the total is checked between reads by the call."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                 sock_read=timeouts.read_s)
