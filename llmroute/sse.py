@@ -48,6 +48,8 @@ class SSEDecoder:
                 text = text[1:]
             self._pending_cr = False
         buffer = self._buffer + text
+        if "\r" not in buffer:
+            return self._feed_lf(buffer)
         events: List[SSEEvent] = []
         start = 0
         n = len(buffer)
@@ -71,6 +73,22 @@ class SSEDecoder:
                 events.append(event)
             start = nxt
         self._buffer = buffer[start:]
+        return events
+
+    def _feed_lf(self, buffer: str) -> List[SSEEvent]:
+        """`feed` for text whose lines all end in LF (what every platform sends): one split, and the
+        common `data: ...` and blank lines handled here rather than one `_line` call each."""
+        lines = buffer.split("\n")
+        self._buffer = lines.pop()  # the unfinished last line ("" when the text ended with LF)
+        events: List[SSEEvent] = []
+        for line in lines:
+            if line.startswith("data:"):
+                self._data.append(line[6:] if line.startswith("data: ") else line[5:])
+                self._has_field = True
+            elif line or self._has_field:
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
         return events
 
     def close(self) -> List[SSEEvent]:

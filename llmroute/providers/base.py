@@ -281,7 +281,8 @@ class OpenAICompatAdapter:
             out["usage"] = usage
         else:
             out["usage"] = None
-        return ChatCompletionChunk.model_validate(out)
+        # The validator itself: `model_validate`'s Python wrapper costs a third as much again, per chunk.
+        return ChatCompletionChunk.__pydantic_validator__.validate_python(out)
 
     def decode_event(self, event: SSEEvent, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
         data = event.data
