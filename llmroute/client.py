@@ -11,9 +11,7 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
-
-import httpx
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import errors as E
 from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
@@ -21,6 +19,9 @@ from .config import Config, load_config
 from .engine import Engine
 from .transport import AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, map_transport_error
 from .types import ChatCompletion, ChatCompletionChunk
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -46,10 +47,18 @@ def _transport_error(exc: Exception, ctx: AttemptContext, state: Optional[Stream
     return error
 
 
-_NETWORK_ERRORS = (httpx.HTTPError, OSError)
-
-
+_NETWORK_ERRORS: Optional[tuple] = None
 _ASYNC_NETWORK_ERRORS: Optional[tuple] = None
+
+
+def _sync_network_errors() -> tuple:
+    """What the sync transport raises. httpx is imported on first use, not at `import llmroute`."""
+    global _NETWORK_ERRORS
+    if _NETWORK_ERRORS is None:
+        import httpx
+
+        _NETWORK_ERRORS = (httpx.HTTPError, OSError)
+    return _NETWORK_ERRORS
 
 
 def _network_errors() -> tuple:
@@ -61,7 +70,7 @@ def _network_errors() -> tuple:
 
         import aiohttp
 
-        _ASYNC_NETWORK_ERRORS = _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
+        _ASYNC_NETWORK_ERRORS = _sync_network_errors() + (aiohttp.ClientError, asyncio.TimeoutError)
     return _ASYNC_NETWORK_ERRORS
 
 
@@ -77,7 +86,7 @@ class _Opened:
 
     ctx: AttemptContext
     state: Optional[StreamState]  # streams only
-    response: Optional[httpx.Response] = None
+    response: Any = None  # an httpx.Response, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
     parsed: Optional[tuple] = None  # (ChatCompletion, usage_reported) for a plain call
@@ -98,7 +107,7 @@ def run_of(state: Optional[StreamState]) -> Optional[CallRun]:
     return state.run if state is not None else None
 
 
-def _plain_answer(run: Optional[CallRun], response: httpx.Response) -> bool:
+def _plain_answer(run: Optional[CallRun], response: Any) -> bool:
     """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
     return (run is not None and not run.prepared.stream
             and response.headers.get("content-type", "").startswith("application/json"))
@@ -150,7 +159,7 @@ class Stream:
             except E.ProviderError as error:
                 self._recover(error)
                 continue
-            except _NETWORK_ERRORS as exc:
+            except _sync_network_errors() as exc:
                 self._recover(_transport_error(exc, state.ctx, state))
                 continue
             self._final = state.finish(_now())
@@ -244,7 +253,7 @@ class Client:
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def _send(self, ctx: AttemptContext) -> httpx.Response:
+    def _send(self, ctx: AttemptContext) -> "httpx.Response":
         provider = ctx.deployment.provider
         timer = ConnectTimer()
         try:
@@ -295,7 +304,7 @@ class Client:
             op.response.close()
         except E.ProviderError as error:
             op.error = error
-        except _NETWORK_ERRORS as exc:
+        except _sync_network_errors() as exc:
             op.error = _transport_error(exc, ctx, state)
         if op.error is not None and op.response is not None:
             op.response.close()
@@ -530,7 +539,7 @@ class AsyncClient:
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 
-    async def _send(self, ctx: AttemptContext) -> httpx.Response:
+    async def _send(self, ctx: AttemptContext) -> Any:
         provider = ctx.deployment.provider
         timer = AsyncConnectTimer()
         try:

@@ -14,15 +14,17 @@ read as raw bytes, which a compressed body would garble.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Optional
-
-import httpx
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Optional
 
 from . import errors as E
 from .providers.base import HttpRequest
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error"]
@@ -40,7 +42,9 @@ class Timeouts:
     read_kind: str  # "ttft" or "total": which limit a read timeout means
     stall_s: Optional[float] = None  # streams: no content for this long after content started
 
-    def httpx(self) -> httpx.Timeout:
+    def httpx(self) -> "httpx.Timeout":
+        import httpx  # imported on first use: `import llmroute` does not pay for it
+
         return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
 
 
@@ -65,6 +69,18 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
             return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                                   seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
         return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
+    if httpx is not None and isinstance(exc, httpx.HTTPError):
+        return _map_httpx_error(httpx, exc, kw, timeouts)
+    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
+        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+    if isinstance(exc, OSError):
+        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+    raise exc
+
+
+def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts) -> E.ProviderError:
     if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
         return E.TimeoutError(
             f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
@@ -79,14 +95,7 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
         return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
         return E.ConnectionError(f"connection broken: {_reason(exc)}", **kw)
-    if isinstance(exc, httpx.HTTPError):
-        return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
-    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
-    if isinstance(exc, OSError):
-        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
-    raise exc
+    return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
 def _read_timeout_text(timeouts: Timeouts) -> str:
@@ -125,7 +134,9 @@ def _headers(request: HttpRequest) -> Dict[str, str]:
     return {**headers, "Accept-Encoding": "identity"}
 
 
-def _limits(max_connections: int) -> httpx.Limits:
+def _limits(max_connections: int) -> "httpx.Limits":
+    import httpx
+
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
 
 
@@ -176,6 +187,7 @@ def _aiohttp_session(max_connections: int) -> Any:
     as the sync side), no proxy settings from the environment, and trace hooks that time new
     connections (TCP + TLS) into the request's `ConnectTimer`."""
     import aiohttp
+    import httpx
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_start.append(_aiohttp_connect_started)
@@ -235,13 +247,15 @@ class SyncTransport:
     """One `httpx.Client` per provider (base URLs and keys differ), created on first use."""
 
     def __init__(self) -> None:
-        self._clients: Dict[str, httpx.Client] = {}
+        self._clients: Dict[str, "httpx.Client"] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def _client(self, provider: str, max_connections: int) -> httpx.Client:
+    def _client(self, provider: str, max_connections: int) -> "httpx.Client":
         client = self._clients.get(provider)
         if client is None:
+            import httpx
+
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the client is closed")
@@ -252,7 +266,7 @@ class SyncTransport:
         return client
 
     def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-             timer: Optional[ConnectTimer] = None) -> httpx.Response:
+             timer: Optional[ConnectTimer] = None) -> "httpx.Response":
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
         extensions = {"trace": timer} if timer is not None else None
@@ -286,6 +300,8 @@ class AsyncTransport:
     def _make(self, max_connections: int) -> Any:
         if self.backend == "aiohttp":
             return _aiohttp_session(max_connections)
+        import httpx
+
         return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
 
     def _client(self, provider: str, max_connections: int) -> Any:
@@ -321,7 +337,7 @@ class AsyncTransport:
         self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
-            if isinstance(client, httpx.AsyncClient):
+            if self.backend == "httpx":
                 await client.aclose()
             else:
                 await client.close()
