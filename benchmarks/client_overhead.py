@@ -249,16 +249,28 @@ def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
-    with llmroute.Client(config=config) as c:
-        def via_llmroute() -> None:
-            if stream:
-                with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
-                    for _ in s:
-                        pass
-            else:
-                c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
-        rows["llmroute Client"] = cpu_per_call(via_llmroute, n)
+    for label, cfg in _llmroute_variants(config, stream):
+        with llmroute.Client(config=cfg) as c:
+            def via_llmroute() -> None:
+                if stream:
+                    with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
+                        for _ in s:
+                            pass
+                else:
+                    c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+            rows[f"llmroute Client{label}"] = cpu_per_call(via_llmroute, n)
     return rows
+
+
+def _llmroute_variants(config: Dict[str, Any], stream: bool) -> List[tuple]:
+    """The llmroute config as shipped; for plain calls also with `plain_via_stream = false`: by default a
+    plain call is sent as a stream (so the first-token and stall limits apply) and read chunk by chunk,
+    while the raw rows read one JSON body. The second row shows what the call path costs on the same wire."""
+    variants = [("", config)]
+    if not stream:
+        tiers = {"small": {"deployments": [{"id": f"bench:{MODEL}", "plain_via_stream": False}]}}
+        variants.append((", plain body", {**config, "tiers": tiers}))
+    return variants
 
 
 def _sdk_kwargs(model: str, stream: bool, extra: Dict[str, Any]) -> Dict[str, Any]:
@@ -403,9 +415,9 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
                                       "connect_timeout_s": 60, "ttft_timeout_s": 100, "timeout_s": 110}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
-    for transport in TRANSPORTS:
-        async def make_llmroute(transport=transport):
-            c = llmroute.AsyncClient(config=config, transport=transport)
+    for (label, cfg), transport in [(v, t) for t in TRANSPORTS for v in _llmroute_variants(config, stream)]:
+        async def make_llmroute(transport=transport, cfg=cfg):
+            c = llmroute.AsyncClient(config=cfg, transport=transport)
 
             async def call() -> None:
                 if stream:
@@ -416,14 +428,14 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
                 else:
                     await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
             return call, c.aclose
-        rows[f"llmroute AsyncClient ({transport})"] = run_async_cpu(make_llmroute, n)
+        rows[f"llmroute AsyncClient ({transport}{label})"] = run_async_cpu(make_llmroute, n)
     return rows
 
 
 def _print_rows(rows: Dict[str, float], base: float, connects: Dict[str, int], against: str) -> None:
-    print(f"{'client':<38}{'CPU us/call':>12}{against:>16}{'new conns':>11}")
+    print(f"{'client':<46}{'CPU us/call':>12}{against:>16}{'new conns':>11}")
     for name, us in rows.items():
-        print(f"{name:<38}{us:>12.0f}{us / base:>15.2f}x{connects.get(name, 0):>11}")
+        print(f"{name:<46}{us:>12.0f}{us / base:>15.2f}x{connects.get(name, 0):>11}")
 
 
 def main(argv: Optional[List[str]] = None) -> int:
