@@ -98,6 +98,10 @@ class OpenAICompatAdapter:
         self.deployment = deployment
         self.provider = deployment.provider
         self.kind = self.provider.kind
+        # Chunks can be validated straight from their JSON (`_chunk_from_json`) unless this platform's
+        # chunks need more than normalize_chunk's common steps.
+        self._chunks_from_json = (not self.provider.split_think_tags
+                                  and type(self).normalize_chunk is OpenAICompatAdapter.normalize_chunk)
 
     # -- requests ---------------------------------------------------------------------------
     def headers(self, stream: bool) -> Dict[str, str]:
@@ -291,6 +295,10 @@ class OpenAICompatAdapter:
         if data == "[DONE]":
             decoder.done = True
             return None
+        if self._chunks_from_json and event.event is None:
+            chunk = self._chunk_from_json(data, decoder)
+            if chunk is not None:
+                return chunk
         try:
             payload = json.loads(data)
         except (ValueError, RecursionError):
@@ -303,6 +311,40 @@ class OpenAICompatAdapter:
         if event.event == "error":
             raise self.error_from_event(payload)
         return self.normalize_chunk(payload, decoder)
+
+
+    def _chunk_from_json(self, data: str, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+        """The common chunk (choices, no usage, no reasoning under another name) validated straight
+        from its JSON: the chunk `normalize_chunk` builds, without parsing to dicts, copying and
+        validating them again. None: anything else, for the general path to decode."""
+        if '"reasoning"' in data:
+            return None
+        try:
+            chunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
+        except ValueError:  # not JSON, or a value of another shape: the general path decides
+            return None
+        if not chunk.choices or chunk.usage is not None:
+            return None  # error payloads and usage chunks
+        for choice in chunk.choices:
+            if "reasoning" in (choice.delta.__pydantic_extra__ or ()):
+                return None
+        for choice in chunk.choices:
+            reason = choice.finish_reason
+            if reason is not None:
+                normalized = normalize_finish_reason(reason, provider=self.provider.name, deployment=self.deployment.id)
+                if normalized != reason:
+                    choice.finish_reason = normalized
+                decoder.finished = True
+            choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
+        if not chunk.model:
+            chunk.model = self.deployment.model
+        chunk.__pydantic_fields_set__.update(_CHUNK_ALWAYS_SET)
+        return chunk
+
+
+# Fields normalize_chunk always sets (so `model_dump(exclude_unset=True)` is the same on both paths).
+_CHOICE_ALWAYS_SET = ("delta", "finish_reason")
+_CHUNK_ALWAYS_SET = ("choices", "model", "usage")
 
 
 class StreamDecoder:
