@@ -98,10 +98,9 @@ class OpenAICompatAdapter:
         self.deployment = deployment
         self.provider = deployment.provider
         self.kind = self.provider.kind
-        # Chunks can be validated straight from their JSON (`_chunk_from_json`) unless this platform's
-        # chunks need more than normalize_chunk's common steps.
-        self._chunks_from_json = (not self.provider.split_think_tags
-                                  and type(self).normalize_chunk is OpenAICompatAdapter.normalize_chunk)
+        # Chunks can be validated straight from their JSON (`_chunk_from_json`) unless a subclass
+        # normalises them its own way.
+        self._chunks_from_json = type(self).normalize_chunk is OpenAICompatAdapter.normalize_chunk
 
     # -- requests ---------------------------------------------------------------------------
     def headers(self, stream: bool) -> Dict[str, str]:
@@ -315,8 +314,9 @@ class OpenAICompatAdapter:
 
     def _chunk_from_json(self, data: str, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
         """The common chunk (choices, no usage, no reasoning under another name) validated straight
-        from its JSON: the chunk `normalize_chunk` builds, without parsing to dicts, copying and
-        validating them again. None: anything else, for the general path to decode."""
+        from its JSON, then normalised as `normalize_chunk` does (finish reasons, `<think>` tags): the
+        chunk it builds, without parsing to dicts, copying and validating them again. None: anything
+        else, for the general path to decode."""
         if '"reasoning"' in data:
             return None
         try:
@@ -328,13 +328,32 @@ class OpenAICompatAdapter:
         for choice in chunk.choices:
             if "reasoning" in (choice.delta.__pydantic_extra__ or ()):
                 return None
-        for choice in chunk.choices:
+        split = self.provider.split_think_tags
+        for choice in chunk.choices:  # the same steps, in the same order, as normalize_chunk's
+            delta = choice.delta
+            content = delta.content
+            if split and content:
+                splitter = decoder.think_splitters.get(choice.index)
+                if splitter is None:
+                    splitter = decoder.think_splitters[choice.index] = ThinkSplitter()
+                thought, answer = splitter.feed(content)
+                if thought:
+                    delta.reasoning_content = (delta.reasoning_content or "") + thought
+                if answer != content:
+                    delta.content = answer
             reason = choice.finish_reason
             if reason is not None:
                 normalized = normalize_finish_reason(reason, provider=self.provider.name, deployment=self.deployment.id)
                 if normalized != reason:
                     choice.finish_reason = normalized
                 decoder.finished = True
+                splitter = decoder.think_splitters.get(choice.index)
+                if splitter is not None:
+                    thought, answer = splitter.flush()
+                    if thought:
+                        delta.reasoning_content = (delta.reasoning_content or "") + thought
+                    if answer:
+                        delta.content = (delta.content or "") + answer
             choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
         if not chunk.model:
             chunk.model = self.deployment.model

@@ -28,23 +28,32 @@ def _adapter(**provider) -> OpenAICompatAdapter:
 ADAPTER = _adapter()
 
 
-def _decode(data: str, fast: bool):
-    decoder = StreamDecoder(ADAPTER)
-    ADAPTER._chunks_from_json = fast
+PLAIN = _adapter(split_think_tags=False)
+
+
+def _decode(adapter: OpenAICompatAdapter, events, fast: bool):
+    """Decode a run of events with one decoder (think tags may span chunks): every outcome, then the decoder's state."""
+    decoder = StreamDecoder(adapter)
+    adapter._chunks_from_json = fast
+    outcomes = []
     try:
-        chunk = ADAPTER.decode_event(SSEEvent(data), decoder)
-        outcome = ("chunk", chunk.model_dump(), chunk.model_dump(exclude_unset=True),
-                   [c.model_dump(exclude_unset=True) for c in chunk.choices]) if chunk is not None else ("none",)
-    except (E.LLMRouteError, ValueError, TypeError) as exc:  # TypeError: a delta that is not an object (general path)
-        outcome = ("raised", type(exc).__name__)
+        for data in events:
+            try:
+                chunk = adapter.decode_event(SSEEvent(data), decoder)
+                outcomes.append(("chunk", chunk.model_dump(), chunk.model_dump(exclude_unset=True),
+                                 [c.model_dump(exclude_unset=True) for c in chunk.choices])
+                                if chunk is not None else ("none",))
+            except (E.LLMRouteError, ValueError, TypeError) as exc:  # TypeError: a delta that is not an object
+                outcomes.append(("raised", type(exc).__name__))
     finally:
-        ADAPTER._chunks_from_json = True
-    return outcome, decoder.finished, decoder.done, decoder.usage, list(decoder.skipped)
+        adapter._chunks_from_json = True
+    return outcomes, decoder.finished, decoder.done, decoder.usage, list(decoder.skipped)
 
 
-def _same(payload) -> None:
-    data = payload if isinstance(payload, str) else json.dumps(payload)
-    assert _decode(data, fast=True) == _decode(data, fast=False)
+def _same(*payloads) -> None:
+    events = [p if isinstance(p, str) else json.dumps(p) for p in payloads]
+    for adapter in (ADAPTER, PLAIN):
+        assert _decode(adapter, events, fast=True) == _decode(adapter, events, fast=False)
 
 
 CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
@@ -85,12 +94,19 @@ def test_the_common_chunk_takes_the_fast_path():
     assert ADAPTER._chunk_from_json(json.dumps({**CHUNK, "usage": {"prompt_tokens": 1}}), decoder) is None
 
 
-def test_a_platform_that_splits_think_tags_keeps_the_general_path():
-    assert not _adapter(split_think_tags=True)._chunks_from_json
+def _content(text, finish=None):
+    return {**CHUNK, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+def test_think_tags_cut_across_chunks_split_as_on_the_general_path():
+    _same(_content("<thi"), _content("nk>plan"), _content(" more</th"), _content("ink>\n\nanswer"), _content(" end", "stop"))
+    _same(_content("  <think>never closed"), _content("", "length"))
+    _same(_content("<th"), _content("", "stop"))  # a held tag prefix comes out at the finish
 
 
 _scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False),
-                     st.sampled_from(["", "stop", "length", "eos", "abort", "tool_calls", "hi", "<think>"]))
+                     st.sampled_from(["", "stop", "length", "eos", "abort", "tool_calls", "hi", "<think>", "<th",
+                                      "ink>a", " </think>", "\n"]))
 _delta = st.dictionaries(st.sampled_from(["role", "content", "reasoning", "reasoning_content", "refusal", "x"]),
                          _scalars, max_size=3)
 _choice = st.fixed_dictionaries({}, optional={"index": _scalars, "delta": st.one_of(_delta, _scalars),
@@ -101,7 +117,7 @@ _chunk = st.fixed_dictionaries({"choices": st.lists(_choice, max_size=2)},
                                          "system_fingerprint": _scalars, "z": _scalars})
 
 
-@settings(max_examples=400, deadline=None)
-@given(_chunk)
-def test_any_chunk_decodes_as_the_general_path_decodes_it(payload):
-    _same(payload)
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_chunk, min_size=1, max_size=3))
+def test_any_chunks_decode_as_the_general_path_decodes_them(payloads):
+    _same(*payloads)
