@@ -346,6 +346,7 @@ class OpenAICompatAdapter:
                 normalized = normalize_finish_reason(reason, provider=self.provider.name, deployment=self.deployment.id)
                 if normalized != reason:
                     choice.finish_reason = normalized
+            if choice.finish_reason is not None:  # "" is no finish reason
                 decoder.finished = True
                 splitter = decoder.think_splitters.get(choice.index)
                 if splitter is not None:

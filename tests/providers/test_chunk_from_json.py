@@ -66,6 +66,7 @@ CASES = [
     {**CHUNK, "usage": None, "system_fingerprint": "fp", "x_extra": [1, {"a": None}]},
     {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "eos"}]},  # normalised to "stop"
     {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]},  # raises ServerError
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": ""}]},  # no finish reason: not finished
     {**CHUNK, "choices": [{"index": 0, "delta": {"reasoning": "hm"}}]},  # moved to reasoning_content
     {**CHUNK, "choices": [{"index": 0, "delta": {"reasoning_content": "hm", "role": "assistant"}}]},
     {**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]}}]},
@@ -117,7 +118,7 @@ _chunk = st.fixed_dictionaries({"choices": st.lists(_choice, max_size=2)},
                                          "system_fingerprint": _scalars, "z": _scalars})
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(_chunk, min_size=1, max_size=3))
 def test_any_chunks_decode_as_the_general_path_decodes_them(payloads):
     _same(*payloads)
