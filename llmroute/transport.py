@@ -5,11 +5,12 @@ they arrive). It knows nothing of platforms; it maps the HTTP libraries' excepti
 connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
 side runs on httpx. The async side runs on aiohttp by default (`transport="aiohttp"`, or "auto"): it
 costs several times less CPU per request than httpx's async pool and holds up at high concurrency
-(benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. aiohttp is imported only when an
-`AsyncClient` sends its first request, so `import llmroute` does not pay for it.
+(benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. httpx and aiohttp are imported on
+the first request, so `import llmroute` does not pay for them.
 
 Both sides ask for `Accept-Encoding: identity` unless the request names an encoding: streams are
-read as raw bytes, which a compressed body would garble.
+read as raw bytes, which a compressed body would garble. The libraries' behaviour relied on here, with
+sources: docs/transport.md.
 """
 
 from __future__ import annotations
