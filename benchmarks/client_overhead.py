@@ -31,6 +31,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Optional
@@ -41,7 +42,8 @@ sys.path.insert(0, str(ROOT))
 MODEL = "gpt-4o-mini"
 KEY = "sk-test-openai"
 MESSAGES = [{"role": "user", "content": "Say hello"}]
-CONCURRENCY = 16
+CONCURRENCY = 16  # async rows: calls in flight (and every client's connection limit); --concurrency
+TRANSPORTS = ("httpx", "aiohttp")  # AsyncClient rows; --transports
 
 # LiteLLM fetches its model cost map from the internet at import unless told to use the bundled copy.
 os.environ["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
@@ -81,14 +83,30 @@ def note_skip(row: str, package: str) -> None:
     print(f"  (skipped {row}: `{package}` is not installed)")
 
 
+# Peak RSS of the interpreter since it started (VmHWM). Not ru_maxrss: on Linux a child's ru_maxrss
+# counts the memory of the parent it was forked from, so it never reads below this benchmark's own RSS.
+PEAK_RSS_KB = "int(next(l for l in open('/proc/self/status') if l.startswith('VmHWM')).split()[1])"
+
+_PYCACHE = tempfile.mkdtemp(prefix="client_overhead_pycache_")
+
+
+def _bytecode_env() -> Dict[str, str]:
+    """Bytecode written and read (in a cache of this run's own), whatever PYTHONDONTWRITEBYTECODE says:
+    a package installed with pip is compiled, so compiling the source is no part of its import."""
+    env = dict(os.environ)
+    env.pop("PYTHONDONTWRITEBYTECODE", None)
+    env["PYTHONPYCACHEPREFIX"] = _PYCACHE
+    return env
+
+
 def cold_import(module: str, runs: int) -> Dict[str, float]:
     code = GUARD_SRC + (
         "import time, resource; t = time.perf_counter(); import {m}; "
-        "print(time.perf_counter() - t, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, len(_blocked))"
+        "print(time.perf_counter() - t, " + PEAK_RSS_KB + ", len(_blocked))"
     ).format(m=module)
     walls, rss, blocked = [], [], 0
-    for _ in range(runs):
-        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT)
+    for run in range(runs + 1):  # the first run writes the bytecode cache, as a user's install has it
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, env=_bytecode_env())
         if out.returncode != 0:
             if "ModuleNotFoundError" in out.stderr:
                 note_skip(f"import {module}", module)
@@ -96,12 +114,14 @@ def cold_import(module: str, runs: int) -> Dict[str, float]:
                 print(f"  (skipped import {module}: it failed: {out.stderr.strip().splitlines()[-1:]})")
             return {}
         wall, kb, refused = out.stdout.split()[-3:]
+        if run == 0:
+            continue
         walls.append(float(wall))
         rss.append(int(kb) / 1024)
         blocked += int(refused)
-    base = subprocess.run([sys.executable, "-c", "import resource; print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)"],
-                          capture_output=True, text=True)
-    return {"wall_ms": statistics.median(walls) * 1000, "rss_mib": statistics.median(rss),
+    base = subprocess.run([sys.executable, "-c", "print(" + PEAK_RSS_KB + ")"],
+                          capture_output=True, text=True, env=_bytecode_env())
+    return {"wall_ms": statistics.median(walls) * 1000, "best_wall_ms": min(walls) * 1000, "rss_mib": statistics.median(rss),
             "rss_added_mib": statistics.median(rss) - int(base.stdout) / 1024, "refused_non_loopback": blocked}
 
 
@@ -166,6 +186,7 @@ def run_async_cpu(make: Callable[[], Any], n: int) -> float:
         call, close = await make()
         await call()
         sem = asyncio.Semaphore(CONCURRENCY)
+        await asyncio.gather(*[call() for _ in range(CONCURRENCY)])  # warm: a full pool of connections
 
         async def one() -> None:
             async with sem:
@@ -228,16 +249,28 @@ def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
-    with llmroute.Client(config=config) as c:
-        def via_llmroute() -> None:
-            if stream:
-                with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
-                    for _ in s:
-                        pass
-            else:
-                c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
-        rows["llmroute Client"] = cpu_per_call(via_llmroute, n)
+    for label, cfg in _llmroute_variants(config, stream):
+        with llmroute.Client(config=cfg) as c:
+            def via_llmroute() -> None:
+                if stream:
+                    with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
+                        for _ in s:
+                            pass
+                else:
+                    c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+            rows[f"llmroute Client{label}"] = cpu_per_call(via_llmroute, n)
     return rows
+
+
+def _llmroute_variants(config: Dict[str, Any], stream: bool) -> List[tuple]:
+    """The llmroute config as shipped; for plain calls also with `plain_via_stream = false`: by default a
+    plain call is sent as a stream (so the first-token and stall limits apply) and read chunk by chunk,
+    while the raw rows read one JSON body. The second row shows what the call path costs on the same wire."""
+    variants = [("", config)]
+    if not stream:
+        tiers = {"small": {"deployments": [{"id": f"bench:{MODEL}", "plain_via_stream": False}]}}
+        variants.append((", plain body", {**config, "tiers": tiers}))
+    return variants
 
 
 def _sdk_kwargs(model: str, stream: bool, extra: Dict[str, Any]) -> Dict[str, Any]:
@@ -376,12 +409,15 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     except ImportError:
         note_skip("portkey SDK async", "portkey-ai")
 
-    config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY}},
+    config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY,
+                                      "max_connections": CONCURRENCY,
+                                      # CPU is measured here, not latency: no limit may fire on a busy machine
+                                      "connect_timeout_s": 60, "ttft_timeout_s": 100, "timeout_s": 110}},
               "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
     config.update(_extra_config())
-    for transport in ("httpx", "aiohttp"):
-        async def make_llmroute(transport=transport):
-            c = llmroute.AsyncClient(config=config, transport=transport)
+    for (label, cfg), transport in [(v, t) for t in TRANSPORTS for v in _llmroute_variants(config, stream)]:
+        async def make_llmroute(transport=transport, cfg=cfg):
+            c = llmroute.AsyncClient(config=cfg, transport=transport)
 
             async def call() -> None:
                 if stream:
@@ -392,20 +428,33 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
                 else:
                     await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
             return call, c.aclose
-        rows[f"llmroute AsyncClient ({transport})"] = run_async_cpu(make_llmroute, n)
+        rows[f"llmroute AsyncClient ({transport}{label})"] = run_async_cpu(make_llmroute, n)
     return rows
 
 
+def _print_rows(rows: Dict[str, float], base: float, connects: Dict[str, int], against: str) -> None:
+    print(f"{'client':<46}{'CPU us/call':>12}{against:>16}{'new conns':>11}")
+    for name, us in rows.items():
+        print(f"{name:<46}{us:>12.0f}{us / base:>15.2f}x{connects.get(name, 0):>11}")
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    global CONCURRENCY, TRANSPORTS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="calls per row (default 2000)")
     parser.add_argument("--import-runs", type=int, default=7)
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "client_overhead.json"))
     parser.add_argument("--only", choices=["import", "cpu"], default=None)
+    parser.add_argument("--concurrency", default=str(CONCURRENCY),
+                        help="async rows: calls in flight, a comma list runs each (default 16)")
+    parser.add_argument("--chunks", type=int, default=20, help="content chunks per stream (default 20)")
+    parser.add_argument("--no-sync", action="store_true", help="async rows only")
+    parser.add_argument("--transports", default=",".join(TRANSPORTS), help="AsyncClient rows (default httpx,aiohttp)")
     args = parser.parse_args(argv)
+    TRANSPORTS = tuple(args.transports.split(","))
     if not _GUARD:
         exec(GUARD_SRC, _GUARD)
-    result: Dict[str, Any] = {"requests": args.requests, "concurrency": CONCURRENCY, "python": sys.version.split()[0],
+    result: Dict[str, Any] = {"requests": args.requests, "concurrency": args.concurrency, "chunks": args.chunks, "python": sys.version.split()[0],
                               "loadavg_1_5_15": list(os.getloadavg())}
     print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
@@ -416,31 +465,40 @@ def main(argv: Optional[List[str]] = None) -> int:
             if got:
                 imports[module] = got
         result["import"] = imports
-        print(f"\nCold import (median of {args.import_runs} fresh interpreters)")
-        print(f"{'module':<12}{'wall ms':>10}{'peak RSS MiB':>14}{'vs httpx':>10}")
+        print(f"\nCold import (median and best of {args.import_runs} fresh interpreters, bytecode cached)")
+        print(f"{'module':<12}{'wall ms':>10}{'best ms':>10}{'peak RSS MiB':>14}{'added MiB':>11}{'vs httpx':>10}")
         for module, got in imports.items():
             ratio = got["wall_ms"] / imports["httpx"]["wall_ms"]
-            print(f"{module:<12}{got['wall_ms']:>10.1f}{got['rss_mib']:>14.1f}{ratio:>9.2f}x")
+            print(f"{module:<12}{got['wall_ms']:>10.1f}{got['best_wall_ms']:>10.1f}{got['rss_mib']:>14.1f}"
+                  f"{got['rss_added_mib']:>11.1f}{ratio:>9.2f}x")
 
     if args.only in (None, "cpu"):
         cpu: Dict[str, Any] = {}
         connects: Dict[str, Dict[str, int]] = {}
-        for stream, pieces in ((False, 16), (True, 20)):
+        for stream, pieces in ((False, 16), (True, args.chunks)):
             proc, url = start_server(pieces)
             try:
-                label = "stream (20 chunks)" if stream else "non-streamed"
+                label = f"stream ({pieces} chunks)" if stream else "non-streamed"
                 ROW_CONNECTS.clear()
-                sync, asynch = sync_rows(url, args.requests, stream), async_rows(url, args.requests, stream)
+                sync = {} if args.no_sync else sync_rows(url, args.requests, stream)
+                connects[label] = dict(zip(sync, ROW_CONNECTS))
+                cpu[label] = dict(sync)
+                if sync:
+                    print(f"\nClient CPU per call, {label}, {args.requests} calls per row (sync)")
+                    _print_rows(sync, sync["httpx (raw)"], connects[label], "vs raw httpx")
+                for concurrency in [int(c) for c in args.concurrency.split(",")]:
+                    CONCURRENCY = concurrency
+                    ROW_CONNECTS.clear()
+                    asynch = async_rows(url, args.requests, stream)
+                    key = f"{label}, concurrency {concurrency}"
+                    cpu[key] = asynch
+                    connects[key] = dict(zip(asynch, ROW_CONNECTS))
+                    print(f"\nClient CPU per call, {label}, {args.requests} calls per row, async concurrency {concurrency}")
+                    base = asynch.get("aiohttp (raw)", asynch["httpx async (raw)"])
+                    _print_rows(asynch, base, connects[key], "vs raw aiohttp" if "aiohttp (raw)" in asynch else "vs raw httpx")
             finally:
                 proc.stdin.close()
                 proc.wait(10)
-            cpu[label] = {**sync, **asynch}
-            connects[label] = dict(zip(cpu[label], ROW_CONNECTS))
-            print(f"\nClient CPU per call, {label}, {args.requests} calls per row (async: concurrency {CONCURRENCY})")
-            print(f"{'client':<38}{'CPU us/call':>12}{'vs raw httpx':>14}{'new conns':>11}")
-            for rows, base in ((sync, sync["httpx (raw)"]), (asynch, asynch["httpx async (raw)"])):
-                for name, us in rows.items():
-                    print(f"{name:<38}{us:>12.0f}{us / base:>13.2f}x{connects[label][name]:>11}")
         result["cpu_us_per_call"] = cpu
         result["new_connections_per_row"] = connects
 

@@ -11,9 +11,7 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
-
-import httpx
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
 
 from . import errors as E
 from .bounded import DEFAULT_READ_LIMITS, ReadLimits
@@ -29,6 +27,9 @@ from .lifecycle import ClientLife, warn_unclosed
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
                         iter_body, map_transport_error, read_body)
 from .types import ChatCompletion, ChatCompletionChunk
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -63,18 +64,31 @@ def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
     return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
 
 
-_NETWORK_ERRORS = (httpx.HTTPError, OSError)
+_NETWORK_ERRORS: Optional[tuple] = None
+_ASYNC_NETWORK_ERRORS: Optional[tuple] = None
+
+
+def _sync_network_errors() -> tuple:
+    """What the sync transport raises. httpx is imported on first use, not at `import llmroute`."""
+    global _NETWORK_ERRORS
+    if _NETWORK_ERRORS is None:
+        import httpx
+
+        _NETWORK_ERRORS = (httpx.HTTPError, OSError)
+    return _NETWORK_ERRORS
 
 
 def _network_errors() -> tuple:
-    """What the async transports raise. asyncio is imported here, not at `import llmroute`."""
-    import asyncio
-    import sys
+    """What the async transports raise. asyncio and aiohttp are imported on first use, not at
+    `import llmroute`; the tuple is built once."""
+    global _ASYNC_NETWORK_ERRORS
+    if _ASYNC_NETWORK_ERRORS is None:
+        import asyncio
 
-    aiohttp = sys.modules.get("aiohttp")  # imported only when the aiohttp transport is in use
-    if aiohttp is not None:
-        return _NETWORK_ERRORS + (aiohttp.ClientError, asyncio.TimeoutError)
-    return _NETWORK_ERRORS + (asyncio.TimeoutError,)
+        import aiohttp
+
+        _ASYNC_NETWORK_ERRORS = _sync_network_errors() + (aiohttp.ClientError, asyncio.TimeoutError)
+    return _ASYNC_NETWORK_ERRORS
 
 
 def _running_loop() -> Any:
@@ -105,7 +119,7 @@ class _Opened:
 
     ctx: AttemptContext
     state: Optional[StreamState]  # streams only
-    response: Optional[httpx.Response] = None
+    response: Any = None  # an httpx.Response, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
     parsed: Optional[tuple] = None  # (ChatCompletion, usage_reported) for a plain call
@@ -126,7 +140,7 @@ def run_of(state: Optional[StreamState]) -> Optional[CallRun]:
     return state.run if state is not None else None
 
 
-def _plain_answer(run: Optional[CallRun], response: httpx.Response) -> bool:
+def _plain_answer(run: Optional[CallRun], response: Any) -> bool:
     """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
     return (run is not None and not run.prepared.stream
             and response.headers.get("content-type", "").startswith("application/json"))
@@ -178,7 +192,7 @@ class Stream:
             except E.ProviderError as error:
                 self._recover(error)
                 continue
-            except _NETWORK_ERRORS as exc:
+            except _sync_network_errors() as exc:
                 self._recover(_transport_error(exc, state.ctx, state))
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another
@@ -332,7 +346,7 @@ class Client:
     def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def _send(self, ctx: AttemptContext) -> httpx.Response:
+    def _send(self, ctx: AttemptContext) -> "httpx.Response":
         provider = ctx.deployment.provider
         timer = ConnectTimer()
         try:
@@ -387,7 +401,7 @@ class Client:
             op.response.close()
         except E.ProviderError as error:
             op.error = error
-        except _NETWORK_ERRORS as exc:
+        except _sync_network_errors() as exc:
             op.error = _transport_error(exc, ctx, state)
         except BaseException:
             if op.response is not None:
@@ -686,8 +700,7 @@ class _AsyncChat:
 class AsyncClient:
     """The asyncio client, same surface as `Client`.
 
-    `transport="auto"` (the default) runs on aiohttp when the `llmroute[aiohttp]` extra is installed,
-    else on httpx's own transport; `"httpx"` or `"aiohttp"` choose one."""
+    `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool."""
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",
@@ -711,7 +724,7 @@ class AsyncClient:
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 
-    async def _send(self, ctx: AttemptContext) -> httpx.Response:
+    async def _send(self, ctx: AttemptContext) -> Any:
         provider = ctx.deployment.provider
         timer = AsyncConnectTimer()
         try:

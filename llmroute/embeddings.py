@@ -302,7 +302,7 @@ class Embeddings:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
-        from .client import _NETWORK_ERRORS, _transport_error
+        from .client import _sync_network_errors, _transport_error
 
         client = self._client
         prepared = prepare_embedding(client.config, kwargs)
@@ -325,7 +325,7 @@ class Embeddings:
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
-            except _NETWORK_ERRORS as exc:
+            except _sync_network_errors() as exc:
                 batches.failed(run, _transport_error(exc, ctx), _now())
                 continue
             return run.finish(ctx, *batches.result(), _now())

@@ -93,7 +93,7 @@ class Models:
         self._client = client
 
     def list(self, *, provider: Optional[str] = None) -> ModelList:
-        from .client import _NETWORK_ERRORS
+        from .client import _sync_network_errors
         from .transport import map_transport_error
 
         listed: Dict[str, List[Model]] = {}
@@ -112,7 +112,7 @@ class Models:
                 listed[p.name] = _models_of(p, content)
             except E.ProviderError as error:
                 errors[p.name] = error
-            except _NETWORK_ERRORS as exc:
+            except _sync_network_errors() as exc:
                 errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
         return _result(listed, errors)
 

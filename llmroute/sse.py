@@ -68,6 +68,8 @@ class SSEDecoder:
             return []
         buffer = self._buffer + "".join(self._parts) + text
         self._parts = []
+        if "\r" not in buffer:
+            return self._feed_lf(buffer)
         events: List[SSEEvent] = []
         start = 0
         n = len(buffer)
@@ -99,6 +101,27 @@ class SSEDecoder:
         if chars > self.max_line:
             raise E.ResponseTooLargeError(f"{what} passed {self.max_line} characters (sse_line_bytes cap)",
                                           limit="sse_line_bytes", max_bytes=self.max_line, retryable=False)
+
+    def _feed_lf(self, buffer: str) -> List[SSEEvent]:
+        """`feed` for text whose lines all end in LF (what every platform sends): one split, and the
+        common `data: ...` and blank lines handled here rather than one `_line` call each."""
+        lines = buffer.split("\n")
+        self._buffer = lines.pop()  # the unfinished last line ("" when the text ended with LF)
+        self._pending = len(self._buffer)
+        self._check(self._pending, "one SSE line")
+        events: List[SSEEvent] = []
+        for line in lines:
+            if line.startswith("data:"):
+                value = line[6:] if line.startswith("data: ") else line[5:]
+                self._data_chars += len(value) + 1
+                self._check(self._data_chars, "one SSE event's data")
+                self._data.append(value)
+                self._has_field = True
+            elif line or self._has_field:
+                event = self._line(line)
+                if event is not None:
+                    events.append(event)
+        return events
 
     def close(self) -> List[SSEEvent]:
         """End of stream: flush a final event whose blank line never came (DashScope ends so)."""

@@ -1,30 +1,36 @@
-"""The only module that does network I/O: httpx connection pools, sync and async, one per provider.
+"""The only module that does network I/O: connection pools, sync and async, one per provider.
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
-they arrive). It knows nothing of platforms; it maps httpx's exceptions to llmroute's connect /
-time-to-first-token / total timeouts and connection errors, naming the deployment. The async side
-runs on aiohttp when the `llmroute[aiohttp]` extra is installed (`transport="auto"`, the default:
-it costs several times less CPU per request), else on httpx's own transport; aiohttp is imported
-only when an `AsyncClient` uses it.
+they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
+connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
+side runs on httpx. The async side runs on aiohttp by default (`transport="aiohttp"`, or "auto"): it
+costs several times less CPU per request than httpx's async pool and holds up at high concurrency
+(benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. httpx and aiohttp are imported on
+the first request, so `import llmroute` does not pay for them.
+
+Both sides ask for `Accept-Encoding: identity` unless the request names an encoding: streams are
+read as raw bytes, which a compressed body would garble. The libraries' behaviour relied on here, with
+sources: docs/transport.md.
 """
 
 from __future__ import annotations
 
 import contextvars
-import functools
+import sys
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Dict, Iterator, Optional
-
-import httpx
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, Optional
 
 from . import errors as E
-from .bounded import ACCEPT_ENCODING, BodyReader, ReadLimits
+from .bounded import BodyReader, ReadLimits
 from .providers.base import HttpRequest
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "ConnectTimer", "AsyncConnectTimer",
-           "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
 @dataclass(frozen=True)
@@ -39,7 +45,9 @@ class Timeouts:
     read_kind: str  # "ttft" or "total": which limit a read timeout means
     stall_s: Optional[float] = None  # streams: no content for this long after content started
 
-    def httpx(self) -> httpx.Timeout:
+    def httpx(self) -> "httpx.Timeout":
+        import httpx  # imported on first use: `import llmroute` does not pay for it
+
         return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
 
 
@@ -50,15 +58,11 @@ DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
 
 
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
-    """httpx (and aiohttp, through httpx-aiohttp) exceptions -> typed errors that say which limit fired."""
+    """httpx and aiohttp exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
     if _stale_connection(exc):
         return E.ConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
                                  code=DROPPED_BEFORE_REPLY, **kw)
-    cause = exc.__cause__
-    if cause is not None and type(cause).__module__.startswith("aiohttp"):
-        # httpx-aiohttp maps every aiohttp connection error to httpx.ConnectTimeout: read the cause.
-        exc = cause  # type: ignore[assignment]
     if type(exc).__module__.split(".")[0] == "aiohttp":
         name = type(exc).__name__
         if name == "ConnectionTimeoutError":
@@ -68,6 +72,18 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
             return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                                   seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
         return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
+    if httpx is not None and isinstance(exc, httpx.HTTPError):
+        return _map_httpx_error(httpx, exc, kw, timeouts)
+    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
+        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+    if isinstance(exc, OSError):
+        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+    raise exc
+
+
+def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts) -> E.ProviderError:
     if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
         return E.TimeoutError(
             f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
@@ -82,14 +98,7 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
         return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
         return E.ConnectionError(f"connection broken: {_reason(exc)}", **kw)
-    if isinstance(exc, httpx.HTTPError):
-        return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
-    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
-    if isinstance(exc, OSError):
-        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
-    raise exc
+    return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
 def _read_timeout_text(timeouts: Timeouts) -> str:
@@ -191,18 +200,19 @@ def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optiona
     raised before anything is sent."""
     try:
         req = client.build_request(
-            request.method, request.url, headers=request.headers, **_body(request), timeout=timeouts.httpx(),
+            request.method, request.url, headers=_headers(request), **_body(request), timeout=timeouts.httpx(),
             extensions={"trace": timer} if timer is not None else None,
         )
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included
         raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
             from None
     req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
-    req.headers["Accept-Encoding"] = ACCEPT_ENCODING  # both decoded within the caps (bounded.py)
     return req
 
 
 def _past(deadline: float) -> httpx.ReadTimeout:
+    import httpx
+
     return httpx.ReadTimeout(f"the attempt's total timeout passed while reading ({time.monotonic() - deadline:.1f}s over)")
 
 
@@ -255,7 +265,28 @@ async def aread_body(response: httpx.Response, limits: ReadLimits, deadline: flo
                                                         deployment=deployment)])
 
 
-def _limits(max_connections: int) -> httpx.Limits:
+def _content(request: HttpRequest) -> bytes:
+    """The body to send: the adapter's pre-encoded JSON, as is."""
+    if request.content is not None:
+        return request.content
+    import json
+
+    return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _headers(request: HttpRequest) -> Dict[str, str]:
+    """The request's headers, asking for an uncompressed body unless they name an encoding (a
+    server that compresses anyway is decoded within the read caps: bounded.BodyReader)."""
+    headers = request.headers
+    for name in headers:
+        if name.lower() == "accept-encoding":
+            return headers
+    return {**headers, "Accept-Encoding": "identity"}
+
+
+def _limits(max_connections: int) -> "httpx.Limits":
+    import httpx
+
     return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
 
 
@@ -288,34 +319,58 @@ class AsyncConnectTimer(ConnectTimer):
         self.event(name)
 
 
-# The timer of the request being sent in this task, for aiohttp's connection trace hooks (which run
-# in the task that sends the request, so a context variable reaches them without a lookup table).
-_AIOHTTP_TIMER: contextvars.ContextVar[Optional[ConnectTimer]] = contextvars.ContextVar("llmroute_connect_timer")
-
-
 async def _aiohttp_connect_started(session: Any, context: Any, params: Any) -> None:
-    timer = _AIOHTTP_TIMER.get(None)
+    timer = context.trace_request_ctx
     if timer is not None:
         timer._started = time.perf_counter()
 
 
 async def _aiohttp_connect_ended(session: Any, context: Any, params: Any) -> None:
-    timer = _AIOHTTP_TIMER.get(None)
+    timer = context.trace_request_ctx
     if timer is not None and timer._started:
         timer.connect_s = time.perf_counter() - timer._started
 
 
-def _aiohttp_session(transport: Any, max_connections: int) -> Any:
-    """The aiohttp session behind httpx-aiohttp, made on first use (inside the running loop): the
-    provider's connection limit (httpx-aiohttp would default to 100), 30 s keep-alive like the httpx
-    pools, the transport's TLS context, and trace hooks that time new connections (TCP + TLS)."""
+def _aiohttp_session(max_connections: int) -> Any:
+    """One provider's aiohttp session, made on first use (inside the running loop): the provider's
+    connection limit, 30 s keep-alive like the httpx pools, httpx's TLS context (the same CA bundle
+    as the sync side), no proxy settings from the environment, and trace hooks that time new
+    connections (TCP + TLS) into the request's `ConnectTimer`."""
     import aiohttp
+    import httpx
 
     trace = aiohttp.TraceConfig()
     trace.on_connection_create_start.append(_aiohttp_connect_started)
     trace.on_connection_create_end.append(_aiohttp_connect_ended)
-    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=transport.ssl_context)
-    return aiohttp.ClientSession(connector=connector, trace_configs=[trace])
+    ssl_context = httpx.create_ssl_context(trust_env=False)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=ssl_context)
+    # Bodies arrive as sent: a server that compresses anyway is decoded by bounded.BodyReader, within
+    # the read caps (aiohttp's own decompression has no cap: a gzip bomb would inflate whole).
+    return aiohttp.ClientSession(connector=connector, trace_configs=[trace], trust_env=False, auto_decompress=False)
+
+
+class AiohttpResponse:
+    """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
+    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`."""
+
+    __slots__ = ("_response", "status_code", "headers")
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status_code: int = response.status
+        self.headers = response.headers
+
+    async def aread(self) -> bytes:
+        return await self._response.read()
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any()
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool (closed instead if the body was not read to its end)."""
+        response = self._response
+        response.release()
+        await response.wait_for_close()
 
 
 def _stale_connection(exc: BaseException) -> bool:
@@ -326,7 +381,7 @@ def _stale_connection(exc: BaseException) -> bool:
     sending a response"; aiohttp raises ServerDisconnectedError, or ClientOSError "Cannot write to
     closing transport" when the close raced the write."""
     err: Optional[BaseException] = exc
-    for _ in range(3):  # the exception and its causes (httpx-aiohttp wraps aiohttp's)
+    for _ in range(3):  # the exception and its causes
         if err is None:
             break
         name, text = type(err).__name__, str(err)
@@ -344,13 +399,15 @@ class SyncTransport:
     """One `httpx.Client` per provider (base URLs and keys differ), created on first use."""
 
     def __init__(self) -> None:
-        self._clients: Dict[str, httpx.Client] = {}
+        self._clients: Dict[str, "httpx.Client"] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def _client(self, provider: str, max_connections: int) -> httpx.Client:
+    def _client(self, provider: str, max_connections: int) -> "httpx.Client":
         client = self._clients.get(provider)
         if client is None:
+            import httpx
+
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the client is closed")
@@ -362,7 +419,7 @@ class SyncTransport:
         return client
 
     def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-             timer: Optional[ConnectTimer] = None) -> httpx.Response:
+             timer: Optional[ConnectTimer] = None) -> "httpx.Response":
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
         req = _build(client, request, timeouts, timer)
@@ -381,38 +438,26 @@ class SyncTransport:
 
 
 class AsyncTransport:
-    """One `httpx.AsyncClient` per provider; `backend="aiohttp"` uses httpx-aiohttp's transport."""
+    """One pool per provider: an aiohttp `ClientSession` (`backend="aiohttp"`, the default; "auto"
+    means the same) or an `httpx.AsyncClient` (`backend="httpx"`)."""
 
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "httpx", "aiohttp"):
             raise E.ConfigError(
                 f"unknown async transport {backend!r}; expected 'auto', 'httpx' or 'aiohttp'", key="transport"
             )
-        if backend == "auto":
-            # aiohttp costs several times less CPU per request than httpx's pool under concurrency
-            # (benchmarks/RESULTS.md), so it is used whenever the aiohttp extra is installed.
-            import importlib.util
-
-            backend = "aiohttp" if importlib.util.find_spec("httpx_aiohttp") is not None else "httpx"
-        self.backend = backend
-        self._clients: Dict[str, httpx.AsyncClient] = {}
+        self.backend = "aiohttp" if backend == "auto" else backend
+        self._clients: Dict[str, Any] = {}
         self._closed = False
 
-    def _make(self, max_connections: int) -> httpx.AsyncClient:
-        limits = _limits(max_connections)
+    def _make(self, max_connections: int) -> Any:
         if self.backend == "aiohttp":
-            try:
-                from httpx_aiohttp import AiohttpTransport
-            except ImportError:
-                raise E.ConfigError(
-                    "transport 'aiohttp' needs the aiohttp extra: pip install 'llmroute[aiohttp]'", key="transport"
-                ) from None
-            transport = AiohttpTransport(limits=limits, trust_env=False)
-            transport.client = functools.partial(_aiohttp_session, transport, max_connections)
-            return httpx.AsyncClient(transport=transport, limits=limits, trust_env=False)
-        return httpx.AsyncClient(limits=limits, trust_env=False, follow_redirects=False)
+            return _aiohttp_session(max_connections)
+        import httpx
 
-    def _client(self, provider: str, max_connections: int) -> httpx.AsyncClient:
+        return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+
+    def _client(self, provider: str, max_connections: int) -> Any:
         if self._closed:
             raise RuntimeError("the client is closed")
         client = self._clients.get(provider)
@@ -423,23 +468,45 @@ class AsyncTransport:
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
         timer: Optional[AsyncConnectTimer] = None,
-    ) -> httpx.Response:
+    ) -> Any:
+        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
         client = self._client(provider, max_connections)
-        req = _build(client, request, timeouts, timer)
-        # aiohttp knows nothing of httpx's trace extension: its own trace hooks find the timer here.
-        token = _AIOHTTP_TIMER.set(timer) if timer is not None and self.backend == "aiohttp" else None
         import asyncio
 
-        try:
+        if self.backend == "aiohttp":
+            # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
+            # map_transport_error names that case and the failover plan resends it, visibly.
+            try:
+                headers, content = _headers(request), _content(request)
+            except (TypeError, ValueError) as exc:
+                raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
+                                            field="request") from None
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
             async with asyncio.timeout(timeouts.total_s):
-                return await client.send(req, stream=True)
-        finally:
-            if token is not None:
-                _AIOHTTP_TIMER.reset(token)
+                response = await client.request(
+                    request.method, request.url, headers=headers, data=content,
+                    timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
+                )
+            return AiohttpResponse(response)
+        req = _build(client, request, timeouts, timer)
+        async with asyncio.timeout(timeouts.total_s):
+            return await client.send(req, stream=True)
 
     async def aclose(self) -> None:
         self._closed = True
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
-            await client.aclose()
+            if self.backend == "httpx":
+                await client.aclose()
+            else:
+                await client.close()
+
+
+def _aiohttp_timeout(timeouts: Timeouts) -> Any:
+    """aiohttp's timeouts for one attempt's limits. `connect` covers
+    waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
+    `sock_read` bounds each wait for bytes; the total is checked between reads by the call."""
+    import aiohttp
+
+    return aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                 sock_read=timeouts.read_s)

@@ -165,3 +165,55 @@ def test_async_pool_keeps_the_providers_connection_limit(fault_server, transport
 
     assert len(asyncio.run(main())) == 10
     assert fault_server.connections_total - before <= 3
+
+
+class CapturingServer(DroppingServer):
+    """Answers every request on a connection and keeps each request's head and body."""
+
+    def __init__(self) -> None:
+        self.heads: list = []
+        self.bodies: list = []
+        super().__init__()
+
+    def _read_request(self, conn: socket.socket) -> bool:
+        data = b""
+        while b"\r\n\r\n" not in data:
+            chunk = conn.recv(65536)
+            if not chunk:
+                return False
+            data += chunk
+        head, _, rest = data.partition(b"\r\n\r\n")
+        length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                       if line.lower().startswith(b"content-length")), 0)
+        while len(rest) < length:
+            rest += conn.recv(65536)
+        self.heads.append(head.decode("latin-1").lower())
+        self.bodies.append(rest)
+        return True
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            while self._read_request(conn):
+                conn.sendall(RESPONSE)
+
+
+@pytest.mark.parametrize("transport", [None, "auto", "aiohttp", "httpx"])
+def test_requests_ask_for_an_uncompressed_body_and_send_the_encoded_json(transport):
+    server = CapturingServer()
+    cfg = config(server.port)
+    cfg["tiers"]["small"]["deployments"] = [{"id": "s:m", "plain_via_stream": False}]  # one JSON answer
+    try:
+        if transport is None:
+            with Client(config=cfg) as client:
+                client.chat.completions.create(model="small", messages=MESSAGES)
+        else:
+            async def main():
+                async with AsyncClient(config=cfg, transport=transport) as client:
+                    assert client._transport.backend == ("httpx" if transport == "httpx" else "aiohttp")
+                    await client.chat.completions.create(model="small", messages=MESSAGES)
+            asyncio.run(main())
+    finally:
+        server.close()
+    assert len(server.heads) == 1
+    assert "\r\naccept-encoding: identity\r\n" in server.heads[0] + "\r\n"
+    assert json.loads(server.bodies[0])["messages"] == MESSAGES

@@ -94,7 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-first-request", action="store_true", help="skip the separate cold first request")
     p.add_argument("--feature", default="bench", help="feature tag of the bench's calls (bench)")
     p.add_argument("--transport", choices=("auto", "httpx", "aiohttp"), default="auto",
-                   help="client transport (auto: aiohttp when the llmroute[aiohttp] extra is installed, else httpx)")
+                   help="client transport (auto: aiohttp)")
     p.add_argument("--out", help="write the JSON result (every figure and per-request records) here")
     p.add_argument("--no-records", action="store_true", help="leave the per-request records out of --out")
     p.add_argument("--html", help="write the HTML report (inline SVG charts, works offline) here")

@@ -13,7 +13,6 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from email.utils import parsedate_to_datetime
 from typing import Any, Mapping, Optional, Type
 
 from .. import errors as E
@@ -102,6 +101,8 @@ def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = 
         try:
             return max(0.0, float(value))
         except ValueError:
+            from email.utils import parsedate_to_datetime  # rare (an HTTP date): kept out of `import llmroute`
+
             try:
                 when = parsedate_to_datetime(value).timestamp()
                 return max(0.0, when - (time.time() if now is None else now))

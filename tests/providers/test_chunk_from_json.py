@@ -1,0 +1,124 @@
+"""The fast path that validates a stream chunk straight from its JSON gives the chunk the general path
+(json.loads, normalize_chunk, validation) gives, raises what it raises, and leaves the decoder as it
+does; anything else it leaves to the general path. No I/O: the adapter decodes SSE events."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from llmroute import errors as E
+from llmroute.config import Config
+from llmroute.providers.base import OpenAICompatAdapter, StreamDecoder
+from llmroute.sse import SSEEvent
+
+
+def _adapter(**provider) -> OpenAICompatAdapter:
+    config = Config.from_dict({
+        "providers": {"p": {"kind": "openai-compatible", "base_url": "http://127.0.0.1:9/v1", **provider}},
+        "tiers": {"t": {"deployments": ["p:the-model"]}},
+        "pricing": {"p:*": {"input_per_million": 0, "output_per_million": 0}},
+    })
+    return OpenAICompatAdapter(config.deployment("p:the-model"))
+
+
+ADAPTER = _adapter()
+
+
+PLAIN = _adapter(split_think_tags=False)
+
+
+def _decode(adapter: OpenAICompatAdapter, events, fast: bool):
+    """Decode a run of events with one decoder (think tags may span chunks): every outcome, then the decoder's state."""
+    decoder = StreamDecoder(adapter)
+    adapter._chunks_from_json = fast
+    outcomes = []
+    try:
+        for data in events:
+            try:
+                chunk = adapter.decode_event(SSEEvent(data), decoder)
+                outcomes.append(("chunk", chunk.model_dump(), chunk.model_dump(exclude_unset=True),
+                                 [c.model_dump(exclude_unset=True) for c in chunk.choices])
+                                if chunk is not None else ("none",))
+            except (E.LLMRouteError, ValueError, TypeError) as exc:  # TypeError: a delta that is not an object
+                outcomes.append(("raised", type(exc).__name__))
+    finally:
+        adapter._chunks_from_json = True
+    return outcomes, decoder.finished, decoder.done, decoder.usage, list(decoder.skipped)
+
+
+def _same(*payloads) -> None:
+    events = [p if isinstance(p, str) else json.dumps(p) for p in payloads]
+    for adapter in (ADAPTER, PLAIN):
+        assert _decode(adapter, events, fast=True) == _decode(adapter, events, fast=False)
+
+
+CHUNK = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+         "choices": [{"index": 0, "delta": {"content": "hi"}, "finish_reason": None}]}
+
+CASES = [
+    CHUNK,
+    {**CHUNK, "model": ""},  # the deployment's model fills in
+    {k: v for k, v in CHUNK.items() if k != "model"},
+    {**CHUNK, "usage": None, "system_fingerprint": "fp", "x_extra": [1, {"a": None}]},
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "eos"}]},  # normalised to "stop"
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "abort"}]},  # raises ServerError
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": ""}]},  # no finish reason: not finished
+    {**CHUNK, "choices": [{"index": 0, "delta": {"reasoning": "hm"}}]},  # moved to reasoning_content
+    {**CHUNK, "choices": [{"index": 0, "delta": {"reasoning_content": "hm", "role": "assistant"}}]},
+    {**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]}}]},
+    {**CHUNK, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
+    {**CHUNK, "usage": {"input_tokens": 3, "output_tokens": 2}},
+    {**CHUNK, "choices": [{"index": 0, "delta": None}]},
+    {**CHUNK, "choices": ["junk", {"index": 0, "delta": {"content": "x"}}]},
+    {**CHUNK, "created": "12"},
+    {**CHUNK, "created": 1.5},
+    {"error": {"message": "overloaded", "code": 503}},
+    {"object": "error", "message": "bad", "code": 400},
+    [1, 2],
+    "not json",
+    '{"choices": [{"delta": {"content": NaN}}]}',
+]
+
+
+@pytest.mark.parametrize("payload", CASES)
+def test_the_fast_path_decodes_as_the_general_path(payload):
+    _same(payload)
+
+
+def test_the_common_chunk_takes_the_fast_path():
+    decoder = StreamDecoder(ADAPTER)
+    assert ADAPTER._chunk_from_json(json.dumps(CHUNK), decoder) is not None
+    assert ADAPTER._chunk_from_json(json.dumps({**CHUNK, "usage": {"prompt_tokens": 1}}), decoder) is None
+
+
+def _content(text, finish=None):
+    return {**CHUNK, "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": finish}]}
+
+
+def test_think_tags_cut_across_chunks_split_as_on_the_general_path():
+    _same(_content("<thi"), _content("nk>plan"), _content(" more</th"), _content("ink>\n\nanswer"), _content(" end", "stop"))
+    _same(_content("  <think>never closed"), _content("", "length"))
+    _same(_content("<th"), _content("", "stop"))  # a held tag prefix comes out at the finish
+
+
+_scalars = st.one_of(st.none(), st.booleans(), st.integers(-3, 3), st.floats(allow_nan=False, allow_infinity=False),
+                     st.sampled_from(["", "stop", "length", "eos", "abort", "tool_calls", "hi", "<think>", "<th",
+                                      "ink>a", " </think>", "\n"]))
+_delta = st.dictionaries(st.sampled_from(["role", "content", "reasoning", "reasoning_content", "refusal", "x"]),
+                         _scalars, max_size=3)
+_choice = st.fixed_dictionaries({}, optional={"index": _scalars, "delta": st.one_of(_delta, _scalars),
+                                              "finish_reason": _scalars, "logprobs": _scalars, "y": _scalars})
+_chunk = st.fixed_dictionaries({"choices": st.lists(_choice, max_size=2)},
+                               optional={"id": _scalars, "object": _scalars, "created": _scalars, "model": _scalars,
+                                         "usage": st.one_of(st.none(), st.just({"prompt_tokens": 2})),
+                                         "system_fingerprint": _scalars, "z": _scalars})
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(_chunk, min_size=1, max_size=3))
+def test_any_chunks_decode_as_the_general_path_decodes_them(payloads):
+    _same(*payloads)
