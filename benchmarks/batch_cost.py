@@ -35,7 +35,7 @@ def main() -> None:
                      "online": str(online.amount), "batch": str(cheap.amount), "saved": str(saved),
                      "saved_share": str((saved / online.amount * 100).quantize(Decimal("1"))) if online.amount else "-",
                      "price_confirmed": price.confirmed})
-    print(f"| platform | region | model | online | batch | saved | share | price confirmed |")
+    print("| platform | region | model | online | batch | saved | share | price confirmed |")
     print("|---|---|---|---:|---:|---:|---:|---|")
     for r in rows:
         money = lambda v: f"{Decimal(v).quantize(Decimal('0.01'))} {r['currency']}"  # noqa: E731

@@ -18,7 +18,6 @@ import logging
 import os
 import pickle
 import pprint
-import resource
 import subprocess
 import sys
 import tempfile

@@ -172,7 +172,7 @@ def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed:
         cv_scores, fits = cross_validated_scores(features, _gain(weak, strong), folds, seed, options)
         cv_seconds = time.perf_counter() - started
         routers = [evaluate_router(f"fitted-cv{folds}", cv_scores, weak, strong, threshold, bins)]
-        for other, (o_prompts, o_weak, o_strong, _, o_features, _) in tables.items():
+        for other, (_o_prompts, o_weak, o_strong, _, o_features, _) in tables.items():
             if other == name:
                 continue
             model = fit_featurized(o_features, _gain(o_weak, o_strong), options)

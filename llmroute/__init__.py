@@ -9,6 +9,7 @@ This module is the whole public API. Importing it does no I/O and opens no conne
 """
 
 import logging as _logging
+from typing import Any as _Any
 
 from .cache import ResponseCache
 from .client import AsyncClient, AsyncStream, Client, Stream
@@ -50,7 +51,7 @@ __version__ = "0.1.0"
 _logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> _Any:
     # `llmroute.report(...)`: the cost report, imported only when used.
     if name == "report":
         from .accounting.report import report

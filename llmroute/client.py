@@ -11,7 +11,8 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Union
+from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
+                    Union)
 
 from . import errors as E
 from .bounded import DEFAULT_READ_LIMITS, ReadLimits
@@ -26,7 +27,7 @@ from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
                         iter_body, map_transport_error, read_body)
-from .types import ChatCompletion, ChatCompletionChunk
+from .types import ChatCompletion, ChatCompletionChunk, Route
 
 if TYPE_CHECKING:
     import httpx
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
 
-def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike, None]) -> Config:
+def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None]) -> Config:
     if isinstance(config, Config):
         return config
     if config is None:
@@ -64,11 +65,11 @@ def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
     return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
 
 
-_NETWORK_ERRORS: Optional[tuple] = None
-_ASYNC_NETWORK_ERRORS: Optional[tuple] = None
+_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
+_ASYNC_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
 
 
-def _sync_network_errors() -> tuple:
+def _sync_network_errors() -> Tuple[Any, ...]:
     """What the sync transport raises. httpx is imported on first use, not at `import llmroute`."""
     global _NETWORK_ERRORS
     if _NETWORK_ERRORS is None:
@@ -78,7 +79,7 @@ def _sync_network_errors() -> tuple:
     return _NETWORK_ERRORS
 
 
-def _network_errors() -> tuple:
+def _network_errors() -> Tuple[Any, ...]:
     """What the async transports raise. asyncio and aiohttp are imported on first use, not at
     `import llmroute`; the tuple is built once."""
     global _ASYNC_NETWORK_ERRORS
@@ -122,7 +123,7 @@ class _Opened:
     response: Any = None  # an httpx.Response, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
-    parsed: Optional[tuple] = None  # (ChatCompletion, usage_reported) for a plain call
+    parsed: Optional[Tuple[Any, ...]] = None  # (ChatCompletion, usage_reported) for a plain call
     at_end: bool = False  # the stream ended while opening
     error: Optional[E.ProviderError] = None
     cancelled: bool = False
@@ -228,7 +229,7 @@ class Stream:
         return self.response
 
     @property
-    def route(self):
+    def route(self) -> Route:
         return self._run.route
 
     def _release(self) -> None:
@@ -323,7 +324,7 @@ class _Chat:
 class Client:
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
-    def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *,
+    def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *,
                  ledger: Any = None, read_limits: Optional[ReadLimits] = None) -> None:
         """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
         `read_limits`: caps on what one response may make the client read (`bounded.ReadLimits`)."""
@@ -343,7 +344,7 @@ class Client:
         self._shadow = _shadow_runner(self)
 
     @classmethod
-    def from_config(cls, path: Union[str, os.PathLike], *, ledger: Any = None) -> "Client":
+    def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
     def _send(self, ctx: AttemptContext) -> "httpx.Response":
@@ -647,7 +648,7 @@ class AsyncStream:
     aresponse = get_final_completion
 
     @property
-    def route(self):
+    def route(self) -> Route:
         return self._run.route
 
     async def _release(self) -> None:
@@ -703,7 +704,7 @@ class AsyncClient:
     `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool."""
 
     def __init__(
-        self, config: Union[Config, Mapping[str, Any], str, os.PathLike, None] = None, *, transport: str = "auto",
+        self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *, transport: str = "auto",
         ledger: Any = None, read_limits: Optional[ReadLimits] = None,
     ) -> None:
         self.config = _as_config(config)
@@ -720,7 +721,7 @@ class AsyncClient:
         self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
 
     @classmethod
-    def from_config(cls, path: Union[str, os.PathLike], *, transport: str = "auto",
+    def from_config(cls, path: Union[str, os.PathLike[str]], *, transport: str = "auto",
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 

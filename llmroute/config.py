@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Any, Dict, List, Literal, Mapping, Optional, Union
+from typing import Any, Dict, FrozenSet, List, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
@@ -190,7 +190,7 @@ class Deployment:
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     resilience: Mapping[str, Any] = field(default_factory=dict)
     key_path: str = ""
-    explicit_timeouts: frozenset = field(default=frozenset(), repr=False)  # timeout names the config set
+    explicit_timeouts: FrozenSet[str] = field(default=frozenset(), repr=False)  # timeout names the config set
 
 
 @dataclass
@@ -215,7 +215,7 @@ class Sections:
     resilience: Any  # ResiliencePolicy: the [resilience] defaults
     policies: Dict[str, Any]  # deployment id -> ResiliencePolicy with tier and deployment overrides
     pools: Dict[str, Dict[str, Any]]  # pool name -> its limit overrides
-    pool_names: frozenset  # every pool a call may name
+    pool_names: FrozenSet[str]  # every pool a call may name
     pricing: Any
     prices: Any  # PriceBook
     ledger: Any

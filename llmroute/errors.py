@@ -42,7 +42,7 @@ API key: the text of every error passes through `secrets.scrub` first.
 from __future__ import annotations
 
 import builtins
-from typing import Any, Sequence
+from typing import Any, Optional, Sequence
 
 from .secrets import scrub
 
@@ -171,7 +171,7 @@ class ProviderError(LLMRouteError):
         self.provider_message = scrub(provider_message) if provider_message else provider_message
         self.code = code
         if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
-            self.attempts: list = []  # the route's attempts, when the error ends a call
+            self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)
 
     def __str__(self) -> str:
@@ -293,8 +293,9 @@ class AllDeploymentsFailedError(LLMRouteError):
     @property
     def last_error(self) -> BaseException | None:
         for attempt in reversed(self.attempts):
-            if getattr(attempt, "error", None) is not None:
-                return attempt.error
+            error: Optional[BaseException] = getattr(attempt, "error", None)
+            if error is not None:
+                return error
         return None
 
 

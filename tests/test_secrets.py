@@ -238,7 +238,7 @@ def test_log_filter_scrubs_http_client_loggers(caplog):
 
 def test_span_status_and_attributes_never_show_the_key(make_server):
     # A child process: the tracer provider is process-global.
-    code = textwrap.dedent(f"""
+    code = textwrap.dedent("""
         import json
         from opentelemetry import trace
         from opentelemetry.sdk.trace import TracerProvider
@@ -261,8 +261,8 @@ def test_span_status_and_attributes_never_show_the_key(make_server):
         finally:
             server.stop()
         spans = exporter.get_finished_spans()
-        print(json.dumps([{{"status": s.status.description, "attributes": dict(s.attributes),
-                           "events": [dict(e.attributes or {{}}) for e in s.events]}} for s in spans], default=str))
+        print(json.dumps([{"status": s.status.description, "attributes": dict(s.attributes),
+                           "events": [dict(e.attributes or {}) for e in s.events]} for s in spans], default=str))
     """)
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr[-2000:]

@@ -27,7 +27,6 @@ import json
 import logging
 import os
 import sqlite3
-import threading
 import zlib
 from pathlib import Path
 from typing import Any, Iterator, Optional

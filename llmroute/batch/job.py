@@ -20,7 +20,7 @@ from ..accounting.cost import compute_cost
 from ..types import ChatCompletion, Route
 from ..tokens import normalize_usage
 from .files import EMBEDDINGS, BatchRequest, endpoint_of, read_requests, split_parts
-from .platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, Req, protocol_for
+from .platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, protocol_for
 from .pricing import batch_price
 from .results import completion_from_body, read_outcomes
 from .settings import FAILURE_POLICIES, BatchSettings

@@ -19,7 +19,6 @@ Pure functions and dataclasses only: no clock (times come in as floats), no I/O,
 
 from __future__ import annotations
 
-import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import List, Optional, Sequence
+from typing import Optional, Sequence
 
 __all__ = ["main"]
 

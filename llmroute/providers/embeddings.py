@@ -24,7 +24,7 @@ from .. import errors as E
 from .base import HttpRequest, OpenAICompatAdapter
 
 if TYPE_CHECKING:
-    from ..config import Deployment, Provider
+    from ..config import Provider
     from ..types import Usage
 
 __all__ = ["EmbeddingInput", "EmbeddingAdapter", "BailianEmbeddingAdapter", "DashScopeNativeEmbeddingAdapter",

@@ -15,7 +15,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from decimal import Decimal
 from pathlib import Path
 

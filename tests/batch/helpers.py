@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterator, List
+from typing import Any, Dict, Iterator, List, Optional
 
 import pytest
 
@@ -43,8 +43,10 @@ def provider_entry(kind: str, server: Any) -> Dict[str, Any]:
             **({"region": "cn"} if kind == "siliconflow" else {})}
 
 
-def config(servers: Dict[str, Any], tmp_path: Path, *, kinds: List[str] = list(MODELS), tier: str = "bulk",
+def config(servers: Dict[str, Any], tmp_path: Path, *, kinds: Optional[List[str]] = None, tier: str = "bulk",
            batch: Dict[str, Any] | None = None) -> Dict[str, Any]:
+    if kinds is None:
+        kinds = list(MODELS)
     providers = {PROVIDER[k]: provider_entry(k, servers[k]) for k in MODELS}
     return {
         "providers": providers,

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from llmroute.accounting.ledger import MemorySink
-from tests.batch.helpers import MODELS, PROVIDER, client, config, requests
+from tests.batch.helpers import MODELS, client, config, requests
 
 
 def _kinds(events):

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import json
-from decimal import Decimal
 
 import pytest
 

@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from llmroute import Config, InvalidRequestError
+from llmroute import InvalidRequestError
 from llmroute.batch import platforms as P
 from llmroute.batch.files import read_requests, split_parts
-from llmroute.batch.platforms import Limits, Resp, protocol_for
+from llmroute.batch.platforms import Limits, Resp
 from llmroute.batch.results import read_outcomes
 from tests.batch.helpers import client, config, requests
 

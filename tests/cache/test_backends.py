@@ -5,7 +5,6 @@ failed call."""
 from __future__ import annotations
 
 import logging
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 
 from llmroute import Client
 from llmroute.cache.backends import MemoryBackend, RedisBackend, SQLiteBackend
-from tests.cache.conftest import DEP, MESSAGES, cache_config
+from tests.cache.conftest import MESSAGES, cache_config
 from tests.servers.redis_server import RedisServer
 
 REPO = Path(__file__).resolve().parents[2]

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import asyncio
 
-import pytest
 
 from llmroute import AsyncClient, Client
 from tests.cache.conftest import cache_config

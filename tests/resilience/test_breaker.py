@@ -156,7 +156,7 @@ def test_half_open_successes_can_differ_from_probe_slots():
 
 def test_a_failed_probe_reopens():
     b = CircuitBreaker(policy(consecutive_failures=5, open_s=5, open_on_retry_after=False), DEP)
-    for i in range(5):
+    for _i in range(5):
         feed(b, 0, server_error())
     permit = b.acquire(5)
     t = feed(b, 6, server_error(), permit=permit)

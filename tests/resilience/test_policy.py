@@ -62,8 +62,10 @@ def test_cross_field_checks():
 
 
 def test_policies_are_frozen_values():
+    from pydantic import ValidationError
+
     p = ResiliencePolicy()
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError, match="frozen"):
         p.open_s = 1  # type: ignore[misc]
 
 

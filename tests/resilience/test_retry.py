@@ -95,7 +95,7 @@ def test_ratio_budget_minimum_allows_retries_at_low_traffic():
 
 def test_ratio_budget_forgets_old_requests_and_spends():
     b = RatioBudget(0.5, window_s=10, minimum=0)
-    for i in range(4):
+    for _i in range(4):
         b.note_request(0)
     assert b.try_spend(0) and b.try_spend(0) and not b.try_spend(0)
     assert not b.allowed(10.5)  # requests aged out: nothing to spend against
