@@ -238,3 +238,53 @@ def test_budget_and_limits_in_one_script_keep_their_verdicts(make_server, redis_
     spent = int(r.get(counters[0]))
     assert 0 < spent < 1000  # the first call's tokens only: the refused call's reservation came back
     assert not r.zcard("s:{limits:interactive:p:m}:slots")  # both slots released
+
+
+def test_the_first_deployment_is_predicted_among_weighted_ones(make_server, redis_server):
+    """Weighted deployments: the plan's random first choice is the one whose limits the budget script
+    took (one script per call, both deployments used, every slot back)."""
+    import redis
+
+    a, b = make_server("fault"), make_server("fault")
+    cfg = _config(a, redis_server.url, backup=b, resilience={"max_concurrency": 5})
+    cfg["tiers"] = {"chat": {"deployments": [{"id": "p:m", "weight": 1}, {"id": "b:m", "weight": 1}]}}
+    cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
+    with L.Client(config=cfg) as client:
+        client.chat.completions.create(model="chat", messages=MESSAGES)  # scripts loaded
+        before = _evalsha_count(redis_server.url)
+        used = {client.chat.completions.create(model="chat", messages=MESSAGES).route.deployment for _ in range(12)}
+        assert _evalsha_count(redis_server.url) - before == 12
+    assert used == {"p:m", "b:m"}
+    r = redis.Redis.from_url(redis_server.url)
+    assert all(r.zcard(f"s:{{limits:interactive:{d}}}:slots") == 0 for d in ("p:m", "b:m"))
+
+
+def test_an_admission_the_plan_did_not_use_is_given_back(redis_server):
+    import redis
+
+    from llmroute.resilience.limits import DeploymentLimits
+    from llmroute.resilience.policy import ResiliencePolicy
+    from llmroute.state import Fleet, StateConfig
+    from llmroute.state.admission import PreAdmitted
+
+    fleet = Fleet(StateConfig(backend="redis", url=redis_server.url, key_prefix="u:"))
+    limits = fleet.shared_limits(DeploymentLimits(lambda pool, dep: ResiliencePolicy(max_concurrency=1)))
+    items = [(fleet.budgets.key("d", (), (2026, 1, 1)), 10**9, 10, "refuse")]
+    r = redis.Redis.from_url(redis_server.url)
+    slots = "u:{limits:interactive:%s}:slots"
+    try:
+        for other in ("x:m", None):  # the plan asks for another deployment; the call ends first
+            req = limits.request("p:m", tokens=10)
+            reply = fleet.budgets.reserve(items, 60, reserve=True, admit=req)[3]
+            view = PreAdmitted(limits, req, limits.admission(req, reply))
+            assert r.zcard(slots % "p:m") == 1
+            if other is not None:
+                assert view.try_acquire(0.0, other, tokens=10).granted
+            view.discard()
+            deadline = time.monotonic() + 2
+            while r.zcard(slots % "p:m") and time.monotonic() < deadline:
+                time.sleep(0.01)  # the release is sent by the background thread
+            assert r.zcard(slots % "p:m") == 0
+        assert r.zcard(slots % "x:m") == 1  # the other deployment's admission is the plan's to release
+    finally:
+        fleet.close()
