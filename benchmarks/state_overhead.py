@@ -6,7 +6,10 @@ Starts, on 127.0.0.1 only: a loopback platform server (a child process), a redis
 PostgreSQL (temporary folders, free ports; installed by scripts/services.sh). Then:
 - the same sync Client config (limits rpm + tpm + max_concurrency, one daily budget) with
   `[state] backend = "local"` and `"redis"`, `--calls` sequential calls each, interleaved in rounds:
-  latency p50/p99 and CPU per call of this process (Redis's own CPU is not in it);
+  latency p50/p99 and CPU per call of this process (Redis's own CPU is not in it), and the Lua
+  script calls per call redis-server counted (INFO commandstats): the round trips before sending;
+- the step before sending alone (limits + budget): two scripts against the one script doing both,
+  `5 x --calls` each;
 - `--records` ledger records into PostgresSink and SQLiteSink, one flush: records per second.
 Prints a table and writes JSON. Figures depend on the machine and its load; RESULTS.md keeps them.
 """
@@ -64,6 +67,54 @@ def run_calls(client: L.Client, n: int) -> tuple[list[float], float]:
     return lat, time.process_time() - cpu0
 
 
+def script_calls(redis_url: str) -> int:
+    """EVALSHA + EVAL calls redis-server has answered so far (INFO commandstats)."""
+    import redis
+
+    with redis.Redis.from_url(redis_url) as r:
+        stats = r.info("commandstats")
+    return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
+
+
+def before_sending(redis_url: str, n: int, rounds: int) -> dict:
+    """The step before sending alone, on one connection: the limits script then the budget script
+    (two round trips, as before) against the one script doing both; interleaved rounds. Per call:
+    wall and CPU microseconds."""
+    from llmroute.resilience.limits import DeploymentLimits
+    from llmroute.resilience.policy import ResiliencePolicy
+    from llmroute.state import Fleet, StateConfig
+
+    policy = ResiliencePolicy(rpm=10**9, tpm=10**12, max_concurrency=10**6)
+    fleet = Fleet(StateConfig(backend="redis", url=redis_url, key_prefix=f"m{uuid.uuid4().hex[:6]}:"))
+    limits = fleet.shared_limits(DeploymentLimits(lambda pool, dep: policy))
+    key = fleet.budgets.key("daily", (), (2026, 12, 3))
+    items = [(key, 10**18, 1000, "refuse")]
+
+    def two() -> None:
+        lease = limits.try_acquire(0.0, "p:m", tokens=100).lease
+        fleet.budgets.reserve(items, 86400, reserve=True)
+        limits.release(lease)
+
+    def one() -> None:
+        req = limits.request("p:m", tokens=100)
+        reply = fleet.budgets.reserve(items, 86400, reserve=True, admit=req)[3]
+        limits.release(limits.admission(req, reply).lease)
+
+    took = {"two scripts": [0.0, 0.0], "one script": [0.0, 0.0]}
+    for fn in (two, one):
+        fn()  # scripts loaded
+    for _ in range(rounds):
+        for name, fn in (("two scripts", two), ("one script", one)):
+            w, c = time.perf_counter(), time.process_time()
+            for _ in range(n // rounds):
+                fn()
+            took[name][0] += time.perf_counter() - w
+            took[name][1] += time.process_time() - c
+    fleet.close()
+    per = (n // rounds) * rounds
+    return {name: {"wall_us": t[0] / per * 1e6, "cpu_us": t[1] / per * 1e6} for name, t in took.items()}
+
+
 def make(i: int) -> LedgerRecord:
     return LedgerRecord(ts=time.time(), request_id=uuid.uuid4().hex, feature="chat", metadata={"tenant": f"t{i % 17}"},
                         deployment="p:m", provider="p", model="m", input_tokens=1000, output_tokens=200,
@@ -88,9 +139,13 @@ def main() -> int:
                 run_calls(c, 20)  # warm up: connections, tokenizer, scripts loaded
             lat: dict[str, list[float]] = {k: [] for k in clients}
             cpu: dict[str, float] = {k: 0.0 for k in clients}
+            scripts = 0
             for _ in range(args.rounds):
                 for name, c in clients.items():
+                    before = script_calls(redis_server.url) if name == "redis" else 0
                     got, spent = run_calls(c, args.calls // args.rounds)
+                    if name == "redis":
+                        scripts += script_calls(redis_server.url) - before
                     lat[name] += got
                     cpu[name] += spent
             for c in clients.values():
@@ -105,8 +160,15 @@ def main() -> int:
             print(f"{name:8} {r['p50_ms']:8.2f} {r['p99_ms']:8.2f} {r['mean_ms']:8.2f} {r['cpu_us_per_call']:12.0f}")
         added = {k: rows["redis"][k] - rows["local"][k] for k in ("p50_ms", "p99_ms", "cpu_us_per_call")}
         out["added_by_redis"] = added
+        out["redis_scripts_per_call"] = scripts / len(lat["redis"])
+        print(f"redis scripts per call (round trips before sending): {out['redis_scripts_per_call']:.2f}")
         print(f"added by redis: p50 {added['p50_ms']:+.2f} ms, p99 {added['p99_ms']:+.2f} ms, "
               f"CPU {added['cpu_us_per_call']:+.0f} us/call")
+
+        step = before_sending(redis_server.url, args.calls * 5, args.rounds)
+        out["before_sending"] = step
+        for name, r in step.items():
+            print(f"before sending, {name:11}: {r['wall_us']:6.0f} us wall, {r['cpu_us']:6.0f} us CPU per call")
 
         records = [make(i) for i in range(args.records)]
         tmp = Path(tempfile.mkdtemp(prefix="llmroute-bench-"))

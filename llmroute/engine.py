@@ -203,12 +203,18 @@ class Engine:
         if getattr(prepared, "operation", "chat") == "embeddings":
             max_tokens = 0  # an embedding has no output tokens to reserve budget for
         estimate = estimate_cost(price, prompt_tokens=run.input_tokens(), max_tokens=max_tokens)
+        limits_request = self._first_limits_request(run, now) if self.budget_book.shared is not None else None
         verdict = self.budget_book.check(
             time.time(), feature=prepared.feature, metadata=prepared.metadata, tier=run.target.tier,
             estimated_cost=estimate.amount, currency=estimate.currency,
-            estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True,
+            estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True, admit=limits_request,
         )
         run.budget_reservation = verdict.reservation  # taken back in on_call_end
+        if verdict.admitted is not None:
+            from .state.admission import PreAdmitted
+
+            run.pre_admitted = PreAdmitted(self.limits, limits_request,
+                                           self.limits.admission(limits_request, verdict.admitted))
         if verdict.action == "downgrade" and verdict.tier:
             routed = run.target
             run.target = self._tier_target(verdict.tier, f"budget: {verdict.reason}", prepared.pool,
@@ -218,16 +224,15 @@ class Engine:
         deps = target.deployments or target.fallback
         return self.policy(deps[0].id).deadline_s if deps else self._base_policy.deadline_s
 
-    def plan_for(self, run: "CallRun", now: float) -> Any:
-        from .resilience.failover import Candidate, FailoverPlan
+    def _plan_inputs(self, run: "CallRun") -> Dict[str, Any]:
+        """The failover plan's arguments that depend on the call and its target."""
+        from .resilience.failover import Candidate
 
         target = run.target
 
         def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Candidate]:
             return [Candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
 
-        for dep in [*target.deployments, *target.fallback]:
-            self._deployments.setdefault(dep.id, dep)
         tier = self.config.tiers.get(target.tier) if target.tier else None
         sticky_value = None
         if tier is not None and tier.sticky_key:
@@ -235,25 +240,58 @@ class Engine:
         needs_context = any(d.context_window for d in [*target.deployments, *target.fallback])
         params = run.prepared.call.params
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens") or 0
-        required = run.input_tokens() + max_tokens if needs_context else None
-        request_tokens = run.input_tokens() + max_tokens if self.limits is not None else 0
+        return dict(
+            candidates=candidates(target.deployments, target.tier),
+            sticky_value=sticky_value,
+            required_context_tokens=run.input_tokens() + max_tokens if needs_context else None,
+            fallback=candidates(target.fallback, target.fallback_tier),
+            pool=run.prepared.pool if target.pool is None else target.pool,
+            request_tokens=run.input_tokens() + max_tokens if self.limits is not None else 0,
+        )
+
+    def _first_limits_request(self, run: "CallRun", now: float) -> Any:
+        """The shared limits' request for the deployment the call's plan will try first (None when
+        limits are not shared or do not apply to it), so the budget reservation can carry it. The
+        call gets a random generator of its own (`run.plan_rng`) for the plan, so the order predicted
+        here is the plan's order."""
+        from .resilience.failover import order_candidates
+        from .state.limits import SharedLimits
+
+        if not isinstance(self.limits, SharedLimits):
+            return None
+        inputs = self._plan_inputs(run)
+        run.plan_rng = random.Random(self.rng.random())
+        predict = random.Random()
+        predict.setstate(run.plan_rng.getstate())
+        required = inputs["required_context_tokens"]
+        for candidates in (inputs["candidates"], inputs["fallback"]):
+            for c in order_candidates(candidates, rng=predict, sticky_value=inputs["sticky_value"]):
+                if (required is not None and c.context_window is not None and c.context_window < required
+                        and self.policy(c.deployment_id).context_precheck):
+                    continue
+                if not self.breakers.breaker(c.deployment_id).peek(now):
+                    continue
+                return self.limits.request(c.deployment_id, pool=inputs["pool"], tokens=inputs["request_tokens"])
+        return None
+
+    def plan_for(self, run: "CallRun", now: float) -> Any:
+        from .resilience.failover import FailoverPlan
+
+        target = run.target
+        for dep in [*target.deployments, *target.fallback]:
+            self._deployments.setdefault(dep.id, dep)
         run.extras = CallExtras(trace=self._start_trace(run, now), costs=[])
         return FailoverPlan(
-            candidates(target.deployments, target.tier),
             breakers=self.breakers,
             budgets=self.retry_budgets,
             policies=self.policy,
             deadline_at=run.deadline,
             now=now,
-            rng=self.rng,
-            sticky_value=sticky_value,
-            required_context_tokens=required,
-            fallback=candidates(target.fallback, target.fallback_tier),
+            rng=getattr(run, "plan_rng", None) or self.rng,
             fallback_tier=target.fallback_tier,
-            limits=self.limits,
-            pool=run.prepared.pool if target.pool is None else target.pool,
-            request_tokens=request_tokens,
+            limits=getattr(run, "pre_admitted", None) or self.limits,
             can_continue=self.can_continue,
+            **self._plan_inputs(run),
         )
 
     def continue_style(self, dep: Deployment) -> Optional[str]:
@@ -386,6 +424,8 @@ class Engine:
 
         if getattr(run, "budget_reservation", None) is not None:
             self.budget_book.release(run.budget_reservation)
+        if getattr(run, "pre_admitted", None) is not None:
+            run.pre_admitted.discard()
         extras: CallExtras = run.extras
         total = sum_costs(extras.costs, rates=self.sections.pricing.rates()) if extras.costs else None
         if completion is not None:

@@ -269,6 +269,7 @@ class BudgetVerdict:
     budget: str | None = None  # the budget that decided it
     reason: str = ""
     reservation: Any = None  # with check(reserve=True): hand it to `release` when the call ends
+    admitted: Any = None  # with check(admit=...): the shared limits' reply, when they were asked
 
 
 _ALLOW = BudgetVerdict()
@@ -344,16 +345,19 @@ class BudgetBook:
         currency: str | None = None,
         estimated_tokens: int = 0,
         reserve: bool = False,
+        admit: Any = None,
     ) -> BudgetVerdict:
         """Decide before a call. Raises BudgetExceededError for a `refuse` budget; returns a
         downgrade verdict for the first `downgrade` budget it would pass (unless already on its tier).
-        `reserve`: also count the estimate until `release(verdict.reservation)`."""
+        `reserve`: also count the estimate until `release(verdict.reservation)`. `admit` (a
+        `state.limits.LimitRequest`): with shared counters, take the call's client-side limits in the
+        same round trip when the budgets allow it; `verdict.admitted` is then the limits' reply."""
         metadata = metadata or {}
         matching = list(self._matching(feature, metadata, estimated_cost, currency, estimated_tokens))
         if not matching:
             return _ALLOW
         if self.shared is not None:
-            verdict = self._check_shared(now, matching, feature, metadata, tier, reserve)
+            verdict = self._check_shared(now, matching, feature, metadata, tier, reserve, admit)
             if verdict is not None:
                 return verdict
         downgrade: BudgetVerdict | None = None
@@ -387,7 +391,7 @@ class BudgetBook:
                 f"this call ~{_fmt(need)}")
 
     def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
-                      tier: str | None, reserve: bool) -> BudgetVerdict | None:
+                      tier: str | None, reserve: bool, admit: Any = None) -> BudgetVerdict | None:
         """The check (and reservation) against the shared counters; None when they are unavailable."""
         from ..state.budgets import from_units, to_units, ttl_of
         from ..state.redis_state import Unavailable
@@ -401,13 +405,14 @@ class BudgetBook:
             items.append((rkey, to_units(b.limit, money=money), need_units, mode))
             held.append((rkey, -need_units, ttl_of(b.period)))
         try:
-            verdict, index, spent_units = self.shared.reserve(items, max(t for *_, t in held), reserve=reserve)
+            verdict, index, spent_units, admitted = self.shared.reserve(items, max(t for *_, t in held),
+                                                                        reserve=reserve, admit=admit)
         except Unavailable:
             self.shared.state.fallback("budgets")
             return None
         reservation = Reservation(local=[], shared=held) if reserve and verdict != 2 else None
         if verdict == 0:
-            return BudgetVerdict(reservation=reservation)
+            return BudgetVerdict(reservation=reservation, admitted=admitted)
         b, _, need = matching[index - 1]
         spent = from_units(spent_units, money=b.max_cost is not None)
         text = self._over_text(b, feature, metadata, spent, need)

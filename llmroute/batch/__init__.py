@@ -7,6 +7,8 @@
 from .client import AsyncBatches, Batches
 from .job import BatchResult, JobView, OnlineCall
 from .settings import BatchSettings
-from .store import JobStore
+from .store import JobStore, open_job_store
+from .store_postgres import PostgresJobStore
 
-__all__ = ["Batches", "AsyncBatches", "BatchResult", "JobView", "OnlineCall", "BatchSettings", "JobStore"]
+__all__ = ["Batches", "AsyncBatches", "BatchResult", "JobView", "OnlineCall", "BatchSettings", "JobStore",
+           "PostgresJobStore", "open_job_store"]

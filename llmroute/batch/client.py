@@ -17,7 +17,7 @@ from ..transport import Timeouts, map_transport_error
 from .job import BatchJobs, BatchResult, JobView, OnlineCall
 from .platforms import Req, Resp
 from .settings import BatchSettings
-from .store import JobStore
+from .store import open_job_store
 
 __all__ = ["Batches", "AsyncBatches"]
 
@@ -30,8 +30,8 @@ def _provider_of(req: Req) -> str:
 
 
 def _jobs(client: Any, settings: Optional[BatchSettings], store: Any) -> BatchJobs:
-    settings = settings or BatchSettings.from_config(client.config)
-    store = store or JobStore(settings.store)
+    settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
+    store = store or open_job_store(settings.store)
     return BatchJobs(client.config, client._engine, settings, store)
 
 

@@ -438,7 +438,7 @@ class BatchJobs:
 
     # -- ledger ----------------------------------------------------------------------------------
     def ledger_pending(self, job: Dict[str, Any]) -> None:
-        """One ledger row per batch outcome, exactly once: rows already in an SQLite ledger are skipped."""
+        """One ledger row per batch outcome, exactly once: rows already in an SQLite or PostgreSQL ledger are skipped."""
         rows = self.store.unledgered(job["job_id"])
         if not rows:
             return
@@ -566,9 +566,11 @@ class BatchJobs:
 
 
 def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
-    """(request_id, attempt) pairs already in an SQLite ledger; empty for other sinks."""
+    """(request_id, attempt) pairs already in an SQLite or PostgreSQL ledger; empty for other sinks."""
     from ..accounting.ledger import SQLiteSink
 
+    if type(ledger).__name__ == "PostgresSink":
+        return _ledgered_in_postgres(ledger, request_ids)
     if not isinstance(ledger, SQLiteSink) or not ledger.path.exists():
         return set()
     import sqlite3
@@ -587,3 +589,21 @@ def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
     finally:
         conn.close()
     return found
+
+
+def _ledgered_in_postgres(ledger: Any, request_ids: Sequence[str]) -> set:
+    """(request_id, attempt) pairs already in a PostgresSink's table (its inserts are idempotent on
+    the record id anyway; this keeps the budgets from counting a replayed row twice). Empty while
+    PostgreSQL is unreachable: the rows then go to the spool and the table drops duplicates."""
+    import psycopg
+
+    from ..accounting.ledger_postgres import connect
+
+    ledger.flush()
+    try:
+        with connect(ledger.url, ledger.connect_timeout_s) as conn:
+            rows = conn.execute(f"SELECT request_id, attempt FROM {ledger.table} WHERE request_id = ANY(%s)",
+                                (list(request_ids),)).fetchall()
+    except (psycopg.OperationalError, psycopg.errors.UndefinedTable):
+        return set()
+    return {(r, a) for r, a in rows}

@@ -2,7 +2,8 @@
 
 ```toml
 [batch]
-store = "llmroute-batches.sqlite"   # the job store, relative to the config file
+store = "llmroute-batches.sqlite"   # the job store, relative to the config file, or postgresql://...
+                                    # (default with [ledger] sink = "postgres": the ledger's database)
 poll_interval_s = 30                # first wait between polls of a platform job
 max_poll_interval_s = 600           # backoff ceiling while nothing changes
 backoff = 1.5
@@ -45,9 +46,13 @@ class BatchSettings(BaseModel):
     price_factors: Dict[str, float] = Field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Any, **overrides: Any) -> "BatchSettings":
+    def from_config(cls, config: Any, *, ledger: Any = None, **overrides: Any) -> "BatchSettings":
+        """`ledger` (the `[ledger]` section): with `sink = "postgres"` and no `[batch] store`, the job
+        store is the ledger's PostgreSQL database."""
         raw = dict(getattr(config.raw, "batch", None) or {})
         raw.update({k: v for k, v in overrides.items() if v is not None})
+        if "store" not in raw and getattr(ledger, "sink", None) == "postgres" and getattr(ledger, "url", None):
+            raw["store"] = ledger.url
         try:
             settings = cls.model_validate(raw)
         except ValidationError as exc:
@@ -55,6 +60,6 @@ class BatchSettings(BaseModel):
             key = ".".join(str(p) for p in err["loc"])
             raise E.ConfigError(err["msg"], path=config.source, key=f"batch.{key}") from None
         store = Path(settings.store)
-        if not store.is_absolute():
+        if not settings.store.startswith(("postgresql://", "postgres://")) and not store.is_absolute():
             settings.store = str(Path(config.base_dir) / store)
         return settings

@@ -1,4 +1,5 @@
-"""The job store: every batch job, its platform parts, its requests and their results, in SQLite.
+"""The job store: every batch job, its platform parts, its requests and their results, in SQLite
+(`JobStore`, the default) or in PostgreSQL (`store_postgres.PostgresJobStore`, the same tables).
 
 It is the one owner of a job's state, so a process that restarts reads it back and carries on
 polling. Each write is its own transaction (WAL, `synchronous=NORMAL`): a result is either stored
@@ -25,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-__all__ = ["JobStore"]
+__all__ = ["JobStore", "open_job_store"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_jobs (
@@ -48,7 +49,7 @@ CREATE TABLE IF NOT EXISTS batch_events (
 """
 
 
-def _row(row: Optional[sqlite3.Row]) -> Optional[Dict[str, Any]]:
+def _row(row: Any) -> Optional[Dict[str, Any]]:
     if row is None:
         return None
     d = dict(row)
@@ -111,6 +112,10 @@ class JobStore:
     def _all(self, sql: str, args: Iterable[Any] = ()) -> List[Dict[str, Any]]:
         with self._lock:
             return [_row(r) for r in self._db().execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
+
+    def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple]:
+        with self._lock:
+            return [tuple(r) for r in self._db().execute(sql, tuple(args)).fetchall()]
 
     def close(self) -> None:
         with self._lock:
@@ -177,9 +182,8 @@ class JobStore:
                          "FROM batch_parts WHERE job_id = ? ORDER BY seq", (job_id,))
 
     def part_content(self, part_id: str) -> bytes:
-        with self._lock:
-            row = self._db().execute("SELECT content FROM batch_parts WHERE part_id = ?", (part_id,)).fetchone()
-        return bytes(row[0]) if row else b""
+        rows = self._tuples("SELECT content FROM batch_parts WHERE part_id = ?", (part_id,))
+        return bytes(rows[0][0]) if rows else b""
 
     def update_part(self, part_id: str, **fields: Any) -> None:
         if "status" in fields:
@@ -206,16 +210,13 @@ class JobStore:
                          (job_id,))
 
     def part_sizes(self, job_id: str) -> Dict[str, int]:
-        with self._lock:
-            rows = self._db().execute("SELECT part_id, COUNT(*) FROM batch_requests WHERE job_id = ? "
-                                      "AND part_id IS NOT NULL GROUP BY part_id", (job_id,)).fetchall()
-        return {part_id: n for part_id, n in rows}
+        rows = self._tuples("SELECT part_id, COUNT(*) FROM batch_requests WHERE job_id = ? "
+                            "AND part_id IS NOT NULL GROUP BY part_id", (job_id,))
+        return {part_id: int(n) for part_id, n in rows}
 
     def counts(self, job_id: str) -> Dict[str, int]:
-        with self._lock:
-            rows = self._db().execute("SELECT state, COUNT(*) FROM batch_requests WHERE job_id = ? GROUP BY state",
-                                      (job_id,)).fetchall()
-        return {state: n for state, n in rows}
+        rows = self._tuples("SELECT state, COUNT(*) FROM batch_requests WHERE job_id = ? GROUP BY state", (job_id,))
+        return {state: int(n) for state, n in rows}
 
     def finish_part(self, part_id: str, job_id: str, outcomes: Mapping[str, Mapping[str, Any]], now: float,
                     status: Mapping[str, Any]) -> None:
@@ -247,3 +248,14 @@ class JobStore:
     def mark_ledgered(self, job_id: str, custom_ids: Iterable[str]) -> None:
         self._many(("UPDATE batch_requests SET ledgered = 1 WHERE job_id = ? AND custom_id = ?", (job_id, cid))
                    for cid in custom_ids)
+
+
+def open_job_store(where: str) -> Any:
+    """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
+    from ..accounting.ledger_postgres import is_postgres_url
+
+    if is_postgres_url(where):
+        from .store_postgres import PostgresJobStore
+
+        return PostgresJobStore(where)
+    return JobStore(where)

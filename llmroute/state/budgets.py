@@ -26,6 +26,7 @@ import threading
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Sequence
 
+from .limits import ADMIT_FUNCTION_LUA
 from .redis_state import SharedState, Unavailable
 
 __all__ = ["SharedBudgetCounters", "RESERVE_LUA", "UNITS_PER_CURRENCY"]
@@ -36,10 +37,11 @@ UNITS_PER_CURRENCY = Decimal(10) ** 9
 # Settlements (spend, reservations taken back) are sent this often, in one pipeline, off the call path.
 SETTLE_INTERVAL_S = 0.05
 
-# KEYS: counters. ARGV: reserve ("1"/"0"), ttl_s, then (limit, need, mode) per key; mode "refuse",
-# "downgrade" or "count" (counted, not judged). Returns {0} (allow), {1, i, spent} (downgrade by
-# budget i) or {2, i, spent} (refused by budget i; nothing reserved).
-RESERVE_LUA = """
+# reserve(K, A). K: counters. A: reserve ("1"/"0"), ttl_s, then (limit, need, mode) per key; mode
+# "refuse", "downgrade" or "count" (counted, not judged). Returns {0} (allow), {1, i, spent}
+# (downgrade by budget i) or {2, i, spent} (refused by budget i; nothing reserved).
+RESERVE_FUNCTION_LUA = """
+local function reserve(KEYS, ARGV)
 local down = 0; local down_spent = '0'
 for i = 1, #KEYS do
   local spent = tonumber(redis.call('GET', KEYS[i]) or '0')
@@ -56,6 +58,26 @@ if ARGV[1] == '1' then
 end
 if down > 0 then return {1, down, down_spent} end
 return {0}
+end
+"""
+RESERVE_LUA = RESERVE_FUNCTION_LUA + "return reserve(KEYS, ARGV)\n"
+
+
+# One round trip before sending: KEYS: the budget counters, then `ADMIT_LUA`'s three keys. ARGV: the
+# number of counters, `RESERVE_LUA`'s arguments, then `ADMIT_LUA`'s. The budgets are checked (and the
+# estimate reserved) first; only when none refuses or downgrades are the limits checked and taken.
+# Returns `RESERVE_LUA`'s refusal or downgrade, or {0, 0, '0', <ADMIT_LUA's reply>}.
+RESERVE_AND_ADMIT_LUA = RESERVE_FUNCTION_LUA + ADMIT_FUNCTION_LUA + """
+local n = tonumber(ARGV[1]); local nb = 2 + 3 * n
+local bk, ba, lk, la = {}, {}, {}, {}
+for i = 1, n do bk[i] = KEYS[i] end
+for i = 1, 3 do lk[i] = KEYS[n + i] end
+for i = 1, nb do ba[i] = ARGV[1 + i] end
+for i = 1, 7 do la[i] = ARGV[1 + nb + i] end
+local b = reserve(bk, ba)
+if b[1] ~= 0 then return b end
+local a = admit(lk, la)
+return {0, 0, '0', a[1], a[2] or '0', a[3] or ''}
 """
 
 
@@ -88,19 +110,28 @@ class SharedBudgetCounters:
         parts = [name, *("" if g is None else str(g) for g in group), "-".join(f"{w:02d}" for w in window)]
         return self.state.key("budgets", "|".join(p.replace("|", "/") for p in parts))
 
-    def reserve(self, items: list[tuple[str, int, int, str]], ttl_s: int, *, reserve: bool) -> tuple[int, int, int]:
+    def reserve(self, items: list[tuple[str, int, int, str]], ttl_s: int, *, reserve: bool,
+                admit: Any = None) -> tuple[int, int, int]:
         """items: (key, limit units, need units, mode). Returns (verdict, 1-based index, spent units).
-        Raises Unavailable."""
+        `admit` (a `limits.LimitRequest`): when the budgets allow the call, its client-side limits are
+        taken in the same script (`RESERVE_AND_ADMIT_LUA`), and `ADMIT_LUA`'s reply is returned as a
+        fourth element (None when the budgets refused or downgraded: nothing was taken). With
+        `cluster = true` the two are on different slots, so `admit` is not sent. Raises Unavailable."""
         keys = [k for k, *_ in items]
         args: list[Any] = ["1" if reserve else "0", ttl_s]
         for _, limit, need, mode in items:
             args += [limit, need, mode]
-        script = self.state.script("budget_reserve", RESERVE_LUA)
+        if admit is not None and not self.state.config.cluster:
+            keys, args = keys + admit.keys, [len(items), *args, *admit.args]
+            script = self.state.script("budget_reserve_admit", RESERVE_AND_ADMIT_LUA)
+        else:
+            admit = None
+            script = self.state.script("budget_reserve", RESERVE_LUA)
         reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
         verdict = int(reply[0])
         if verdict == 0:
-            return 0, 0, 0
-        return verdict, int(reply[1]), int(float(reply[2]))
+            return (0, 0, 0, reply[3:] if admit is not None else None)
+        return verdict, int(reply[1]), int(float(reply[2])), None
 
     def add(self, deltas: list[tuple[str, int, int]]) -> None:
         """(key, units, ttl): add spend (or take back a reservation, with negative units). Off the

@@ -24,13 +24,14 @@ from ..resilience.limits import Admission, DeploymentLimits, Lease
 from ..resilience.policy import ResiliencePolicy
 from .redis_state import SharedState, Unavailable
 
-__all__ = ["SharedLimits", "SharedLease", "ADMIT_LUA"]
+__all__ = ["SharedLimits", "SharedLease", "LimitRequest", "ADMIT_LUA"]
 
 log = logging.getLogger("llmroute.state")
 
-# KEYS: request bucket, token bucket, slots. ARGV: rpm, tpm, max_concurrency (0 = none), tokens,
+# admit(K, A). K: request bucket, token bucket, slots. A: rpm, tpm, max_concurrency (0 = none), tokens,
 # lease_s, slot id, poll_s. Returns {1} (granted, all taken) or {0, wait_s, reason}.
-ADMIT_LUA = """
+ADMIT_FUNCTION_LUA = """
+local function admit(KEYS, ARGV)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
 local rpm = tonumber(ARGV[1]); local tpm = tonumber(ARGV[2]); local conc = tonumber(ARGV[3])
@@ -72,7 +73,9 @@ if conc > 0 then
   redis.call('ZADD', KEYS[3], now + lease, ARGV[6]); redis.call('EXPIRE', KEYS[3], math.ceil(lease) + 60)
 end
 return {1}
+end
 """
+ADMIT_LUA = ADMIT_FUNCTION_LUA + "return admit(KEYS, ARGV)\n"
 
 # KEYS: slots. ARGV: lease_s, slot ids... Pushes each held slot's expiry out (only if still there).
 RENEW_LUA = """
@@ -86,6 +89,18 @@ return 1
 
 # Releases are sent at most this long after the call ends, batched into one pipeline.
 RELEASE_BATCH_S = 0.01
+
+
+@dataclass(frozen=True)
+class LimitRequest:
+    """One admission's keys and arguments for `ADMIT_LUA` (sent alone, or with a budget reservation)."""
+
+    pool: str
+    deployment_id: str
+    tokens: int
+    keys: list
+    args: list
+    holds_slot: bool
 
 
 @dataclass
@@ -119,31 +134,43 @@ class SharedLimits:
         scope = f"limits:{pool}:{deployment_id}"
         return [self.state.key(scope, "rpm"), self.state.key(scope, "tpm"), self.state.key(scope, "slots")]
 
-    def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission:
+    def request(self, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Optional["LimitRequest"]:
+        """What `ADMIT_LUA` needs to admit one call to `deployment_id` in `pool`; None when no limit applies."""
         p = self.local.policy(pool, deployment_id)
         if not (p.rpm or p.tpm or p.max_concurrency):
-            return Admission(True, lease=SharedLease(pool, deployment_id))
-        keys = self._keys(pool, deployment_id)
+            return None
         slot_id = f"{self._owner}:{next(self._slot_numbers)}"  # (uuid4 per call costs a getrandom syscall)
         args = [p.rpm or 0, p.tpm or 0, p.max_concurrency or 0, int(tokens), self.state.config.lease_s, slot_id,
                 p.queue_poll_s]
+        return LimitRequest(pool, deployment_id, int(tokens), self._keys(pool, deployment_id), args,
+                            bool(p.max_concurrency))
+
+    def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission:
+        req = self.request(deployment_id, pool=pool, tokens=tokens)
+        if req is None:
+            return Admission(True, lease=SharedLease(pool, deployment_id))
         try:
             script = self.state.script("admit", ADMIT_LUA)
-            reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
+            reply = self.state.run(lambda client: script(keys=req.keys, args=req.args, client=client))
         except Unavailable:
             self.state.fallback("client-side limits")
             admission = self.local.try_acquire(now, deployment_id, pool=pool, tokens=tokens)
             if not admission.granted:
                 return admission
             return Admission(True, lease=SharedLease(pool, deployment_id, local_lease=admission.lease))
+        return self.admission(req, reply)
+
+    def admission(self, req: "LimitRequest", reply: Any) -> Admission:
+        """The Admission for `ADMIT_LUA`'s reply to `req`; a granted slot is renewed from now on."""
         if int(reply[0]) != 1:
             reason = reply[2].decode() if isinstance(reply[2], bytes) else str(reply[2])
             return Admission(False, float(reply[1]), reason)
-        lease = SharedLease(pool, deployment_id)
-        if p.max_concurrency:
-            lease.slots_key, lease.slot_id = keys[2], slot_id
+        lease = SharedLease(req.pool, req.deployment_id)
+        if req.holds_slot:
+            slots_key, slot_id = req.keys[2], req.args[5]
+            lease.slots_key, lease.slot_id = slots_key, slot_id
             with self._lock:
-                self._held.setdefault(keys[2], set()).add(slot_id)
+                self._held.setdefault(slots_key, set()).add(slot_id)
                 if self._renewer is None:
                     self._renewer = threading.Thread(target=self._renew_loop, name="llmroute-state-leases",
                                                      daemon=True)

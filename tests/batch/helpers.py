@@ -65,3 +65,35 @@ def requests(n: int, prefix: str = "r") -> List[Dict[str, Any]]:
 
 def client(cfg: Dict[str, Any], ledger: Any = None) -> Client:
     return Client(cfg, ledger=ledger if ledger is not None else MemorySink())
+
+
+def submit_then_kill(cfg: Dict[str, Any], folder: Path, kind: str, server: Any, n: int = 7) -> str:
+    """Write `cfg` into `folder`, start `_restart_child.py` there (it submits `n` requests to `kind` and
+    polls), SIGKILL it once the platform job was polled three times; the local job id."""
+    import json
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    root = Path(__file__).resolve().parents[2]
+    cfg_path = folder / "cfg.json"
+    cfg_path.write_text(json.dumps(cfg))
+    child = subprocess.Popen([sys.executable, str(root / "tests/batch/_restart_child.py"), str(cfg_path), str(n), kind],
+                             cwd=str(folder), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(root)})
+    try:
+        job_id = child.stdout.readline().strip()
+        assert job_id.startswith("bj_"), child.stderr.read()
+        deadline = time.monotonic() + 20
+        while not any(j.polls >= 3 for j in server.jobs.values()):
+            assert time.monotonic() < deadline, "the child never polled"
+            time.sleep(0.02)
+        child.send_signal(signal.SIGKILL)
+        child.wait(10)
+    finally:
+        if child.poll() is None:
+            child.kill()
+    assert child.returncode == -signal.SIGKILL
+    return job_id

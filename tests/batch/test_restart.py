@@ -2,21 +2,13 @@
 
 from __future__ import annotations
 
-import json
-import os
-import signal
 import sqlite3
-import subprocess
-import sys
 import time
-from pathlib import Path
 
 import pytest
 
 from llmroute import Client
-from tests.batch.helpers import config, requests
-
-ROOT = Path(__file__).resolve().parents[2]
+from tests.batch.helpers import config, requests, submit_then_kill
 
 
 def _ledger_rows(path):
@@ -33,24 +25,7 @@ def test_kill_during_polling_then_resume_gets_every_result_once(servers, tmp_pat
     server.hold = True  # the platform job stays in progress until the first process is dead
     cfg = config(servers, tmp_path, batch={"poll_interval_s": 0.01, "max_poll_interval_s": 0.02})
     cfg["ledger"]["flush_interval_s"] = 0.05
-    cfg_path = tmp_path / "cfg.json"
-    cfg_path.write_text(json.dumps(cfg))
-    child = subprocess.Popen([sys.executable, str(ROOT / "tests/batch/_restart_child.py"), str(cfg_path), "7", kind],
-                             cwd=str(ROOT), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             env={**os.environ, "PYTHONPATH": str(ROOT)})
-    try:
-        job_id = child.stdout.readline().strip()
-        assert job_id.startswith("bj_"), child.stderr.read()
-        deadline = time.monotonic() + 20
-        while not any(j.polls >= 3 for j in server.jobs.values()):
-            assert time.monotonic() < deadline, "the child never polled"
-            time.sleep(0.02)
-        child.send_signal(signal.SIGKILL)
-        child.wait(10)
-    finally:
-        if child.poll() is None:
-            child.kill()
-    assert child.returncode == -signal.SIGKILL
+    job_id = submit_then_kill(cfg, tmp_path, kind, server)
     assert len(server.jobs) == 1
 
     server.hold = False

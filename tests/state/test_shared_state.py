@@ -170,11 +170,13 @@ def _evalsha_count(url: str) -> int:
     return sum(v["calls"] for k, v in stats.items() if k in ("cmdstat_evalsha", "cmdstat_eval"))
 
 
-@pytest.mark.parametrize("with_budget, scripts_per_call", [(False, 1), (True, 2)])
-def test_round_trips_before_sending(make_server, redis_server, with_budget, scripts_per_call):
-    """Limits cost one script call before sending, a matching budget one more; breakers none."""
+@pytest.mark.parametrize("with_limits, with_budget", [(True, False), (False, True), (True, True)])
+def test_round_trips_before_sending(make_server, redis_server, with_limits, with_budget):
+    """One script call before sending: for limits, for a matching budget, or for both together
+    (the budget reserved and the limits taken by one script); breakers none."""
     server = make_server("fault")
-    cfg = _config(server, redis_server.url, resilience={"rpm": 10_000, "max_concurrency": 10})
+    limits = {"rpm": 10_000, "max_concurrency": 10} if with_limits else {}
+    cfg = _config(server, redis_server.url, resilience=limits)
     if with_budget:
         cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
     with L.Client(config=cfg) as client:
@@ -182,7 +184,7 @@ def test_round_trips_before_sending(make_server, redis_server, with_budget, scri
         before = _evalsha_count(redis_server.url)
         for _ in range(5):
             client.chat.completions.create(model="chat", messages=MESSAGES)
-        assert _evalsha_count(redis_server.url) - before == 5 * scripts_per_call
+        assert _evalsha_count(redis_server.url) - before == 5
 
 
 def test_health_percentiles_are_the_fleets(make_server, redis_server):
@@ -195,3 +197,94 @@ def test_health_percentiles_are_the_fleets(make_server, redis_server):
         snap = b.health()["p:m"]  # b made no call
         assert snap.p50_latency_s is not None and snap.calls_in_window == 0
         assert a.health()["p:m"].p95_latency_s == snap.p95_latency_s
+
+
+def test_budget_and_limits_in_one_script_keep_their_verdicts(make_server, redis_server):
+    """The one script before sending: a refusing budget takes no limit and raises; a downgrading
+    budget takes no limit on the routed tier and the call goes to the cheaper tier; a limit that
+    refuses after the budget allowed still moves on (the reservation is taken back at the end)."""
+    import redis
+
+    main, small = make_server("fault"), make_server("fault")
+    cfg = _config(main, redis_server.url, backup=small, resilience={"rpm": 1, "max_concurrency": 2,
+                                                                    "queue_timeout_s": 0})
+    cfg["tiers"] = {"chat": {"deployments": ["p:m"]}, "small": {"deployments": ["b:m"]}}
+    rpm_key = "s:{limits:interactive:%s}:rpm"
+    r = redis.Redis.from_url(redis_server.url)
+
+    refusing = {**cfg, "budgets": [{"name": "tiny", "max_tokens": 1}]}
+    with L.Client(config=refusing) as client:
+        with pytest.raises(L.BudgetExceededError) as info:
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+    assert info.value.budget == "tiny" and main.chat_requests() == []
+    assert not r.exists(rpm_key % "p:m") and not r.exists(rpm_key % "b:m")
+
+    downgrading = {**cfg, "budgets": [{"name": "d", "max_tokens": 1, "action": "downgrade",
+                                       "downgrade_tier": "small"}]}
+    with L.Client(config=downgrading) as client:
+        out = client.chat.completions.create(model="chat", messages=MESSAGES)
+    assert out.route.tier == "small" and out.route.deployment == "b:m"
+    assert not r.exists(rpm_key % "p:m") and r.exists(rpm_key % "b:m") and main.chat_requests() == []
+
+    allowing = {**cfg, "budgets": [{"name": "big", "max_tokens": 10_000_000}]}
+    with L.Client(config=allowing) as client:
+        client.chat.completions.create(model="chat", messages=MESSAGES)
+        with pytest.raises(L.AllDeploymentsFailedError) as failed:  # rpm = 1: the bucket is empty
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        assert "requests-per-minute" in str(failed.value) and len(main.chat_requests()) == 1
+    # closing the client sent the settlements: the spend, and the reservations taken back
+    counters = [k for k in r.keys("s:{budgets}:big*")]
+    assert len(counters) == 1
+    spent = int(r.get(counters[0]))
+    assert 0 < spent < 1000  # the first call's tokens only: the refused call's reservation came back
+    assert not r.zcard("s:{limits:interactive:p:m}:slots")  # both slots released
+
+
+def test_the_first_deployment_is_predicted_among_weighted_ones(make_server, redis_server):
+    """Weighted deployments: the plan's random first choice is the one whose limits the budget script
+    took (one script per call, both deployments used, every slot back)."""
+    import redis
+
+    a, b = make_server("fault"), make_server("fault")
+    cfg = _config(a, redis_server.url, backup=b, resilience={"max_concurrency": 5})
+    cfg["tiers"] = {"chat": {"deployments": [{"id": "p:m", "weight": 1}, {"id": "b:m", "weight": 1}]}}
+    cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
+    with L.Client(config=cfg) as client:
+        client.chat.completions.create(model="chat", messages=MESSAGES)  # scripts loaded
+        before = _evalsha_count(redis_server.url)
+        used = {client.chat.completions.create(model="chat", messages=MESSAGES).route.deployment for _ in range(12)}
+        assert _evalsha_count(redis_server.url) - before == 12
+    assert used == {"p:m", "b:m"}
+    r = redis.Redis.from_url(redis_server.url)
+    assert all(r.zcard(f"s:{{limits:interactive:{d}}}:slots") == 0 for d in ("p:m", "b:m"))
+
+
+def test_an_admission_the_plan_did_not_use_is_given_back(redis_server):
+    import redis
+
+    from llmroute.resilience.limits import DeploymentLimits
+    from llmroute.resilience.policy import ResiliencePolicy
+    from llmroute.state import Fleet, StateConfig
+    from llmroute.state.admission import PreAdmitted
+
+    fleet = Fleet(StateConfig(backend="redis", url=redis_server.url, key_prefix="u:"))
+    limits = fleet.shared_limits(DeploymentLimits(lambda pool, dep: ResiliencePolicy(max_concurrency=1)))
+    items = [(fleet.budgets.key("d", (), (2026, 1, 1)), 10**9, 10, "refuse")]
+    r = redis.Redis.from_url(redis_server.url)
+    slots = "u:{limits:interactive:%s}:slots"
+    try:
+        for other in ("x:m", None):  # the plan asks for another deployment; the call ends first
+            req = limits.request("p:m", tokens=10)
+            reply = fleet.budgets.reserve(items, 60, reserve=True, admit=req)[3]
+            view = PreAdmitted(limits, req, limits.admission(req, reply))
+            assert r.zcard(slots % "p:m") == 1
+            if other is not None:
+                assert view.try_acquire(0.0, other, tokens=10).granted
+            view.discard()
+            deadline = time.monotonic() + 2
+            while r.zcard(slots % "p:m") and time.monotonic() < deadline:
+                time.sleep(0.01)  # the release is sent by the background thread
+            assert r.zcard(slots % "p:m") == 0
+        assert r.zcard(slots % "x:m") == 1  # the other deployment's admission is the plan's to release
+    finally:
+        fleet.close()
