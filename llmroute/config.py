@@ -54,7 +54,7 @@ class ProviderConfig(_Section):
     region: Optional[str] = None
     protocol: Literal["compatible", "native"] = "compatible"
     headers: Dict[str, Any] = Field(default_factory=dict)  # auth-like values held as SecretStr
-    include_usage: Optional[bool] = None  # None: the kind's default (providers.md §11.1)
+    include_usage: Optional[bool] = None  # None: the kind's default (docs/platforms.md §11.1)
     max_tokens_field: Optional[Literal["max_tokens", "max_completion_tokens"]] = None
     split_think_tags: bool = True
     connect_timeout_s: Optional[float] = Field(default=None, gt=0)

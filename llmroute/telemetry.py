@@ -659,7 +659,7 @@ class AttemptTrace:
         return self._context
 
     def first_chunk(self, now: float) -> None:
-        """The first chunk with content arrived (LESSONS: TTFT). Later calls are ignored."""
+        """The first chunk with content arrived (TTFT: docs/bench.md, Definitions). Later calls are ignored."""
         with self._lock:
             if self._first_chunk_at is not None or self._ended:
                 return

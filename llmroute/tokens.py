@@ -80,7 +80,7 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
     """Any platform's usage object -> OpenAI `Usage`, cached and reasoning tokens from wherever they are.
 
     `extra` is the rest of the response or chunk, for the fields some platforms put beside `usage`
-    (llama.cpp `timings.cache_n`, Fireworks `perf_metrics`). providers.md §11.3.
+    (llama.cpp `timings.cache_n`, Fireworks `perf_metrics`). docs/platforms.md §11.3.
     """
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))

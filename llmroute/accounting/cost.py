@@ -1,17 +1,17 @@
 """Cost of a call: token usage in, an exact Decimal amount out, each token billed once.
 
-Billing rules (LESSONS.md 5, 6):
+Billing rules (docs/platforms.md §12.5, §12.6):
   * `prompt_tokens` includes cached tokens (OpenAI's `prompt_tokens`). The uncached part,
     `prompt - cached`, is billed at the input rate; the cached part once, at the cached rate (the
     input rate when the price has none).
   * `completion_tokens` already includes reasoning tokens on every OpenAI-shaped platform
     (`completion_tokens_details.reasoning_tokens` is a breakdown, not an addition), so reasoning is
     billed once, as output. A platform that reports reasoning *outside* the completion count is
-    handled with `reasoning_in_completion=False`; none of the platforms in providers.md does.
+    handled with `reasoning_in_completion=False`; none of the platforms in docs/platforms.md does.
   * No price means `amount=None` and `priced=False`, never 0. Estimated usage gives
     `estimated=True`.
 
-`read_usage` reads every platform's usage shape (providers.md §10.2, §11.3): OpenAI
+`read_usage` reads every platform's usage shape (docs/platforms.md §10, §11.3): OpenAI
 `prompt_tokens_details.cached_tokens`, Together's flat `usage.cached_tokens`, Fireworks
 `perf_metrics["cached-prompt-tokens"]`, DashScope native `input_tokens`/`output_tokens`,
 llama.cpp `timings.cache_n`, SGLang's top-level `reasoning_tokens`.

@@ -2,7 +2,7 @@
 
 Every attempt appends one `LedgerRecord`: successes, errors, streams (interrupted or not),
 failed-over attempts and cancelled hedges alike, each with its own tokens and cost, so that spend is
-never lost on some path (LESSONS.md 13). Records of one call share `request_id` and differ in
+never lost on some path (docs/platforms.md §12.13). Records of one call share `request_id` and differ in
 `attempt`.
 
 Sinks share one small interface (`LedgerSink`): `write(record)` never blocks on I/O, `flush()`

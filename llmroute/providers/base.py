@@ -2,7 +2,7 @@
 
 An adapter turns one call into an `HttpRequest`, and turns what comes back (a status, headers, body
 bytes or SSE bytes) into OpenAI-shaped `ChatCompletion` / `ChatCompletionChunk` objects or a typed
-error. Platform modules subclass it and override only what differs (providers.md §11). Nothing here
+error. Platform modules subclass it and override only what differs (docs/platforms.md §11). Nothing here
 opens a socket or reads a clock: the shells in `client.py` and `transport.py` do.
 """
 
@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
 __all__ = ["HttpRequest", "CallInput", "OpenAICompatAdapter", "StreamDecoder", "StreamAssembler", "FINISH_REASONS"]
 
-# Non-OpenAI finish reasons -> OpenAI's (providers.md §11.5). "abort" (SGLang) is raised as an error.
+# Non-OpenAI finish reasons -> OpenAI's (docs/platforms.md §11.5). "abort" (SGLang) is raised as an error.
 FINISH_REASONS = {
     "eos": "stop",
     "eos_token": "stop",
@@ -93,7 +93,7 @@ class OpenAICompatAdapter:
     """The OpenAI Chat Completions wire format, as most platforms speak it."""
 
     chat_path = "/chat/completions"
-    # Fields some servers reject or ignore (Ollama §9); subclasses fill these.
+    # Fields some servers reject or ignore (Ollama: docs/platforms.md §9); subclasses fill these.
     unsupported_params: frozenset[str] = frozenset()
 
     def __init__(self, deployment: "Deployment") -> None:
@@ -118,7 +118,7 @@ class OpenAICompatAdapter:
     def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
         params = dict(call.params)
         self.check_params(params)
-        # One output cap, under the name the platform documents (providers.md §11.14).
+        # One output cap, under the name the platform documents (docs/platforms.md §11.14).
         cap = params.pop("max_completion_tokens", None)
         if cap is None:
             cap = params.pop("max_tokens", None)
@@ -244,7 +244,7 @@ class OpenAICompatAdapter:
         return ChatCompletion.model_validate(out), reported
 
     def normalize_message(self, message: Dict[str, Any]) -> None:
-        # Reasoning under any of its names becomes `reasoning_content` (providers.md §11.4).
+        # Reasoning under any of its names becomes `reasoning_content` (docs/platforms.md §11.4).
         _move_reasoning(message)
         content = message.get("content")
         if isinstance(content, str) and self.provider.split_think_tags and "<think>" in content:
@@ -296,7 +296,7 @@ class OpenAICompatAdapter:
         out["model"] = data.get("model") or self.deployment.model
         if isinstance(raw_usage, dict):
             # Usage may come on a choices:[] chunk, on the finish chunk, or cumulatively on every
-            # chunk: the last one seen wins, never a sum (providers.md §11.2).
+            # chunk: the last one seen wins, never a sum (docs/platforms.md §11.2).
             usage = normalize_usage(raw_usage, extra=data)
             decoder.usage = usage
             out["usage"] = usage

@@ -2,7 +2,7 @@
 
 What all three share with the base adapter (usage on the finish chunk or cumulative on every chunk,
 `delta.reasoning`, `eos`, their error envelopes) is handled there; only request-side quirks live
-here. Sources: providers.md §1-§3. Sans-I/O.
+here. Sources: docs/platforms.md §1-§3. Sans-I/O.
 """
 
 from __future__ import annotations

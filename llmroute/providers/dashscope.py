@@ -1,6 +1,6 @@
 """Alibaba Bailian / DashScope: the OpenAI-compatible mode and the native DashScope protocol.
 
-Compatible mode (providers.md §4a) is the OpenAI wire format with `max_completion_tokens`, usage on
+Compatible mode (docs/platforms.md §4a) is the OpenAI wire format with `max_completion_tokens`, usage on
 a final `choices: []` chunk when `include_usage` is asked for, and content-filter errors that may
 arrive mid-stream as a `data:` event; the base adapter handles all of that.
 
@@ -76,7 +76,7 @@ class BailianCompatAdapter(OpenAICompatAdapter):
         said = f"{error.provider_message or ''} {error.code or ''}"
         if (isinstance(error, E.BadRequestError) and not request.json.get("stream")
                 and _STREAM_ONLY_RE.search(said)):
-            # Models served only as streams (QwQ, Qwen3 with thinking on, providers.md §11.10): a
+            # Models served only as streams (QwQ, Qwen3 with thinking on, docs/platforms.md §11.10): a
             # plain call is sent again as a stream and its body assembled (parse_completion).
             body = dict(request.json, stream=True, stream_options={"include_usage": True})
             headers = dict(request.headers, Accept="text/event-stream")

@@ -1,6 +1,6 @@
 """Platform error bodies and statuses -> llmroute's typed errors. Sans-I/O.
 
-Every envelope in providers.md §11.7 is read: OpenAI `{"error":{message,type,param,code}}` (string or
+Every envelope in docs/platforms.md §11.7 is read: OpenAI `{"error":{message,type,param,code}}` (string or
 int code), flat `{"object":"error",...}` (SGLang, old vLLM), TGI `{"error": str, "error_type": str}`,
 SiliconFlow `{"code": int, "message", "data"}`, DashScope native `{"code": str, "message",
 "request_id"}`. Classification goes by status first and then by the platform's documented codes and
@@ -68,7 +68,7 @@ _CONTEXT_RE = re.compile(
     r"context[ _-]?length|context window|maximum context|context size|exceeds the available context"
     r"|prompt is too long|input length|range of input length|too many tokens|must be less than the context"
     r"|max_total_tokens|`inputs` must have less than|inputs` tokens \+ `max_new_tokens"
-    # SiliconFlow (shape unconfirmed, providers.md §3): "... must be less than max_seq_len (N)".
+    # SiliconFlow (shape unconfirmed, docs/platforms.md §3): "... must be less than max_seq_len (N)".
     r"|max_seq_len",
     re.IGNORECASE,
 )
@@ -108,7 +108,7 @@ def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = 
                 return max(0.0, when - (time.time() if now is None else now))
             except (TypeError, ValueError, IndexError):
                 pass
-    # Together documents x-ratelimit-reset as "the suggested retry interval" in seconds (providers.md §1).
+    # Together documents x-ratelimit-reset as "the suggested retry interval" in seconds (docs/platforms.md §1).
     value = get("x-ratelimit-reset")
     if value:
         seconds = _duration_s(value)
@@ -155,7 +155,7 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
         return E.AuthenticationError
     if kind == "bailian" and status == 429:
         # DashScope's 429s are all per-minute limits, "insufficient_quota" / "Allocated quota
-        # exceeded" included (the token quota, back within about a minute: providers.md §4).
+        # exceeded" included (the token quota, back within about a minute: docs/platforms.md §4).
         # Overdue payment is Arrearage, a 400, handled below.
         return E.RateLimitError
     if status == 402 or code in ("arrearage", "insufficient_quota") or (

@@ -1,7 +1,7 @@
 """What each platform kind is: its default base URL per region, its key variable, its protocol quirks.
 
 A `KindSpec` is data, read by the config loader (defaults, validation) and by the adapters
-(request shape). Facts and their sources are in `shared/reference/providers.md`; the section is named
+(request shape). Facts and their sources are in `docs/platforms.md`; the section is named
 next to each entry. This module does no I/O.
 """
 
@@ -21,18 +21,18 @@ class KindSpec:
     default_region: str | None = None
     key_env: str | None = None
     key_required: bool = True
-    # Send stream_options.include_usage by default (providers.md §11.1).
+    # Send stream_options.include_usage by default (docs/platforms.md §11.1).
     include_usage: bool = True
-    # The name the platform documents for the output cap (providers.md §11.14).
+    # The name the platform documents for the output cap (docs/platforms.md §11.14).
     max_tokens_field: str = "max_tokens"
     protocols: tuple[str, ...] = ("compatible",)
-    # Native DashScope roots, per region (providers.md §4b).
+    # Native DashScope roots, per region (docs/platforms.md §4b).
     native_base_urls: Mapping[str | None, str] = field(default_factory=dict)
     self_hosted: bool = False
 
 
 KINDS: dict[str, KindSpec] = {
-    # providers.md §1: one global endpoint; usage on the finish_reason chunk for most models.
+    # docs/platforms.md §1: one global endpoint; usage on the finish_reason chunk for most models.
     "together": KindSpec("together", {None: "https://api.together.xyz/v1"}, key_env="TOGETHER_API_KEY"),
     # §2: no stream_options in its spec; usage always comes on the last chunk.
     "fireworks": KindSpec(

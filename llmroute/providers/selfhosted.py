@@ -2,7 +2,7 @@
 
 They all speak the OpenAI wire format; the base adapter reads their error envelopes (flat SGLang,
 TGI's `{"error": str}`), reasoning fields and usage chunks. What is left is Ollama's list of
-parameters it ignores (providers.md §9, §11.12). Sans-I/O.
+parameters it ignores (docs/platforms.md §9, §11.12). Sans-I/O.
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """Inline `<think>...</think>` reasoning -> separate reasoning text, whole or streamed. Sans-I/O.
 
 Some platforms leave a reasoning model's thoughts inline in `content` (Fireworks for some models,
-self-hosted servers without a reasoning parser: providers.md §11.4). Only a response that *opens*
+self-hosted servers without a reasoning parser: docs/platforms.md §11.4). Only a response that *opens*
 with `<think>` (after whitespace) is split; a `<think>` later in an answer is the answer's text.
 Tags may be cut anywhere across stream chunks, so the streaming splitter holds back any tail that
 could be the start of a tag.
