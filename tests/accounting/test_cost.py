@@ -1,4 +1,4 @@
-"""Costs against hand-computed cases, one per platform usage shape (providers.md §10.2, §11.3).
+"""Costs against hand-computed cases, one per platform usage shape (docs/platforms.md §10, §11.3).
 
 Every expected figure below was worked out by hand from the rule
     (prompt - cached) x input + cached x cached_rate + completion x output, per million tokens.

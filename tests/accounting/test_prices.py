@@ -54,7 +54,7 @@ def test_shipped_table_has_version_dates_and_sources():
 
 def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
     table = load_price_table()
-    # providers.md: every Together and SiliconFlow figure is unconfirmed on the official page.
+    # docs/platforms.md: every Together and SiliconFlow figure is unconfirmed on the official page.
     for p in table.entries:
         if p.kind in ("together", "siliconflow"):
             assert not p.confirmed, p.model

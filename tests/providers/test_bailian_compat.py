@@ -1,4 +1,4 @@
-"""Alibaba Bailian / DashScope OpenAI-compatible mode through llmroute's client (providers.md §4a, §11):
+"""Alibaba Bailian / DashScope OpenAI-compatible mode through llmroute's client (docs/platforms.md §4a, §11):
 `max_completion_tokens`, usage only on a final `choices: []` chunk when include_usage is sent,
 `prompt_tokens_details.cached_tokens`, and its errors: data_inspection_failed (also mid-stream),
 Arrearage as a 400, invalid_api_key, throttling vs insufficient_quota 429s, "Range of input length"."""

@@ -1,4 +1,4 @@
-"""The native DashScope protocol through llmroute's client (providers.md §4b, §11.10): body
+"""The native DashScope protocol through llmroute's client (docs/platforms.md §4b, §11.10): body
 `{model, input: {messages}, parameters}`, `X-DashScope-SSE: enable`, `id:`/`event:` framing with a
 `:HTTP_STATUS/200` comment and no `[DONE]`, usage `input_tokens/output_tokens` on every event (last
 wins), cumulative text unless `incremental_output`, `finish_reason: "null"` mid-stream, flat

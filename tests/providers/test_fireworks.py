@@ -1,4 +1,4 @@
-"""Fireworks AI through llmroute's client (providers.md §2, §11): usage on the last (finish_reason) chunk
+"""Fireworks AI through llmroute's client (docs/platforms.md §2, §11): usage on the last (finish_reason) chunk
 with no stream_options, `context_length_exceeded_behavior="error"` instead of silent truncation, one
 output cap (max_tokens and max_completion_tokens are mutually exclusive), `reasoning_content` or
 inline `<think>`, `perf_metrics` cached tokens, and its errors (NOT_FOUND, 402, 412, 429, 503)."""

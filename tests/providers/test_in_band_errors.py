@@ -1,4 +1,4 @@
-"""Errors a platform sends inside a 200 stream, in each envelope it uses (providers.md §11.7):
+"""Errors a platform sends inside a 200 stream, in each envelope it uses (docs/platforms.md §11.7):
 OpenAI-style `{"error": {...}}`, the flat `{"object": "error", ...}` (SGLang, older vLLM) and
 SiliconFlow's `{"code", "message", "data"}`. Each must interrupt the stream with the platform's
 error as the cause, whether or not `[DONE]` follows it: a partial answer is never a success."""

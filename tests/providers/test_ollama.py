@@ -1,4 +1,4 @@
-"""Ollama's OpenAI route through llmroute's client (providers.md §9, §11.12): the parameters it
+"""Ollama's OpenAI route through llmroute's client (docs/platforms.md §9, §11.12): the parameters it
 ignores are refused (or dropped when harmless) before anything is sent, usage only with
 include_usage, the `reasoning` field on message and delta, and its errors (404 model not found,
 400 "The prompt is too long", 503)."""

@@ -1,4 +1,4 @@
-"""SGLang through llmroute's client (providers.md §6, §11): include_usage defaults to off on the
+"""SGLang through llmroute's client (docs/platforms.md §6, §11): include_usage defaults to off on the
 server (llmroute sends it), top-level `usage.reasoning_tokens`, `reasoning_content`, the
 `finish_reason: "abort"` that must surface as an error, and the flat `{"object": "error"}` body."""
 

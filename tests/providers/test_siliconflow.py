@@ -1,4 +1,4 @@
-"""SiliconFlow through llmroute's client (providers.md §3, §11): cumulative usage on every stream chunk
+"""SiliconFlow through llmroute's client (docs/platforms.md §3, §11): cumulative usage on every stream chunk
 (the last wins, never a sum), `reasoning_content`, `system_fingerprint: ""`, and the non-OpenAI error
 body `{"code": int, "message", "data"}` (20012 model missing, 403 real-name, 429 naming TPM/RPM, 503)."""
 

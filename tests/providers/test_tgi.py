@@ -1,4 +1,4 @@
-"""HuggingFace TGI through llmroute's client (providers.md §7, §11): no auth, usage only on a
+"""HuggingFace TGI through llmroute's client (docs/platforms.md §7, §11): no auth, usage only on a
 `choices: []` chunk when include_usage is sent (no cached details), and the non-OpenAI error body
 `{"error": str, "error_type": str}`: 422 validation / context, 429 = queue full (overloaded, not a
 rate limit), 424 generation error, and the same JSON as a `data:` event mid-stream."""

@@ -1,4 +1,4 @@
-"""Together AI through llmroute's client (providers.md §1, §11): usage on the finish_reason chunk, flat
+"""Together AI through llmroute's client (docs/platforms.md §1, §11): usage on the finish_reason chunk, flat
 `usage.cached_tokens`, `delta.reasoning`, `eos`, include_usage for the models that need it, and its
 documented errors (402 credits, 403 context, 429 dynamic limits with x-ratelimit-reset, 503)."""
 

@@ -1,4 +1,4 @@
-"""vLLM through llmroute's client (providers.md §5, §11): usage on a `choices: []` chunk once a
+"""vLLM through llmroute's client (docs/platforms.md §5, §11): usage on a `choices: []` chunk once a
 `stream_options` object is sent, `continuous_usage_stats` (cumulative per chunk: last wins), the
 `reasoning` field (and the older `reasoning_content`), optional Bearer key, and errors
 `{"error": {..., "code": <int>}}` or the older flat `{"object": "error"}` with its context text."""

@@ -1,4 +1,4 @@
-"""Loopback Alibaba Bailian / DashScope server (providers.md §4): compat mode and the native API.
+"""Loopback Alibaba Bailian / DashScope server (docs/platforms.md §4): compat mode and the native API.
 
 Compat mode (§4a, `/compatible-mode/v1/chat/completions`): include_usage honoured ->
 a final `choices: []` usage chunk, otherwise no usage at all; `usage: null`,

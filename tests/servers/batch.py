@@ -353,7 +353,7 @@ class TogetherBatchServer(BatchMixin, TogetherServer):
         return body.get("model_id") or super().job_model(body, content)
 
     def usage(self, prompt: int, completion: int) -> dict[str, Any]:
-        # Together reports cached tokens flat on usage for some models (providers.md §1).
+        # Together reports cached tokens flat on usage for some models (docs/platforms.md §1).
         return {**super().usage(prompt, completion), "cached_tokens": 1}
 
     def create_answer(self, job: FakeJob) -> dict[str, Any]:

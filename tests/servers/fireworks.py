@@ -1,4 +1,4 @@
-"""Loopback Fireworks AI server (providers.md §2): its chat wire format and documented quirks.
+"""Loopback Fireworks AI server (docs/platforms.md §2): its chat wire format and documented quirks.
 
 Reproduced: base path /inference/v1; usage always on the last (finish_reason) chunk,
 no stream_options needed; `delta.reasoning_content`, or reasoning inline in `<think>`

@@ -1,4 +1,4 @@
-"""Loopback Ollama server, OpenAI-compatible route (providers.md §9): its wire format and quirks.
+"""Loopback Ollama server, OpenAI-compatible route (docs/platforms.md §9): its wire format and quirks.
 
 Reproduced: the API key is "required but ignored"; usage only with include_usage, as
 a final `choices: []` chunk with plain usage (no cached details); no `usage: null`

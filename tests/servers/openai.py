@@ -1,4 +1,4 @@
-"""Loopback OpenAI Chat Completions server: the baseline every other platform is compared with (providers.md §0).
+"""Loopback OpenAI Chat Completions server: the baseline every other platform is compared with (docs/platforms.md §0).
 
 Quirks reproduced: include_usage adds a final `choices: []` chunk and puts
 `usage: null` on all other chunks; no usage without the flag; a separate role

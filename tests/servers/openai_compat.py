@@ -1,4 +1,4 @@
-"""The OpenAI Chat Completions wire format (providers.md §0), with the hooks platforms differ in.
+"""The OpenAI Chat Completions wire format (docs/platforms.md §0), with the hooks platforms differ in.
 
 Every OpenAI-shaped loopback server (Together, Fireworks, SiliconFlow, Bailian compat,
 vLLM, SGLang, TGI, Ollama, OpenAI itself, the fault server) is this class with a few

@@ -1,4 +1,4 @@
-"""Loopback SGLang OpenAI-compatible server (providers.md §6): its wire format and documented quirks.
+"""Loopback SGLang OpenAI-compatible server (docs/platforms.md §6): its wire format and documented quirks.
 
 Reproduced: `stream_options.include_usage` defaults to false (unlike vLLM);
 `continuous_usage_stats` for per-chunk usage; a top-level `reasoning_tokens` in usage;

@@ -1,4 +1,4 @@
-"""Loopback SiliconFlow (硅基流动) server (providers.md §3): its chat wire format and documented quirks.
+"""Loopback SiliconFlow (硅基流动) server (docs/platforms.md §3): its chat wire format and documented quirks.
 
 Reproduced: cumulative `usage` on every stream chunk whether or not include_usage is
 sent (prompt constant, completion incrementing); `system_fingerprint: ""`;

@@ -1,6 +1,6 @@
 """Self-tests of the loopback platform servers, with plain httpx (never llmroute).
 
-Each test checks one documented wire-format quirk (providers.md section named in the
+Each test checks one documented wire-format quirk (docs/platforms.md section named in the
 test), so a broken server is caught on its own before it misleads llmroute's tests.
 Timing checks are lower bounds only (a server cannot send early), never upper bounds.
 """
@@ -77,7 +77,7 @@ def content_of(events: list[Any], field: str = "content") -> str:
 
 
 def check_error_shape(platform: str, r: httpx.Response) -> str:
-    """Assert the platform's error envelope (providers.md §11.7) and return its message."""
+    """Assert the platform's error envelope (docs/platforms.md §11.7) and return its message."""
     body = r.json()
     if platform == "siliconflow":
         assert set(body) == {"code", "message", "data"} and body["data"] is None and isinstance(body["code"], int)

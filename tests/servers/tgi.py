@@ -1,4 +1,4 @@
-"""Loopback HuggingFace TGI server (providers.md §7): its OpenAI route and documented quirks.
+"""Loopback HuggingFace TGI server (docs/platforms.md §7): its OpenAI route and documented quirks.
 
 Reproduced: no auth; the model field is ignored (any id works); include_usage off by
 default, a final `choices: []` chunk with plain usage (no cached/reasoning details)

@@ -1,4 +1,4 @@
-"""Loopback Together AI server (providers.md §1): its chat wire format and documented quirks.
+"""Loopback Together AI server (docs/platforms.md §1): its chat wire format and documented quirks.
 
 Reproduced (each cited inline): usage on the finish_reason chunk with no separate
 `choices: []` chunk, sent even without stream_options for most models; `eos`

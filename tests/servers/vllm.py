@@ -1,4 +1,4 @@
-"""Loopback vLLM OpenAI-compatible server (providers.md §5): its wire format and documented quirks.
+"""Loopback vLLM OpenAI-compatible server (docs/platforms.md §5): its wire format and documented quirks.
 
 Reproduced: a `stream_options` object turns include_usage on by default (final
 `choices: []` chunk); `continuous_usage_stats` adds cumulative usage to every chunk;
