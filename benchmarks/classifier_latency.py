@@ -10,6 +10,7 @@ writes JSON.
     python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out] [--fitted [router.json]]
     python benchmarks/classifier_latency.py --against d38ce33 --calls 3000   # before/after a change
     python benchmarks/classifier_latency.py --fitted --against a2aee8a --calls 3000   # the fitted decision, before/after
+    python benchmarks/classifier_latency.py --fitted --breakdown --calls 2500   # where its time goes
 """
 
 from __future__ import annotations
@@ -163,6 +164,44 @@ def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
     return 0
 
 
+def _breakdown(model: FittedRouter, calls: int) -> int:
+    """Where a fitted decision's time goes: the heuristic alone, the same model with its n-grams
+    removed, with its reason replaced by a constant, and whole, timed interleaved in one process."""
+
+    class _NoReason(FittedRouter):
+        __slots__ = ()
+
+        def _reason(self, total: float, named: list) -> str:
+            return "-"
+
+    parts = dict(bias=model.bias, dense=model.dense)
+    scorers = {
+        "heuristic classify()": classify,
+        "fitted, dense only": FittedRouter(**parts, words={}, pairs={}, chars={}).classify,
+        "fitted, no reason": _NoReason(**parts, words=model.words, pairs=model.pairs, chars=model.chars).classify,
+        "fitted, whole": model.classify,
+    }
+    timings: dict[str, list[int]] = {name: [] for name in scorers}
+    for messages in PROMPTS.values():
+        for fn in scorers.values():
+            for _ in range(200):
+                fn(messages)
+    clock = time.perf_counter_ns
+    order = list(scorers.items())
+    for round_ in range(calls):
+        for messages in PROMPTS.values():
+            for name, fn in (order if round_ % 2 else order[::-1]):
+                started = clock()
+                fn(messages)
+                timings[name].append(clock() - started)
+    for name, ns in timings.items():
+        ns.sort()
+        print(f"{name:22s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
+              f"p99 {_percentile(ns, 0.99):7.1f}  ({len(ns)} calls)")
+    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--calls", type=int, default=5000, help="timed calls per prompt kind")
@@ -170,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fitted", nargs="?", const="labelled", default=None, metavar="MODEL",
                         help="time a fitted router's decision instead (a model file, or the labelled prompts' fit)")
     parser.add_argument("--against", metavar="REV", help="time classify() (with --fitted: the fitted decision) at this git revision and now, interleaved")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="with --fitted: the heuristic, the model without n-grams, without its reason, whole")
     args = parser.parse_args(argv)
     global classify
     label = "classify()"
@@ -178,6 +219,8 @@ def main(argv: list[str] | None = None) -> int:
         model = _labelled_model() if args.fitted == "labelled" else load_model(args.fitted)
     if args.against:
         return _against(args.against, args.calls, model)
+    if args.breakdown and model is not None:
+        return _breakdown(model, args.calls)
     if model is not None:
         classify = model.classify
         label = f"fitted router ({args.fitted}: {len(model.ngrams)} n-grams)"
