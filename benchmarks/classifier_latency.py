@@ -143,6 +143,12 @@ def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
                 print(f"results differ:\n  {rev}: {before}\n  now: {after}")
                 return 1
         print(f"fitted router ({len(fitted.ngrams)} n-grams): equal results at {rev} and now on every prompt")
+    return _interleaved({f"{'decision' if fitted else 'classify()'} at {name}": fn for name, fn in scorers.items()},
+                        calls)
+
+
+def _interleaved(scorers: dict, calls: int) -> int:
+    """Time `scorers` on every prompt in one process, the order alternating per round; print p50/p90/p99."""
     timings: dict[str, list[int]] = {name: [] for name in scorers}
     clock = time.perf_counter_ns
     for messages in PROMPTS.values():
@@ -158,7 +164,7 @@ def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
                 timings[name].append(clock() - started)
     for name, ns in timings.items():
         ns.sort()
-        print(f"{'decision' if fitted else 'classify()'} at {name:10s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
+        print(f"{name:22s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
               f"p99 {_percentile(ns, 0.99):8.1f}  ({len(ns)} calls)")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return 0
@@ -181,25 +187,7 @@ def _breakdown(model: FittedRouter, calls: int) -> int:
         "fitted, no reason": _NoReason(**parts, words=model.words, pairs=model.pairs, chars=model.chars).classify,
         "fitted, whole": model.classify,
     }
-    timings: dict[str, list[int]] = {name: [] for name in scorers}
-    for messages in PROMPTS.values():
-        for fn in scorers.values():
-            for _ in range(200):
-                fn(messages)
-    clock = time.perf_counter_ns
-    order = list(scorers.items())
-    for round_ in range(calls):
-        for messages in PROMPTS.values():
-            for name, fn in (order if round_ % 2 else order[::-1]):
-                started = clock()
-                fn(messages)
-                timings[name].append(clock() - started)
-    for name, ns in timings.items():
-        ns.sort()
-        print(f"{name:22s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
-              f"p99 {_percentile(ns, 0.99):7.1f}  ({len(ns)} calls)")
-    print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
-    return 0
+    return _interleaved(scorers, calls)
 
 
 def main(argv: list[str] | None = None) -> int:
