@@ -9,6 +9,8 @@ writes JSON.
 
     python benchmarks/classifier_latency.py [--calls 5000] [--out benchmarks/out] [--fitted [router.json]]
     python benchmarks/classifier_latency.py --against d38ce33 --calls 3000   # before/after a change
+    python benchmarks/classifier_latency.py --fitted --against a2aee8a --calls 3000   # the fitted decision, before/after
+    python benchmarks/classifier_latency.py --fitted --breakdown --calls 2500   # where its time goes
 """
 
 from __future__ import annotations
@@ -109,22 +111,44 @@ def _labelled_model() -> FittedRouter:
                [1.0 if r["tier"] == "large" else 0.0 for r in rows], FitOptions(min_count=1, holdout=0.0, l2_grid=()))
 
 
-def _against(rev: str, calls: int) -> int:
-    """classify() at git revision `rev` and now, timed interleaved in one process (the order
-    alternates per round), on the same prompts: what a change to the classifier costs."""
+def _module_at(rev: str, name: str):
+    """llmroute/routing/<name>.py as it was at git revision `rev`, imported beside the current one."""
     import importlib.util
     import subprocess
     import tempfile
 
-    source = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:llmroute/routing/classifier.py"],
+    source = subprocess.run(["git", "-C", str(REPO_ROOT), "show", f"{rev}:llmroute/routing/{name}.py"],
                             check=True, capture_output=True, text=True).stdout
     with tempfile.NamedTemporaryFile("w", suffix=".py", delete=False) as f:
         f.write(source)
-    spec = importlib.util.spec_from_file_location("llmroute.routing._classifier_at_rev", f.name)
+    spec = importlib.util.spec_from_file_location(f"llmroute.routing._{name}_at_rev", f.name)
     module = importlib.util.module_from_spec(spec)  # type: ignore[arg-type]
     spec.loader.exec_module(module)  # type: ignore[union-attr]
     os.unlink(f.name)
-    scorers = {rev: module.classify, "now": classify}
+    return module
+
+
+def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
+    """classify() (or, with `fitted`, that model's decision) at git revision `rev` and now, timed
+    interleaved in one process (the order alternates per round), on the same prompts: what a change
+    costs. With a model, both revisions must give equal results on every prompt."""
+    if fitted is None:
+        scorers = {rev: _module_at(rev, "classifier").classify, "now": classify}
+    else:
+        old = _module_at(rev, "fitted").FittedRouter.from_json(fitted.to_json(), name=fitted.name)
+        scorers = {rev: old.classify, "now": fitted.classify}
+        for messages in PROMPTS.values():
+            before, after = old.classify(messages), fitted.classify(messages)
+            if tuple(before) != tuple(after):
+                print(f"results differ:\n  {rev}: {before}\n  now: {after}")
+                return 1
+        print(f"fitted router ({len(fitted.ngrams)} n-grams): equal results at {rev} and now on every prompt")
+    return _interleaved({f"{'decision' if fitted else 'classify()'} at {name}": fn for name, fn in scorers.items()},
+                        calls)
+
+
+def _interleaved(scorers: dict, calls: int) -> int:
+    """Time `scorers` on every prompt in one process, the order alternating per round; print p50/p90/p99."""
     timings: dict[str, list[int]] = {name: [] for name in scorers}
     clock = time.perf_counter_ns
     for messages in PROMPTS.values():
@@ -140,10 +164,30 @@ def _against(rev: str, calls: int) -> int:
                 timings[name].append(clock() - started)
     for name, ns in timings.items():
         ns.sort()
-        print(f"classify() at {name:10s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
+        print(f"{name:22s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
               f"p99 {_percentile(ns, 0.99):8.1f}  ({len(ns)} calls)")
     print(f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     return 0
+
+
+def _breakdown(model: FittedRouter, calls: int) -> int:
+    """Where a fitted decision's time goes: the heuristic alone, the same model with its n-grams
+    removed, with its reason replaced by a constant, and whole, timed interleaved in one process."""
+
+    class _NoReason(FittedRouter):
+        __slots__ = ()
+
+        def _reason(self, total: float, named: list) -> str:
+            return "-"
+
+    parts = dict(bias=model.bias, dense=model.dense)
+    scorers = {
+        "heuristic classify()": classify,
+        "fitted, dense only": FittedRouter(**parts, words={}, pairs={}, chars={}).classify,
+        "fitted, no reason": _NoReason(**parts, words=model.words, pairs=model.pairs, chars=model.chars).classify,
+        "fitted, whole": model.classify,
+    }
+    return _interleaved(scorers, calls)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -152,14 +196,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO_ROOT / "benchmarks" / "out")
     parser.add_argument("--fitted", nargs="?", const="labelled", default=None, metavar="MODEL",
                         help="time a fitted router's decision instead (a model file, or the labelled prompts' fit)")
-    parser.add_argument("--against", metavar="REV", help="time classify() at this git revision and now, interleaved")
+    parser.add_argument("--against", metavar="REV", help="time classify() (with --fitted: the fitted decision) at this git revision and now, interleaved")
+    parser.add_argument("--breakdown", action="store_true",
+                        help="with --fitted: the heuristic, the model without n-grams, without its reason, whole")
     args = parser.parse_args(argv)
-    if args.against:
-        return _against(args.against, args.calls)
     global classify
     label = "classify()"
+    model = None
     if args.fitted:
         model = _labelled_model() if args.fitted == "labelled" else load_model(args.fitted)
+    if args.against:
+        return _against(args.against, args.calls, model)
+    if args.breakdown and model is not None:
+        return _breakdown(model, args.calls)
+    if model is not None:
         classify = model.classify
         label = f"fitted router ({args.fitted}: {len(model.ngrams)} n-grams)"
         print(label)

@@ -7,6 +7,7 @@ only code written twice is the loop that moves bytes (blocking here, awaiting th
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 import threading
@@ -159,7 +160,26 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 # sync
 
 
-class Stream:
+class _Ends:
+    """A stream's end, for `[routing.shadow]`: `_when_ended(callback)` calls it with the assembled
+    response once the stream has ended (at once if it already has); a stream closed early never ends."""
+
+    _final: Optional[ChatCompletion] = None
+    _on_end: Optional[Callable[[ChatCompletion], None]] = None
+
+    def _record_final(self, final: ChatCompletion) -> None:
+        self._final = final
+        if self._on_end is not None:
+            self._on_end(final)
+
+    def _when_ended(self, callback: Callable[[ChatCompletion], None]) -> None:
+        if self._final is not None:
+            callback(self._final)
+        else:
+            self._on_end = callback
+
+
+class Stream(_Ends):
     """A streamed call: iterate for `ChatCompletionChunk`s; `.response` is the assembled result."""
 
     def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], _Opened]) -> None:
@@ -175,7 +195,7 @@ class Stream:
         self._bytes: Optional[Iterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
-            self._final = self._state.finish(_now())
+            self._record_final(self._state.finish(_now()))
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
         while True:
@@ -201,7 +221,7 @@ class Stream:
             except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
                 self._end(exit_status(exc), exc)
                 raise
-            self._final = state.finish(_now())
+            self._record_final(state.finish(_now()))
             self._release()
             return
 
@@ -290,14 +310,15 @@ def _caller_closed(run: CallRun, state: StreamState) -> None:
     run.failed(state.ctx, error, _now(), content_started=True, partial=state, recover=False)
 
 
-def _shadow_runner(client: "Client") -> Any:
+def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
     """The `[routing.shadow]` runner (llmroute/routing/shadow.py) when its rate is above 0, else None."""
     routing = client.config.sections.routing
     if not client.config.raw.routing or routing.shadow.rate <= 0:
         return None
-    from .routing.shadow import ShadowRunner
+    from .routing.shadow import AsyncShadowRunner, ShadowRunner
 
-    return ShadowRunner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
+    runner = AsyncShadowRunner if is_async else ShadowRunner
+    return runner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
 
 
 def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: Optional[str] = None,
@@ -502,7 +523,10 @@ class Client:
         try:
             op = self._attempts(run)
             if prepared.stream:
-                return Stream(run, op, self._attempts)
+                stream = Stream(run, op, self._attempts)
+                if original is not None:  # [routing.shadow]: offered once the stream has ended
+                    stream._when_ended(functools.partial(self._shadow.offer, original))
+                return stream
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 with Stream(run, op, self._attempts) as stream:
                     result = stream.get_final_completion()
@@ -572,7 +596,7 @@ class Client:
 # async
 
 
-class AsyncStream:
+class AsyncStream(_Ends):
     """A streamed call for `AsyncClient`: `async with` / `async for`; `.response` after the end."""
 
     def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], Awaitable[_Opened]]) -> None:
@@ -589,7 +613,7 @@ class AsyncStream:
         self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
-            self._final = self._state.finish(_now())
+            self._record_final(self._state.finish(_now()))
 
     def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         return self._iterate()
@@ -619,7 +643,7 @@ class AsyncStream:
             except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
                 self._end(exit_status(exc), exc)
                 raise
-            self._final = state.finish(_now())
+            self._record_final(state.finish(_now()))
             await self._release()
             return
 
@@ -719,6 +743,7 @@ class AsyncClient:
         from .models import AsyncModels
 
         self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
+        self._shadow = _shadow_runner(self, is_async=True)
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], *, transport: str = "auto",
@@ -859,6 +884,7 @@ class AsyncClient:
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
         kwargs, cache_args = pop_cache_args(kwargs)
+        original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
@@ -867,15 +893,22 @@ class AsyncClient:
         try:
             op = await self._attempts(run)
             if prepared.stream:
-                return AsyncStream(run, op, self._attempts)
+                stream = AsyncStream(run, op, self._attempts)
+                if original is not None:  # [routing.shadow]: offered once the stream has ended
+                    stream._when_ended(functools.partial(self._shadow.offer, original))
+                return stream
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 async with AsyncStream(run, op, self._attempts) as stream:
-                    return await stream.get_final_completion()
-            completion, reported = op.parsed  # type: ignore[misc]
-            return run.succeeded(op.ctx, completion, reported, _now(), None)
+                    result = await stream.get_final_completion()
+            else:
+                completion, reported = op.parsed  # type: ignore[misc]
+                result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
             end_call(run, exit_status(exc), exc, _now())
             raise
+        if original is not None:
+            self._shadow.offer(original, result)  # [routing.shadow]: a task the caller never awaits
+        return result
 
     def health(self) -> Dict[str, Any]:
         """Breaker state of every deployment: `{"provider:model": snapshot}`."""
@@ -898,6 +931,8 @@ class AsyncClient:
                          source=source)
 
     async def aclose(self) -> None:
+        if self._shadow is not None:
+            await self._shadow.aclose()  # shadows still running call through this client: before closing it
         self._life.closed = True
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()

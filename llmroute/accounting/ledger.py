@@ -100,6 +100,8 @@ __all__ = [
     "COLUMNS",
     "PROBE_METADATA_KEY",
     "is_probe",
+    "SHADOW_METADATA_KEY",
+    "is_shadow",
 ]
 
 log = logging.getLogger("llmroute.ledger")
@@ -138,6 +140,15 @@ PROBE_METADATA_KEY = "llmroute_probe"
 
 def is_probe(record: "LedgerRecord") -> bool:
     return PROBE_METADATA_KEY in (record.metadata or {})
+
+
+# The metadata mark of shadow comparisons' calls (`[routing.shadow]`, llmroute/routing/shadow.py):
+# reports leave them out of cost totals unless asked.
+SHADOW_METADATA_KEY = "shadow"
+
+
+def is_shadow(record: "LedgerRecord") -> bool:
+    return (record.metadata or {}).get(SHADOW_METADATA_KEY) == "1"
 
 
 

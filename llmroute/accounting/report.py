@@ -16,7 +16,8 @@ for) is counted in the group of its keys in that group's currency (`unpriced_att
 were unpriced); keys with no priced attempt at all form a group with `cost = null`. A missing key
 value (a call with no feature) shows as `(none)`. The terminal table fits 120 columns (`--wide` for
 every column); CSV amounts are rounded to 0.000001 of the currency, JSON keeps them exact. Probe calls
-of `llmroute health` and `bench smoke` are left out unless `include_probes`.
+of `llmroute health` and `bench smoke` are left out unless `include_probes`, and the calls of shadow
+comparisons (`[routing.shadow]`, metadata `shadow = "1"`) unless `include_shadow` (`--include-shadow`).
 
 `--by-length` adds latency by input- and output-token bucket (the HTML report always has it).
 
@@ -56,7 +57,7 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import ConfigError, LLMRouteError
 from ..percentile import percentile
 from .cost import compute_cost
-from .ledger import LedgerRecord, is_probe, read_records
+from .ledger import LedgerRecord, is_probe, is_shadow, read_records
 from .prices import ExchangeRates, PriceBook, PricingConfig
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS", "latency_by_length",
@@ -195,6 +196,7 @@ def report(
     price_book: PriceBook | None = None,
     now: float | None = None,
     include_probes: bool = False,
+    include_shadow: bool = False,
 ) -> ReportRows:
     """Rows of a cost report over a ledger file (SQLite or JSONL) or an iterable of records.
 
@@ -202,7 +204,8 @@ def report(
     seconds, `7d`-style durations, ISO dates or datetimes. `reprice`: a platform kind (optionally
     `kind:region`) to price the same traffic at. `rates`: to add reporting-currency figures (default:
     the price book's config, if it sets them). Amounts are exact Decimals. Probe calls
-    (`llmroute health`, `bench smoke`: metadata `llmroute_probe`) are left out unless `include_probes`.
+    (`llmroute health`, `bench smoke`: metadata `llmroute_probe`) are left out unless `include_probes`;
+    shadow comparisons' calls (`[routing.shadow]`: metadata `shadow = "1"`) unless `include_shadow`.
     """
     by_keys = _check_by(by.split(",") if isinstance(by, str) else list(by))
     t_since, t_until = parse_time(since, now=now), parse_time(until, now=now, what="--until")
@@ -224,20 +227,16 @@ def report(
     groups: dict[tuple, _Group] = defaultdict(_Group)
     totals: dict[str | None, _Group] = defaultdict(_Group)
     class_cache: dict[tuple[str | None, str | None], Any] = {}
-    records = list(records)
+    records = [rec for rec in records if _counted(rec, include_probes, include_shadow)]
     # A record with no cost (unpriced, or an error nothing was billed for) joins the group of the same
     # keys in the currency that group bills in, so "no feature" is one row, not a priced and a blank one.
     # (When a key bills in two currencies, they go with the first in alphabetical order.)
     currency_of: dict[tuple, str] = {}
     for rec in records:
-        if not include_probes and is_probe(rec):
-            continue
         if rec.cost is not None and rec.currency is not None:
             keys = tuple(_key_value(rec, k) for k in by_keys)
             currency_of[keys] = min(rec.currency, currency_of.get(keys, rec.currency))
     for rec in records:
-        if not include_probes and is_probe(rec):
-            continue
         keys = tuple(_key_value(rec, k) for k in by_keys)
         key = keys + (rec.currency if rec.cost is not None else currency_of.get(keys),)
         g = groups[key]
@@ -270,6 +269,11 @@ def report(
     if rates is not None and totals:
         total_rows.append(_reporting_total(totals, rates))
     return ReportRows(rows, total_rows)
+
+
+def _counted(record: LedgerRecord, include_probes: bool, include_shadow: bool) -> bool:
+    """Whether a record counts in a report: probes and shadow traffic only when asked for."""
+    return (include_probes or not is_probe(record)) and (include_shadow or not is_shadow(record))
 
 
 def _ms(x: float | None) -> float | None:
@@ -749,6 +753,8 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--config", help="llmroute TOML config, for [pricing] overrides and exchange rates")
     p.add_argument("--include-probes", action="store_true",
                    help="count the probe calls of `llmroute health` and `bench smoke` (left out by default)")
+    p.add_argument("--include-shadow", action="store_true",
+                   help="count the calls of shadow comparisons, [routing.shadow] (left out by default)")
     p.add_argument("--wide", action="store_true", help="table: every column with full names (wider than 120)")
     p.add_argument("--by-length", action="store_true",
                    help="add latency by input/output token bucket (table, json; always in html)")
@@ -776,7 +782,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         by_keys = _check_by(args.by.split(","))
         now = time.time()
         rows = report(ledger, by=by_keys, since=args.since, until=args.until, reprice=args.reprice,
-                      price_book=book, now=now, include_probes=args.include_probes)  # fmt: skip
+                      price_book=book, now=now, include_probes=args.include_probes,
+                      include_shadow=args.include_shadow)  # fmt: skip
         lengths = None
         if args.by_length and args.format in ("table", "json"):
             t_since, t_until = parse_time(args.since, now=now), parse_time(args.until, now=now, what="--until")
@@ -801,7 +808,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             title = f"llmroute cost report: {'PostgreSQL ledger' if is_url else Path(ledger).name}" + (
                 f", since {args.since}" if args.since else "")
             records = (r for r in read_records(ledger, since=t_since, until=t_until)
-                       if args.include_probes or not is_probe(r))
+                       if _counted(r, args.include_probes, args.include_shadow))
             text = to_html(rows, by_keys, records, title=title,
                            rates=(book.rates() if book else None))  # fmt: skip
             out = Path(args.out or "llmroute-report.html")

@@ -28,6 +28,7 @@ from __future__ import annotations
 import json
 import math
 import operator
+from itertools import chain
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
@@ -88,6 +89,20 @@ _DENSE_NAMES = frozenset({"heuristic", "input_tokens", "output_tokens", "code_bl
                           "constraints", "questions", "user_turns"})
 
 
+# The counts `_dense` reads after the log-odds and the task type, in its order, as
+# (Classification field index, feature name, divisor of log2(1 + count)); user_turns is log2(turns).
+_COUNT_FEATURES = (
+    (3, "input_tokens", 4.0), (4, "output_tokens", 4.0), (5, "code_blocks", 1.0), (6, "math_signals", 2.0),
+    (7, "quantities", 2.0), (8, "constraints", 2.0), (9, "questions", 2.0), (10, "user_turns", 1.0),
+)
+
+
+def _sigmoid(total: float) -> float:
+    """The score of a log-odds total, clamped to +-60 first."""
+    total = max(-60.0, min(60.0, total))
+    return 1.0 / (1.0 + math.exp(-total))
+
+
 def conversation_features(
     messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None
 ) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str], int]]:
@@ -105,7 +120,7 @@ class FittedRouter:
     whose reason names the two features that weighed most, and whose other fields are the
     heuristic's. Not to be mutated after construction."""
 
-    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "ngrams", "_keys")
+    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "ngrams", "_keys", "_plan", "_category")
 
     def __init__(
         self,
@@ -129,6 +144,14 @@ class FittedRouter:
         # pair has a space, a character n-gram is non-ASCII).
         self.ngrams = {**self.words, **self.pairs, **self.chars}
         self._keys = self.ngrams.keys()
+        # `classify`'s precompiled lookups: the weighted counts as (Classification field, name,
+        # weight, scale of log2(1 + count)), in `_dense` order; the task types' weights by type.
+        self._plan = tuple(
+            (field, name, self.dense[name], scale) for field, name, scale in _COUNT_FEATURES if name in self.dense
+        )
+        self._category = {
+            name[len("category="):]: weight for name, weight in self.dense.items() if name.startswith("category=")
+        }
 
     def _sum(
         self, dense: Iterable[tuple[str, float]], words: Iterable[str], pairs: Iterable[str], chars: Iterable[str],
@@ -180,25 +203,102 @@ class FittedRouter:
 
     def score_features(self, features: Any) -> float:
         """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
-        total = self._sum(features.dense, features.words, features.pairs, features.chars, features.ngram_count)[0]
-        total = max(-60.0, min(60.0, total))
-        return 1.0 / (1.0 + math.exp(-total))
+        return _sigmoid(self._sum(features.dense, features.words, features.pairs, features.chars, features.ngram_count)[0])
 
     def classify(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
-        """Score this conversation with the fitted model. Pure, deterministic, no I/O."""
+        """Score this conversation with the fitted model. Pure, deterministic, no I/O.
+
+        The same arithmetic, in the same order, as `logit` (which fit.py's path shares), fused into
+        one pass: the dense features through the lookups precompiled at construction, the n-gram
+        count without building the pair lists' totals twice (tests/routing/test_fitted_fast.py
+        checks both give bit-identical results)."""
+        f = _features(messages)
+        heuristic = _classify(f, max_tokens)
+        total = self.bias
+        named: list[tuple[float, str]] = []
+        weights = self.dense
+        weight = weights.get("heuristic")
+        if weight is not None:
+            score = min(max(heuristic[0], 1e-9), 1.0 - 1e-9)
+            value = math.log(score / (1.0 - score))
+            if value:
+                contribution = weight * value
+                total += contribution
+                named.append((contribution, "heuristic"))
+        category = heuristic[2]
+        weight = self._category.get(category)
+        if weight is not None:
+            contribution = weight * 1.0
+            total += contribution
+            named.append((contribution, "category=" + category))
+        for field, name, weight, scale in self._plan:
+            count = heuristic[field]
+            if field == 10:  # conversation depth: log2 of the user turns, at least one
+                value = math.log2(float(max(1, count)))
+            elif count is None:  # requested output tokens, when the request does not say
+                continue
+            else:  # quantities floor at 0
+                value = math.log2(1.0 + (max(0, count) if field == 7 else count))
+                if scale != 1.0:
+                    value /= scale
+            if value:
+                contribution = weight * value
+                total += contribution
+                named.append((contribution, name))
+        # `_ngrams`, building only the kinds this model has weights for (the count covers all).
+        words = f.words
+        ngram_count = len(f.tokens)
+        pairs: Any = ()
+        if len(words) > 1:
+            ngram_count += len(words) - 1
+            if self.pairs:
+                pairs = list(map(" ".join, zip(words, words[1:])))
+        chars: Any = None
+        if not f.window.isascii():
+            runs = _NON_ASCII_RUN_RE.findall(f.window)
+            ngram_count += sum(map(len, runs)) - len(runs)
+            if self.chars:  # the same sequence as `_ngrams`' list, without building it
+                chars = chain.from_iterable([map(operator.add, run, run[1:]) for run in runs])
+        if ngram_count:
+            keys = self._keys
+            hits = keys & words
+            if pairs:
+                hits |= keys & pairs
+            if chars is not None:
+                hits |= keys & chars
+            if hits:
+                norm = _ngram_weight_of(ngram_count)
+                # One lookup per hit, in the set's order (so the sum is `_sum`'s to the bit); the
+                # strongest two are then found by value and position, the first of equals winning
+                # as max(hits, key=...) would.
+                found = list(hits)
+                values = list(map(self.ngrams.__getitem__, found))
+                total += norm * sum(values)
+                pick = max if total >= 0 else min
+                at = values.index(pick(values))
+                named.append((values[at] * norm, found[at]))
+                if len(found) > 1:
+                    del found[at], values[at]
+                    at = values.index(pick(values))
+                    named.append((values[at] * norm, found[at]))
+        return _new_tuple(Classification, (_sigmoid(total), self._reason(total, named), *heuristic[2:]))
+
+    def classify_reference(self, messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None) -> Classification:
+        """`classify` through the general path (`logit`: `conversation_features`, then the sums):
+        slower, kept as the reference the fast path is tested against."""
         total, named, heuristic = self.logit(messages, max_tokens=max_tokens)
+        return _new_tuple(Classification, (_sigmoid(total), self._reason(total, named), *heuristic[2:]))
+
+    def _reason(self, total: float, named: list[tuple[float, str]]) -> str:
+        """The route reason: the two features that pushed hardest the way the score ended up."""
         total = max(-60.0, min(60.0, total))
-        score = 1.0 / (1.0 + math.exp(-total))
-        # The reason names the two features that pushed hardest the way the score ended up.
         if total >= 0:
             pushing = sorted([c for c in named if c[0] > 0], reverse=True)[:2]
         else:
             pushing = sorted([c for c in named if c[0] < 0])[:2]
         if pushing:
-            reason = self.name + ": " + ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
-        else:
-            reason = self.name + ": no strong feature"
-        return _new_tuple(Classification, (score, reason, *heuristic[2:]))
+            return self.name + ": " + ", ".join(f"{_label(name)} {value:+.2f}" for value, name in pushing)
+        return self.name + ": no strong feature"
 
     def to_json(self) -> dict[str, Any]:
         """The model file's content (see `docs/routing.md` for the format)."""

@@ -8,13 +8,17 @@ Config (off by default):
     judge = "large"      # tier or "provider:model" that compares the answers; none: no verdict
     max_in_flight = 2    # shadow jobs running at once; a sample beyond it is dropped, never queued
 
-What happens, on the sync `Client` (the async client does not shadow yet):
+What happens, on `Client` (`ShadowRunner`: a thread pool of `max_in_flight` threads) and on
+`AsyncClient` (`AsyncShadowRunner`: tasks on the client's event loop):
 
-* only a plain (non-streamed) call with `model="auto"` that the classifier (or a fitted router)
-  sent to `routing.small_tier` is a candidate, sampled at `rate`; its answer has already been
-  returned, so the caller never waits for the shadow;
-* the shadow call is the same request sent to `routing.large_tier`, with `metadata.shadow = "1"`
-  (its ledger records carry that mark, so reports and SQL can leave it out); the judge call also;
+* a call with `model="auto"` that the classifier (or a fitted router) sent to `routing.small_tier`
+  is a candidate, sampled at `rate`: a plain call once its answer is returned, a streamed one once
+  the stream has ended (a stream closed before its end has no answer to compare and is not
+  offered); the caller never waits for the shadow, and a sample arriving while `max_in_flight`
+  shadows run is dropped, never queued;
+* the shadow call is the same request sent to `routing.large_tier` as a plain call
+  (`shadow_request`), with `metadata.shadow = "1"` (its ledger records carry that mark, and
+  `llmroute report` leaves them out unless `--include-shadow`); the judge call also;
 * with a judge, `judge_messages` asks for a one-letter verdict under the fixed rubric `RUBRIC`
   (answer A is the small tier's, B the large tier's); `parse_verdict` reads its first word. The verdict is
   stored as feedback on the original call (source "shadow", label "judge: A|B|tie"): score 1.0
@@ -22,11 +26,14 @@ What happens, on the sync `Client` (the async client does not shadow yet):
   conversation, so `llmroute router fit --ledger` learns from it;
 * failures of shadow or judge calls are logged and dropped; they never reach the caller.
 
-`should_shadow`, `judge_messages` and `parse_verdict` are pure; `ShadowRunner` owns the thread pool.
+`should_shadow`, `judge_messages`, `parse_verdict`, `shadow_request` and `judge_request` are pure;
+`ShadowRunner` owns its thread pool, `AsyncShadowRunner` its tasks; closing the client waits for the
+running shadows.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import random
 import threading
@@ -36,7 +43,10 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "ShadowRunner"]
+from ..accounting.ledger import SHADOW_METADATA_KEY
+
+__all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
+           "judge_request", "ShadowRunner", "AsyncShadowRunner"]
 
 log = logging.getLogger("llmroute.shadow")
 
@@ -98,8 +108,26 @@ def _text(response: Any) -> str:
         return ""
 
 
-class ShadowRunner:
-    """Runs shadow jobs for one sync client on its own small thread pool."""
+def shadow_request(kwargs: Mapping[str, Any], large_tier: str) -> dict[str, Any]:
+    """The shadow call's keyword arguments: the original request sent to `large_tier`, as a plain
+    (non-streamed) call, with `metadata.shadow = "1"`."""
+    request = {key: value for key, value in kwargs.items() if key not in ("stream", "stream_options")}
+    request["model"] = large_tier
+    request["metadata"] = {**(kwargs.get("metadata") or {}), SHADOW_METADATA_KEY: "1"}
+    return request
+
+
+def judge_request(kwargs: Mapping[str, Any], judge: str, small_answer: Any, large_answer: Any) -> dict[str, Any]:
+    """The judge call's keyword arguments for two responses (or streams' assembled responses)."""
+    return dict(
+        model=judge, messages=judge_messages(kwargs.get("messages") or [], _text(small_answer), _text(large_answer)),
+        max_tokens=4, temperature=0, metadata={**(kwargs.get("metadata") or {}), SHADOW_METADATA_KEY: "1"},
+        feature=kwargs.get("feature"),
+    )
+
+
+class _Runner:
+    """What the sync and async runners share: sampling, the in-flight bound and the verdict's record."""
 
     def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
                  rng: random.Random | None = None) -> None:
@@ -109,21 +137,45 @@ class ShadowRunner:
         self.large_tier = large_tier
         self._rng = rng or random.Random()
         self._slots = threading.BoundedSemaphore(config.max_in_flight)
-        self._pool = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="llmroute-shadow")
         self.submitted = 0
         self.dropped = 0
 
-    def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
-        """Consider a finished call (its original keyword arguments and its response) for shadowing."""
+    def _admit(self, response: Any) -> bool:
+        """Whether a finished call (its response, or a stream's assembled response) is shadowed now;
+        True holds one in-flight slot, which the job releases."""
         route = getattr(response, "route", None)
-        if route is None or kwargs.get("stream") or not should_shadow(
+        if route is None or not should_shadow(
             tier=route.tier, score=route.score, small_tier=self.small_tier, rate=self.config.rate, draw=self._rng.random()
         ):
-            return
+            return False
         if not self._slots.acquire(blocking=False):
             self.dropped += 1
-            return
+            return False
         self.submitted += 1
+        return True
+
+    def _record(self, kwargs: Mapping[str, Any], response: Any, verdict_reply: Any) -> None:
+        verdict = parse_verdict(_text(verdict_reply))
+        if verdict is None:
+            log.warning("shadow: the judge's reply is not a verdict; no outcome recorded")
+            return
+        self._client.feedback(response, 0.0 if verdict == "B" else 1.0, label=f"judge: {verdict}",
+                              messages=list(kwargs.get("messages") or []), source="shadow")
+
+
+class ShadowRunner(_Runner):
+    """Runs shadow jobs for one sync client on its own small thread pool."""
+
+    def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
+                 rng: random.Random | None = None) -> None:
+        super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
+        self._pool = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="llmroute-shadow")
+
+    def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
+        """Consider a finished call (its original keyword arguments and its response, or a stream's
+        assembled response once the stream ended) for shadowing."""
+        if not self._admit(response):
+            return
         try:
             self._pool.submit(self._run, dict(kwargs), response)
         except RuntimeError:  # the pool is shut down: the client is closing
@@ -131,21 +183,10 @@ class ShadowRunner:
 
     def _run(self, kwargs: dict[str, Any], response: Any) -> None:
         try:
-            metadata = {**(kwargs.get("metadata") or {}), "shadow": "1"}
-            large = self._client.chat.completions.create(**{**kwargs, "model": self.large_tier, "metadata": metadata})
-            if self.config.judge is None:
-                return
-            messages = kwargs.get("messages") or []
-            verdict_reply = self._client.chat.completions.create(
-                model=self.config.judge, messages=judge_messages(messages, _text(response), _text(large)),
-                max_tokens=4, temperature=0, metadata=metadata, feature=kwargs.get("feature"),
-            )
-            verdict = parse_verdict(_text(verdict_reply))
-            if verdict is None:
-                log.warning("shadow: the judge's reply is not a verdict; no outcome recorded")
-                return
-            self._client.feedback(response, 0.0 if verdict == "B" else 1.0, label=f"judge: {verdict}",
-                                  messages=list(messages), source="shadow")
+            create = self._client.chat.completions.create
+            large = create(**shadow_request(kwargs, self.large_tier))
+            if self.config.judge is not None:
+                self._record(kwargs, response, create(**judge_request(kwargs, self.config.judge, response, large)))
         except Exception:  # noqa: BLE001 - a shadow never reaches the caller
             log.exception("shadow comparison failed")
         finally:
@@ -154,3 +195,40 @@ class ShadowRunner:
     def close(self, wait: bool = True) -> None:
         """Stop taking jobs; with `wait`, let the running ones finish."""
         self._pool.shutdown(wait=wait)
+
+
+class AsyncShadowRunner(_Runner):
+    """Runs shadow jobs for one `AsyncClient` as tasks on its event loop: `offer` only creates the
+    task (the caller never awaits it); at most `max_in_flight` run at once, a sample beyond that is
+    dropped."""
+
+    def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
+                 rng: random.Random | None = None) -> None:
+        super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
+        self._tasks: set[asyncio.Task[None]] = set()  # strong references until each task ends
+        self._closed = False
+
+    def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
+        """Consider a finished call for shadowing (called on the event loop's thread)."""
+        if self._closed or not self._admit(response):
+            return
+        task = asyncio.get_running_loop().create_task(self._run(dict(kwargs), response), name="llmroute-shadow")
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _run(self, kwargs: dict[str, Any], response: Any) -> None:
+        try:
+            create = self._client.chat.completions.create
+            large = await create(**shadow_request(kwargs, self.large_tier))
+            if self.config.judge is not None:
+                self._record(kwargs, response, await create(**judge_request(kwargs, self.config.judge, response, large)))
+        except Exception:  # noqa: BLE001 - a shadow never reaches the caller
+            log.exception("shadow comparison failed")
+        finally:
+            self._slots.release()
+
+    async def aclose(self) -> None:
+        """Stop taking jobs and wait for the running ones."""
+        self._closed = True
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
