@@ -342,7 +342,29 @@ class _Chat:
         self.completions = Completions(client)
 
 
-class Client:
+class _ClientSurface:
+    """What `Client` and `AsyncClient` share beyond the call itself: health, feedback, repr."""
+
+    config: Config
+    _engine: Engine
+
+    def health(self) -> Dict[str, Any]:
+        """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
+        return self._engine.health(_now())
+
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
+                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+                 source: str = "user") -> None:
+        """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write); see
+        `_record_feedback`."""
+        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
+                         source=source)
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(config={self.config.source!r}, tiers={list(self.config.tiers)})"
+
+
+class Client(_ClientSurface):
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *,
@@ -540,10 +562,6 @@ class Client:
             self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
         return result
 
-    def health(self) -> Dict[str, Any]:
-        """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
-        return self._engine.health(_now())
-
     @property
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.Batches`, docs/batch.md)."""
@@ -552,13 +570,6 @@ class Client:
 
             self._batches = Batches(self)
         return self._batches
-
-    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
-                 source: str = "user") -> None:
-        """Attach a quality score in [0, 1] to a call in the ledger; see `_record_feedback`."""
-        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
-                         source=source)
 
     def close(self) -> None:
         if self._shadow is not None:
@@ -588,8 +599,6 @@ class Client:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"Client(config={self.config.source!r}, tiers={list(self.config.tiers)})"
 
 
 # --------------------------------------------------------------------------------------------------
@@ -722,7 +731,7 @@ class _AsyncChat:
         self.completions = AsyncCompletions(client)
 
 
-class AsyncClient:
+class AsyncClient(_ClientSurface):
     """The asyncio client, same surface as `Client`.
 
     `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool."""
@@ -910,10 +919,6 @@ class AsyncClient:
             self._shadow.offer(original, result)  # [routing.shadow]: a task the caller never awaits
         return result
 
-    def health(self) -> Dict[str, Any]:
-        """Breaker state of every deployment: `{"provider:model": snapshot}`."""
-        return self._engine.health(_now())
-
     @property
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.AsyncBatches`, docs/batch.md)."""
@@ -922,13 +927,6 @@ class AsyncClient:
 
             self._batches = AsyncBatches(self)
         return self._batches
-
-    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
-                 source: str = "user") -> None:
-        """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write)."""
-        _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
-                         source=source)
 
     async def aclose(self) -> None:
         if self._shadow is not None:
@@ -961,5 +959,3 @@ class AsyncClient:
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
 
-    def __repr__(self) -> str:
-        return f"AsyncClient(config={self.config.source!r}, tiers={list(self.config.tiers)})"
