@@ -393,15 +393,13 @@ class CallRun:
                 self.prepared.cache.completed(self, completion)
 
     def rough_input_tokens(self) -> int:
-        """The prompt's size in tokens, counted if something already counted it, else estimated
-        from its length (3 characters a token; no tokenizer on the hot path)."""
+        """The prompt's size in tokens, counted if something already counted it, else the router's
+        estimate from characters (no tokenizer on the hot path)."""
         if self.prepared.input_tokens is not None:
             return self.prepared.input_tokens
-        chars = 0
-        for message in self.prepared.messages:
-            content = message.get("content")
-            chars += len(content) if isinstance(content, str) else len(str(content or ""))
-        return chars // 3
+        from .routing.classifier import estimate_tokens  # imported on first use: import llmroute stays light
+
+        return estimate_tokens(self.prepared.messages)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
