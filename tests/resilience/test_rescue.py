@@ -69,13 +69,18 @@ def continuing(name: str) -> dict[str, Any]:
 # with the defaults: the rescue bounds of the README's table (a hang, a slow first token, a stall)
 
 
+def timed_call(mode: str, config: dict[str, Any]) -> tuple[Any, float]:
+    """One call in `mode`: (what the caller got, seconds it took)."""
+    with Caller(mode, config) as call:
+        started = time.monotonic()
+        result = call()
+        return result, time.monotonic() - started
+
+
 @pytest.mark.parametrize("mode", ["sync", "async-stream"])
 def test_defaults_rescue_a_primary_that_accepts_and_never_answers_within_15s(servers, mode):
     servers["a"].push(slow_headers(40.0))  # the status line never comes within the call
-    with Caller(mode, defaults_config({"a": servers["a"], "b": servers["b"]})) as call:
-        started = time.monotonic()
-        result = call()
-        elapsed = time.monotonic() - started
+    result, elapsed = timed_call(mode, defaults_config({"a": servers["a"], "b": servers["b"]}))
     assert result.text == B_TEXT
     assert sent(result.route) == [(A, "error"), (B, "ok")]
     assert result.route.attempts[0].error_type == "TimeoutError"
@@ -86,10 +91,7 @@ def test_defaults_rescue_a_primary_that_accepts_and_never_answers_within_15s(ser
 @pytest.mark.parametrize("mode", ["sync-stream", "async"])
 def test_defaults_rescue_a_20s_first_token_within_15s(servers, mode):
     servers["a"].push(slow_ttft(20.0, PIECES))
-    with Caller(mode, defaults_config({"a": servers["a"], "b": servers["b"]})) as call:
-        started = time.monotonic()
-        result = call()
-        elapsed = time.monotonic() - started
+    result, elapsed = timed_call(mode, defaults_config({"a": servers["a"], "b": servers["b"]}))
     assert result.text == B_TEXT
     assert sent(result.route) == [(A, "error"), (B, "ok")]
     assert servers["a"].calls == 1
@@ -101,10 +103,7 @@ def test_defaults_rescue_a_30s_stall_after_content_within_15s(servers, mode):
     servers["a"].push(stall_after(2, 30.0, PIECES))
     servers["b"].push(Reply(pieces=[" three", " four"]))
     config = defaults_config({"a": servers["a"], "b": servers["b"]}, deployments=[A, continuing("b")])
-    with Caller(mode, config) as call:
-        started = time.monotonic()
-        result = call()
-        elapsed = time.monotonic() - started
+    result, elapsed = timed_call(mode, config)
     assert result.text == "one two three four"  # continued on b, nothing repeated, nothing missing
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
     assert result.route.recovery == "resumed"
