@@ -138,14 +138,9 @@ def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
     return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None)
 
 
-def run_of(state: Optional[StreamState]) -> Optional[CallRun]:
-    return state.run if state is not None else None
-
-
-def _plain_answer(run: Optional[CallRun], response: Any) -> bool:
+def _plain_answer(state: StreamState, response: Any) -> bool:
     """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
-    return (run is not None and not run.prepared.stream
-            and response.headers.get("content-type", "").startswith("application/json"))
+    return not state.run.prepared.stream and response.headers.get("content-type", "").startswith("application/json")
 
 
 def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
@@ -426,7 +421,7 @@ class Client(_ClientSurface):
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
-            if state is None or _plain_answer(run_of(state), op.response):
+            if state is None or _plain_answer(state, op.response):
                 op.state = None
                 try:
                     content = read_body(op.response, self.read_limits, **_body_args(ctx))
@@ -793,7 +788,7 @@ class AsyncClient(_ClientSurface):
                     raise
                 ctx.request = corrected
                 op.response = await self._send(ctx)
-            if state is None or _plain_answer(run_of(state), op.response):
+            if state is None or _plain_answer(state, op.response):
                 op.state = None
                 try:
                     content = await aread_body(op.response, self.read_limits, **_body_args(ctx))

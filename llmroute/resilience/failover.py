@@ -294,10 +294,6 @@ class FailoverPlan:
                 if isinstance(step, Send) and step.is_restart:
                     self._recover = "restarted"
                 return step
-        if self._recover == "continue" and self._cut is not None and not self._in_flight:
-            flight, error, partial = self._cut
-            self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))
-            return self._terminal
         if self._in_flight:
             # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
             return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
