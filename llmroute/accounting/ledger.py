@@ -492,11 +492,7 @@ class SQLiteSink(_BatchingSink):
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            if self.path.parent and not self.path.parent.exists():
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=5.0, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn = open_wal_sqlite(self.path)
             conn.executescript(SCHEMA_SQL)
             _add_missing_columns(conn)
             conn.execute(
@@ -521,6 +517,17 @@ class SQLiteSink(_BatchingSink):
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+
+def open_wal_sqlite(path: Path) -> sqlite3.Connection:
+    """A SQLite file for a background writer: its folder created, WAL, synchronous=NORMAL (a committed
+    batch survives a killed process), autocommit (the writer opens its own transactions)."""
+    if path.parent and not path.parent.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False, isolation_level=None)
+    conn.execute("PRAGMA journal_mode=WAL")
+    conn.execute("PRAGMA synchronous=NORMAL")
+    return conn
 
 
 class JSONLSink(_BatchingSink):

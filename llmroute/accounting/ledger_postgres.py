@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from .ledger import COLUMNS, LedgerRecord, _BatchingSink, select_sql
+from .ledger import COLUMNS, LedgerRecord, _BatchingSink, open_wal_sqlite, select_sql
 
 __all__ = ["PostgresSink", "read_postgres", "is_postgres_url", "record_id_of", "PG_SCHEMA_VERSION"]
 
@@ -112,11 +112,7 @@ class _Spool:
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:
-            if self.path.parent and not self.path.parent.exists():
-                self.path.parent.mkdir(parents=True, exist_ok=True)
-            conn = sqlite3.connect(str(self.path), timeout=5.0, check_same_thread=False, isolation_level=None)
-            conn.execute("PRAGMA journal_mode=WAL")
-            conn.execute("PRAGMA synchronous=NORMAL")
+            conn = open_wal_sqlite(self.path)
             conn.execute("CREATE TABLE IF NOT EXISTS spool (record_id TEXT PRIMARY KEY, record TEXT NOT NULL)")
             self._conn = conn
         return self._conn
