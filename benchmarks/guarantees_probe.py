@@ -321,7 +321,7 @@ FULL_DISK_CHILD = textwrap.dedent("""
 
 
 def ledger_cases(tmp: Path) -> None:
-    from llmroute.accounting.ledger import read_records
+    from llmroute.accounting.sinks import read_records
 
     for kind in ("sqlite", "jsonl"):
         for recover in (False, True):

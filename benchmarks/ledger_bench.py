@@ -22,7 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from llmroute.accounting.ledger import LedgerRecord, SQLiteSink, read_records  # noqa: E402
+from llmroute.accounting.ledger import LedgerRecord, SQLiteSink  # noqa: E402
+
+from llmroute.accounting.sinks import read_records
 from llmroute.accounting.report import percentile, report, to_html  # noqa: E402
 
 

@@ -107,15 +107,15 @@ def rotated(calls: Dict[str, Any], rounds: int):
 class InsideResilience:
     """Time spent inside the resilience layer during real client calls: the failover plan's
     construction, `next_step` and `record` (breaker, retry budget, limits inside them) and the
-    engine's copy of skips into the route. Wraps those methods while active; perf_counter, since
+    call's copy of skips into the route. Wraps those methods while active; perf_counter, since
     none of them awaits or blocks."""
 
     def __init__(self) -> None:
-        from llmroute.engine import Engine
+        from llmroute.call import CallRun
         from llmroute.resilience.failover import FailoverPlan
 
         self.targets = [(FailoverPlan, "__init__"), (FailoverPlan, "next_step"), (FailoverPlan, "record"),
-                        (Engine, "on_plan_progress")]
+                        (CallRun, "_sync_skips")]
         self.seconds = 0.0
         self._saved: List[Any] = []
 

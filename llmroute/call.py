@@ -5,16 +5,21 @@ target (tier, deployment or "auto"); a `CallRun` hands out attempts, takes their
 finishes the response with its route, usage and cost; a `StreamState` turns the bytes of one
 streamed attempt into chunks, holding them back until content arrives so that a stream can fail
 over exactly like a plain call until the caller has seen a token. The shells only move bytes and
-sleep. Times are `time.monotonic()` values passed in; nothing here reads a clock or a socket.
+sleep. Times are passed in: `now` arguments are monotonic seconds, and the run's `wall` callable
+(the shells pass `time.time`) stamps attempt records; nothing here reads a clock or a socket.
+
+A `CallRun` owns everything about its call (target, route, attempts, plan, answer, costs). The
+client's shared services (`engine.Engine`: breakers, limits, budgets, prices) answer its questions,
+and the `recorder.CallRecorder` (ledger, budget spend, spans) is told about its events; neither
+changes the run.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import uuid
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence, Union
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from . import errors as E
 from .accounting.plausible import implausible_usage
@@ -24,30 +29,19 @@ from .providers import adapter_class
 from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .providers.prefill import continuation_call
 from .providers.sendable import check_headers, encode_body
+from .targets import Target, resolve_target
+from .timeouts import Timeouts
 from .tokens import count_message_tokens, estimate_usage
-from .transport import Timeouts
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
 from .validate import check_create_args
 
 logger = logging.getLogger("llmroute.call")
 
 if TYPE_CHECKING:
-    from .engine import Engine
+    from .accounting.cost import Cost
+    from .engine import Admission, Engine
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
-
-@dataclass
-class Target:
-    """Where a call may go: the tier (if any), its candidate deployments in order, and why."""
-
-    deployments: List[Deployment]
-    tier: Optional[str]
-    reason: str
-    score: Optional[float] = None
-    pool: Optional[str] = None
-    fallback: List[Deployment] = field(default_factory=list)
-    fallback_tier: Optional[str] = None
-
 
 @dataclass
 class PreparedCall:
@@ -121,21 +115,30 @@ Step = Union[Send, Wait]
 class CallRun:
     """The attempts of one call. The shells loop: `next_step()`, do the I/O, report back."""
 
-    def __init__(self, engine: "Engine", prepared: PreparedCall, now: float) -> None:
+    def __init__(self, engine: "Engine", prepared: PreparedCall, now: float, *, wall: Callable[[], float]) -> None:
         self.engine = engine
+        self.recorder = engine.recorder
         self.prepared = prepared
         self.started = now
-        self.extras: Any = None
-        self.target = prepared.target or engine.resolve_target(prepared)
+        self.wall = wall
+        routed = prepared.target or resolve_target(engine.config, prepared)
         self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
-        engine.admit(self, now)  # guards and budgets: may refuse, or downgrade the tier
+        # Guards and budgets: may refuse (raises), cap the output, or downgrade the tier.
+        self.admission: "Admission" = engine.admit(prepared, routed, self.input_tokens, now, wall())
+        self.target = self.admitted_target(routed, self.admission.target)
+        if self.admission.max_tokens is not None:
+            self.apply_output_cap(self.admission.max_tokens)
         target = self.target
         self.route.tier, self.route.reason, self.route.score = target.tier, target.reason, target.score
         if target.pool:
             self.route.pool = target.pool
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
-        self.plan = engine.plan_for(self, now)
+        self.admission.target = target
+        self.plan = engine.plan_for(prepared, self.admission, self.input_tokens, self.deadline, now)
+        self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
+        self.trace = self.recorder.call_started(self, now)
+        self.costs: List["Cost"] = []  # billed attempts' costs
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
         self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
@@ -146,12 +149,20 @@ class CallRun:
         if prepared.cache is not None:
             prepared.cache.started(self)
 
+    def admitted_target(self, routed: Target, admitted: Target) -> Target:
+        """The target the call goes to after admission (a budget's downgrade, when it made one)."""
+        return admitted
+
+    def apply_output_cap(self, max_tokens: int) -> None:
+        """A guard capped the output of a call that asked for no cap."""
+        self.prepared.call.params["max_tokens"] = max_tokens
+
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
         from .resilience.failover import Exhausted, Wait as PlanWait
 
         step = self.plan.next_step(now)
-        self.engine.on_plan_progress(self)
+        self._sync_skips()
         if isinstance(step, PlanWait):
             return Wait(step.seconds, step.deployment_id)
         if isinstance(step, Exhausted):
@@ -226,7 +237,7 @@ class CallRun:
             model=deployment.model,
             tier=step.tier or deployment.tier or self.target.tier,
             number=len(self.route.attempts) + 1,
-            started_at=time.time(),
+            started_at=self.wall(),
             note=", ".join(notes) or None,
         )
         self.route.attempts.append(record)
@@ -237,7 +248,7 @@ class CallRun:
             self.route.resumed_at.append(len(self.answer.text(0)))
         self.in_flight[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
-        self.engine.on_attempt_start(self, ctx, now, kind)
+        ctx.trace = self.recorder.attempt_started(self, ctx, now, kind)
         return ctx
 
     def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
@@ -273,7 +284,7 @@ class CallRun:
         mode = self.recovery_mode(ctx, partial) if content_started and recover else None
         if mode is not None and rec.usage is not None:
             self.earlier_usage.append(rec.usage)
-        self.engine.on_attempt_end(self, ctx, error, now)
+        self._attempt_ended(ctx, error, now)
         self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
                          content_started=content_started, partial_text=partial_text, recover=mode)
         if content_started and self.plan.finished:
@@ -328,7 +339,7 @@ class CallRun:
             route.usage_estimated = not usage_reported or any(
                 a.usage_estimated for a in route.attempts if a.billed and a is not rec)
         completion.route = route
-        self.engine.on_attempt_end(self, ctx, None, now)
+        self._attempt_ended(ctx, None, now)
         self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
         self._end(completion, None, now)
         return completion
@@ -353,7 +364,7 @@ class CallRun:
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
             rec.usage_estimated = True
         rec.billed = not ctx.unsent
-        self.engine.on_attempt_end(self, ctx, error if status == "error" else None, now)
+        self._attempt_ended(ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
 
     def abandon(self, now: float, error: BaseException) -> None:
@@ -382,15 +393,43 @@ class CallRun:
     def hedge(self, now: float) -> Optional[AttemptContext]:
         """Start the hedge attempt now, if the plan has a candidate for it."""
         step = self.plan.hedge_step(now)
-        self.engine.on_plan_progress(self)
+        self._sync_skips()
         return self._begin(step, now) if step is not None else None
 
+    def _sync_skips(self) -> None:
+        """Copy the deployments the plan skipped (open breakers, limits) into the route, and tell the recorder."""
+        planned = self.plan.attempts
+        for planned_attempt in planned[self._synced_plan_attempts:]:
+            if planned_attempt.status == "skipped":
+                provider, _, model = planned_attempt.deployment.partition(":")
+                record = Attempt(
+                    deployment=planned_attempt.deployment, provider=provider, model=model,
+                    tier=planned_attempt.tier, number=len(self.route.attempts) + 1, status="skipped",
+                    note=planned_attempt.note, started_at=self.wall(),
+                )
+                self.route.attempts.append(record)
+                self.recorder.attempt_skipped(self, record, self.engine.provider_kind(record.deployment))
+        self._synced_plan_attempts = len(planned)
+
+    def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
+        """Price the ended attempt (its record keeps the cost) and tell the recorder."""
+        rec = ctx.record
+        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated)
+        if rec.billed:
+            self.costs.append(rec.cost)
+        self.recorder.attempt_ended(self, ctx, error, now)
+
     def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
-        if not self._ended:
-            self._ended = True
-            self.engine.on_call_end(self, completion, error, now)
-            if completion is not None and self.prepared.cache is not None:
-                self.prepared.cache.completed(self, completion)
+        if self._ended:
+            return
+        self._ended = True
+        self.engine.settle(self.admission)
+        total = self.engine.total_cost(self.costs)
+        if completion is not None:
+            completion.cost = total
+        self.recorder.call_ended(self, completion, total, error, now)
+        if completion is not None and self.prepared.cache is not None:
+            self.prepared.cache.completed(self, completion)
 
     def rough_input_tokens(self) -> int:
         """The prompt's size in tokens, counted if something already counted it, else the router's
@@ -528,7 +567,7 @@ class StreamState:
         )
 
     def note_first_chunk(self, now: float) -> None:
-        self.run.engine.on_first_chunk(self.ctx, now)
+        self.run.recorder.first_chunk(self.ctx, now)
 
     def interrupted(self, error: BaseException) -> E.StreamInterruptedError:
         """After content reached the caller: no failover, no replay; say what arrived."""

@@ -20,14 +20,15 @@ from .bounded import DEFAULT_READ_LIMITS, ReadLimits
 from .cache import open_cache
 from .cache.calls import alookup, lookup
 from .cache.policy import pop_cache_args
-from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call, stall_timeout
+from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from .completions import AsyncCompletions, Completions
 from .config import Config, load_config
 from .engine import Engine
+from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
-                        iter_body, map_transport_error, read_body)
+                        iter_body, read_body)
 from .types import ChatCompletion, ChatCompletionChunk, Route
 
 if TYPE_CHECKING:
@@ -48,49 +49,8 @@ def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike[str], N
     raise E.ConfigError(f"config must be a dict, a Config or a path, not {type(config).__name__}")
 
 
-def _transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamState] = None) -> E.ProviderError:
-    error = map_transport_error(
-        exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
-    )
-    if isinstance(error, E.TimeoutError) and error.timeout != "connect" and _now() >= ctx.deadline - 0.01:
-        # The read was cut at the attempt's deadline (transport.py): that is the total timeout.
-        return E.TimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
-                              timeout="total", seconds=ctx.timeouts.total_s, provider=error.provider,
-                              deployment=error.deployment)
-    if isinstance(error, E.TimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
-        return stall_timeout(ctx)  # the read timeout fired after content: a stall, not a slow first token
-    return error
-
-
 def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
     return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
-
-
-_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
-_ASYNC_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
-
-
-def _sync_network_errors() -> Tuple[Any, ...]:
-    """What the sync transport raises. httpx is imported on first use, not at `import llmroute`."""
-    global _NETWORK_ERRORS
-    if _NETWORK_ERRORS is None:
-        import httpx
-
-        _NETWORK_ERRORS = (httpx.HTTPError, OSError)
-    return _NETWORK_ERRORS
-
-
-def _network_errors() -> Tuple[Any, ...]:
-    """What the async transports raise. asyncio and aiohttp are imported on first use, not at
-    `import llmroute`; the tuple is built once."""
-    global _ASYNC_NETWORK_ERRORS
-    if _ASYNC_NETWORK_ERRORS is None:
-        import asyncio
-
-        import aiohttp
-
-        _ASYNC_NETWORK_ERRORS = _sync_network_errors() + (aiohttp.ClientError, asyncio.TimeoutError)
-    return _ASYNC_NETWORK_ERRORS
 
 
 def _running_loop() -> Any:
@@ -208,8 +168,8 @@ class Stream(_Ends):
             except E.ProviderError as error:
                 self._recover(error)
                 continue
-            except _sync_network_errors() as exc:
-                self._recover(_transport_error(exc, state.ctx, state))
+            except sync_network_errors() as exc:
+                self._recover(transport_error(exc, state.ctx, state))
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another
                 raise
@@ -440,8 +400,8 @@ class Client(_ClientSurface):
             op.response.close()
         except E.ProviderError as error:
             op.error = error
-        except _sync_network_errors() as exc:
-            op.error = _transport_error(exc, ctx, state)
+        except sync_network_errors() as exc:
+            op.error = transport_error(exc, ctx, state)
         except BaseException:
             if op.response is not None:
                 op.response.close()
@@ -536,7 +496,7 @@ class Client(_ClientSurface):
         cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared)  # type: ignore[return-value]
-        run = CallRun(self._engine, prepared, _now())
+        run = CallRun(self._engine, prepared, _now(), wall=time.time)
         try:
             op = self._attempts(run)
             if prepared.stream:
@@ -623,7 +583,7 @@ class AsyncStream(_Ends):
         return self._iterate()
 
     async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        errors = _network_errors()
+        errors = network_errors()
         while True:
             while self._ready:
                 yield self._ready.pop(0)
@@ -640,7 +600,7 @@ class AsyncStream(_Ends):
                 await self._recover(error)
                 continue
             except errors as exc:
-                await self._recover(_transport_error(exc, state.ctx, state))
+                await self._recover(transport_error(exc, state.ctx, state))
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another
                 raise
@@ -807,8 +767,8 @@ class AsyncClient(_ClientSurface):
             await op.response.aclose()
         except E.ProviderError as error:
             op.error = error
-        except _network_errors() as exc:
-            op.error = _transport_error(exc, ctx, state)
+        except network_errors() as exc:
+            op.error = transport_error(exc, ctx, state)
         except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
             if op.response is not None:
                 await asyncio.shield(op.response.aclose())
@@ -893,7 +853,7 @@ class AsyncClient(_ClientSurface):
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
-        run = CallRun(self._engine, prepared, _now())
+        run = CallRun(self._engine, prepared, _now(), wall=time.time)
         try:
             op = await self._attempts(run)
             if prepared.stream:

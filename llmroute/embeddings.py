@@ -17,13 +17,15 @@ from __future__ import annotations
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 
 from pydantic import Field
 
 from . import errors as E
-from .call import CallRun, Target, Wait
+from .attempt_errors import network_errors, sync_network_errors, transport_error
+from .call import CallRun, Wait
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
+from .targets import Target
 from .types import Route, Usage, _OpenAIModel
 
 if TYPE_CHECKING:
@@ -196,25 +198,20 @@ class _Finished:
 class EmbeddingRun(CallRun):
     """The attempts of one embeddings call: a chat `CallRun` with embedding adapters and input counting."""
 
-    def __init__(self, engine: Any, prepared: PreparedEmbedding, now: float) -> None:
+    def __init__(self, engine: Any, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
         prepared.target = prepared.target or embedding_target(engine.config, prepared)
-        asked_cap = "max_tokens" in prepared.call.params
-        super().__init__(engine, prepared, now)  # type: ignore[arg-type]
-        if not asked_cap:
-            prepared.call.params.pop("max_tokens", None)  # a guard's output cap means nothing here
+        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]
 
-    @property  # type: ignore[override]
-    def target(self) -> Target:
-        return self._target
+    def admitted_target(self, routed: Target, admitted: Target) -> Target:
+        """A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
+        (the budget still counts it; a `refuse` budget still refuses it)."""
+        tier = self.engine.config.tiers.get(admitted.tier) if admitted.tier else None
+        if tier is not None and tier.kind != "embedding":
+            return routed
+        return admitted
 
-    @target.setter
-    def target(self, value: Target) -> None:
-        # A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
-        # (the budget still counts it; a `refuse` budget still refuses it).
-        tier = self.engine.config.tiers.get(value.tier) if value.tier else None
-        if getattr(self, "_target", None) is not None and tier is not None and tier.kind != "embedding":
-            return
-        self._target = value
+    def apply_output_cap(self, max_tokens: int) -> None:
+        """A guard's output cap means nothing for an embedding: not sent."""
 
     def streams(self, deployment: "Deployment") -> bool:
         """An embeddings answer is one JSON body: never sent as a stream."""
@@ -302,11 +299,10 @@ class Embeddings:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
-        from .client import _sync_network_errors, _transport_error
 
         client = self._client
         prepared = prepare_embedding(client.config, kwargs)
-        run = EmbeddingRun(client._engine, prepared, _now())
+        run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
         while True:
             step = run.next_step(_now())
             if isinstance(step, Wait):
@@ -325,8 +321,8 @@ class Embeddings:
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
-            except _sync_network_errors() as exc:
-                batches.failed(run, _transport_error(exc, ctx), _now())
+            except sync_network_errors() as exc:
+                batches.failed(run, transport_error(exc, ctx), _now())
                 continue
             return run.finish(ctx, *batches.result(), _now())
 
@@ -338,14 +334,12 @@ class AsyncEmbeddings:
         self._client = client
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
-        import asyncio
-
-        from .client import _network_errors, _transport_error
+        import asyncio  # not at import llmroute: the sync client never needs it
 
         client = self._client
         prepared = prepare_embedding(client.config, kwargs)
-        run = EmbeddingRun(client._engine, prepared, _now())
-        network_errors = _network_errors()
+        run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
+        raised = network_errors()
         while True:
             step = run.next_step(_now())
             if isinstance(step, Wait):
@@ -364,7 +358,7 @@ class AsyncEmbeddings:
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
-            except network_errors as exc:
-                batches.failed(run, _transport_error(exc, ctx), _now())
+            except raised as exc:
+                batches.failed(run, transport_error(exc, ctx), _now())
                 continue
             return run.finish(ctx, *batches.result(), _now())

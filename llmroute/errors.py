@@ -44,7 +44,7 @@ from __future__ import annotations
 import builtins
 from typing import Any, Optional, Sequence
 
-from .secrets import scrub
+from .redaction import scrub
 
 __all__ = [
     "LLMRouteError",

@@ -22,7 +22,7 @@ import sys
 import time
 from typing import Any, Dict, List, Optional
 
-__all__ = ["main", "HealthReport", "probe_deployments", "PROBE_MESSAGES", "PROBE_METADATA"]
+__all__ = ["main", "probe_deployments", "PROBE_MESSAGES", "PROBE_METADATA"]
 
 PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
 PROBE_METADATA = {"llmroute_probe": "health"}  # accounting.ledger.PROBE_METADATA_KEY
@@ -52,26 +52,6 @@ def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
                 print(scrub(f"probe {dep.id}: {type(exc).__name__}: {exc}"), file=sys.stderr)
             tally.add(error)
     return tallies
-
-
-class HealthReport(dict):
-    """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
-    ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
-    and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
-
-    def __init__(self, snapshots: Any, *, ledger: Any = None, shared_state: Any = None) -> None:
-        super().__init__(snapshots)
-        self.ledger = ledger
-        self.shared_state = shared_state
-
-    def ledger_line(self) -> str:
-        led = self.ledger
-        if led is None:
-            return "ledger: none"
-        line = f"ledger: {led.sink}: {led.written} written, {led.waiting} waiting, {led.lost} lost"
-        if led.last_error:
-            line += f" (failing: {led.last_error})"
-        return line
 
 
 def main(argv: Optional[List[str]] = None) -> int:

@@ -15,7 +15,9 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 from pydantic import Field
 
 from . import errors as E
+from .attempt_errors import network_errors, sync_network_errors
 from .providers.embeddings import models_request, parse_model_list
+from .transport import map_transport_error
 from .types import _OpenAIModel
 
 if TYPE_CHECKING:
@@ -58,7 +60,7 @@ def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
 
 def _timeouts(provider: "Provider") -> Any:
     from .config import DEFAULT_CONNECT_TIMEOUT_S
-    from .transport import Timeouts
+    from .timeouts import Timeouts
 
     cfg = provider.config
     connect = cfg.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
@@ -93,9 +95,6 @@ class Models:
         self._client = client
 
     def list(self, *, provider: Optional[str] = None) -> ModelList:
-        from .client import _sync_network_errors
-        from .transport import map_transport_error
-
         listed: Dict[str, List[Model]] = {}
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
@@ -112,7 +111,7 @@ class Models:
                 listed[p.name] = _models_of(p, content)
             except E.ProviderError as error:
                 errors[p.name] = error
-            except _sync_network_errors() as exc:
+            except sync_network_errors() as exc:
                 errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
         return _result(listed, errors)
 
@@ -124,12 +123,9 @@ class AsyncModels:
         self._client = client
 
     async def list(self, *, provider: Optional[str] = None) -> ModelList:
-        import asyncio
+        import asyncio  # not at import llmroute: the sync client never needs it
 
-        from .client import _network_errors
-        from .transport import map_transport_error
-
-        network_errors = _network_errors()
+        raised = network_errors()
 
         async def one(p: "Provider") -> Any:
             timeouts = _timeouts(p)
@@ -145,7 +141,7 @@ class AsyncModels:
                 return _models_of(p, content)
             except E.ProviderError as error:
                 return error
-            except network_errors as exc:
+            except raised as exc:
                 return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
 
         providers = _providers(self._client.config, provider)

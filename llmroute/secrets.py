@@ -10,12 +10,12 @@ therefore cannot reach a log line, a trace attribute, a repr, a pickle or an exc
 
 from __future__ import annotations
 
-import json
 import logging
-import re
 import threading
 from typing import Any, Mapping
-from urllib.parse import quote, quote_plus
+
+from .errors import ConfigError
+from .redaction import MASK, is_secret_header, register_secret, scrub
 
 __all__ = [
     "SecretStr",
@@ -27,33 +27,6 @@ __all__ = [
     "ScrubFilter",
     "install_log_scrubbing",
 ]
-
-MASK = "***"
-
-_lock = threading.Lock()
-_known: set[str] = set()
-_pattern: re.Pattern[str] | None = None
-
-# Key-shaped tokens that platforms echo even when we never registered them (a key from the env of
-# another process, a key in a URL): OpenAI-style "sk-...", DashScope "sk-...", Bearer/Basic headers,
-# and `key=`/`api_key=`/`token=` query parameters.
-_GENERIC = re.compile(
-    r"(?i)(bearer\s+|basic\s+)[A-Za-z0-9._~+/=\-]{8,}"
-    r"|\bsk-[A-Za-z0-9_\-]{8,}"
-    r"|([?&](?:api[_-]?key|key|token|access_token|secret)=)[^&\s\"'#]+"
-)
-
-# Header names whose value is a credential (compared lower-case). Any name containing one of the
-# words below counts too, so `X-DashScope-Api-Key` or `X-Auth-Token` are held as secrets.
-_SECRET_HEADER_WORDS = ("authorization", "api-key", "apikey", "api_key", "token", "secret", "password",
-                        "cookie", "signature", "x-key", "auth")
-
-
-def is_secret_header(name: str) -> bool:
-    """True if a header called `name` carries a credential (Authorization, x-api-key, *-token ...)."""
-    lowered = name.lower()
-    return lowered.endswith("-key") or any(word in lowered for word in _SECRET_HEADER_WORDS)
-
 
 class SecretStr:
     """Holds an API key. `str()`, `repr()`, f-strings, pydantic's `model_dump` and pickling show a
@@ -123,45 +96,12 @@ class _MaskedSecret(SecretStr):
     __slots__ = ()
 
     def get(self) -> str:
-        from .errors import ConfigError  # errors imports this module
-
         raise ConfigError("this key was masked when it was pickled; load the config again in this process",
                           key="api_key")
 
 
 def _masked_secret() -> SecretStr:
     return _MaskedSecret(MASK)
-
-
-def _forms(value: str) -> set[str]:
-    """The ways a key shows up in text: as is, URL-encoded (both flavours), JSON-escaped."""
-    out = {value, quote(value, safe=""), quote_plus(value), json.dumps(value)[1:-1]}
-    return {v for v in out if len(v) >= 4}
-
-
-def register_secret(value: str) -> None:
-    """Remember a key so that `scrub` masks it (and its URL-encoded forms) wherever it shows up."""
-    global _pattern
-    if not value or len(value) < 4:
-        return
-    with _lock:
-        forms = _forms(value) - _known
-        if not forms:
-            return
-        _known.update(forms)
-        _pattern = re.compile("|".join(re.escape(v) for v in sorted(_known, key=len, reverse=True)))
-
-
-def scrub(text: str) -> str:
-    """Return `text` with every registered key and anything key-shaped replaced by `***`."""
-    if not text:
-        return text
-    if not isinstance(text, str):
-        text = str(text)
-    pattern = _pattern
-    if pattern is not None:
-        text = pattern.sub(MASK, text)
-    return _GENERIC.sub(lambda m: (m.group(1) or m.group(2) or "") + MASK, text)
 
 
 def reveal_headers(headers: Mapping[str, Any]) -> dict[str, str]:
@@ -195,6 +135,7 @@ SCRUBBED_LOGGERS = (
     "llmroute", "llmroute.ledger", "llmroute.budgets", "llmroute.resilience", "llmroute.telemetry",
 )
 _filter = ScrubFilter()
+_install_lock = threading.Lock()
 _installed = False
 
 
@@ -203,7 +144,7 @@ def install_log_scrubbing() -> None:
     global _installed
     if _installed:
         return
-    with _lock:
+    with _install_lock:
         if _installed:
             return
         for name in SCRUBBED_LOGGERS:

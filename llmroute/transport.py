@@ -19,36 +19,25 @@ import contextvars
 import sys
 import threading
 import time
-from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, Optional
 
 from . import errors as E
 from .bounded import BodyReader, ReadLimits
 from .providers.base import HttpRequest
+from .timeouts import Timeouts
 
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
-@dataclass(frozen=True)
-class Timeouts:
-    """Limits for one attempt. `read_s` bounds each wait for bytes: until the first token it is the
-    time-to-first-token limit (or what is left of the total, if less); `total_s` is checked between reads."""
+def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
+    import httpx  # imported on first use: `import llmroute` does not pay for it
 
-    connect_s: float
-    ttft_s: float
-    total_s: float
-    read_s: float
-    read_kind: str  # "ttft" or "total": which limit a read timeout means
-    stall_s: Optional[float] = None  # streams: no content for this long after content started
-
-    def httpx(self) -> "httpx.Timeout":
-        import httpx  # imported on first use: `import llmroute` does not pay for it
-
-        return httpx.Timeout(connect=self.connect_s, read=self.read_s, write=self.read_s, pool=self.connect_s)
+    return httpx.Timeout(connect=timeouts.connect_s, read=timeouts.read_s, write=timeouts.read_s,
+                         pool=timeouts.connect_s)
 
 
 # `ProviderError.code` of a ConnectionError raised when the server closed a pooled keep-alive
@@ -200,7 +189,7 @@ def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optiona
     raised before anything is sent."""
     try:
         req = client.build_request(
-            request.method, request.url, headers=_headers(request), **_body(request), timeout=timeouts.httpx(),
+            request.method, request.url, headers=_headers(request), **_body(request), timeout=httpx_timeout(timeouts),
             extensions={"trace": timer} if timer is not None else None,
         )
     except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included

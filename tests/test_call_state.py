@@ -33,7 +33,7 @@ def config(**tier: Any) -> Config:
 def start(cfg: Config, now: float = 100.0, **kwargs: Any) -> CallRun:
     kwargs.setdefault("model", "t")
     kwargs.setdefault("messages", MESSAGES)
-    return CallRun(Engine(cfg), prepare_call(cfg, kwargs), now)
+    return CallRun(Engine(cfg), prepare_call(cfg, kwargs), now, wall=lambda: 1.7e9)
 
 
 def sse(*pieces: str, finish: bool = True) -> bytes:
@@ -135,11 +135,11 @@ def test_a_plain_cut_where_no_backup_can_continue_is_answered_again() -> None:
 def test_abandoning_a_call_gives_back_the_probe_permit_and_records_the_attempt() -> None:
     cfg = config(consecutive_failures=1, open_s=5, open_max_s=5, open_jitter=0, half_open_probes=1)
     engine = Engine(cfg)
-    tripping = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 100.0)
+    tripping = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 100.0, wall=lambda: 1.7e9)
     first = send(tripping, 100.0)
     tripping.failed(first, E.ServerError("boom", provider="a", deployment="a:m", status=500), 100.1)
     assert engine.health(100.2)["a:m"].state == "open"
-    probe_call = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 106.0)
+    probe_call = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 106.0, wall=lambda: 1.7e9)
     probe = send(probe_call, 106.0)
     assert probe.deployment.id == "a:m" and engine.health(106.0)["a:m"].probes_in_flight == 1
     probe_call.abandon(106.5, KeyboardInterrupt())  # the caller gave up: nothing reported the outcome

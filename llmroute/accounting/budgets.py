@@ -53,7 +53,8 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import BudgetExceededError, ConfigError, RequestGuardError
 from .cost import Cost, compute_cost
-from .ledger import LedgerRecord, read_records
+from .ledger import LedgerRecord
+from .sinks import read_records
 from .prices import ExchangeRates, Price, to_decimal
 
 __all__ = [

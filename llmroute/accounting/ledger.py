@@ -94,8 +94,7 @@ __all__ = [
     "LedgerConfig",
     "LedgerHealth",
     "check_ledger_path",
-    "open_sink",
-    "read_records",
+    "read_file_records",
     "SCHEMA_VERSION",
     "COLUMNS",
     "PROBE_METADATA_KEY",
@@ -661,7 +660,7 @@ def check_ledger_path(config: LedgerConfig, base_dir: str | os.PathLike[str] | N
 
     if config.sink not in ("sqlite", "jsonl"):
         return
-    path = _resolve(config.path, base_dir)
+    path = resolve_path(config.path, base_dir)
     key = "ledger.path"
     if path.is_dir():
         raise ConfigError(f"{path} is a directory; give a file name", key=key)
@@ -682,30 +681,11 @@ def check_ledger_path(config: LedgerConfig, base_dir: str | os.PathLike[str] | N
         raise ConfigError(f"cannot create {path}: {parent} is not writable", key=key)
 
 
-def _resolve(path: str, base_dir: str | os.PathLike[str] | None) -> Path:
+def resolve_path(path: str, base_dir: str | os.PathLike[str] | None) -> Path:
     out = Path(path).expanduser()
     if base_dir is not None and not out.is_absolute():
         out = Path(base_dir) / out
     return out
-
-
-def open_sink(config: LedgerConfig, *, base_dir: str | os.PathLike[str] | None = None) -> LedgerSink | None:
-    """The sink a `[ledger]` section asks for. Relative paths resolve against `base_dir` (the config
-    file's folder, if the caller wants that) or the working directory. Opens nothing yet: the file
-    is created on the first flush."""
-    if config.sink == "none":
-        return None
-    if config.sink == "memory":
-        return MemorySink()
-    if config.sink == "postgres":
-        from .ledger_postgres import PostgresSink
-
-        spool = _resolve(config.spool_path, base_dir)
-        return PostgresSink(config.url or "", spool_path=spool, flush_interval_s=config.flush_interval_s)
-    path = _resolve(config.path, base_dir)
-    sink = JSONLSink(path, config.flush_interval_s) if config.sink == "jsonl" else SQLiteSink(path, config.flush_interval_s)
-    sink.max_spool = config.max_spool_records
-    return sink
 
 
 def _is_sqlite(path: Path) -> bool:
@@ -716,20 +696,14 @@ def _is_sqlite(path: Path) -> bool:
         return False
 
 
-def read_records(
+def read_file_records(
     path: str | os.PathLike[str], *, since: float | None = None, until: float | None = None
 ) -> Iterator[LedgerRecord]:
-    """Records in a ledger file (SQLite or JSONL, told apart by content) or a PostgreSQL ledger
-    (a postgresql:// URL), oldest first.
+    """Records in a ledger file (SQLite or JSONL, told apart by content), oldest first.
 
     `since` <= ts < `until` (unix seconds) when given. Raises FileNotFoundError for a missing file
     and ValueError for a file that is neither format.
     """
-    if isinstance(path, str) and path.startswith(("postgresql://", "postgres://")):
-        from .ledger_postgres import read_postgres
-
-        yield from read_postgres(path, since=since, until=until)
-        return
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"no ledger at {p}")

@@ -57,7 +57,8 @@ from typing import Any, Iterable, Mapping, Sequence
 from ..errors import ConfigError, LLMRouteError
 from ..percentile import percentile
 from .cost import compute_cost
-from .ledger import LedgerRecord, is_probe, is_shadow, read_records
+from .ledger import LedgerRecord, is_probe, is_shadow
+from .sinks import read_records
 from .prices import ExchangeRates, PriceBook, PricingConfig
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS", "latency_by_length",

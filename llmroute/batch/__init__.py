@@ -4,10 +4,10 @@
 `import llmroute` until a client's `batches` is first used.
 """
 
-from .client import AsyncBatches, Batches
+from .client import AsyncBatches, Batches, open_job_store
 from .job import BatchResult, JobView, OnlineCall
 from .settings import BatchSettings
-from .store import JobStore, open_job_store
+from .store import JobStore
 from .store_postgres import PostgresJobStore
 
 __all__ = ["Batches", "AsyncBatches", "BatchResult", "JobView", "OnlineCall", "BatchSettings", "JobStore",

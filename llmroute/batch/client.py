@@ -13,16 +13,26 @@ from typing import Any, Callable, Dict, List, Mapping, Optional
 import httpx
 
 from .. import errors as E
-from ..transport import Timeouts, map_transport_error
+from ..accounting.ledger_postgres import is_postgres_url
+from ..timeouts import Timeouts
+from ..transport import httpx_timeout, map_transport_error
 from .job import BatchJobs, BatchResult, JobView, OnlineCall
 from .platforms import Req, Resp
 from .settings import BatchSettings
-from .store import open_job_store
+from .store import JobStore
+from .store_postgres import PostgresJobStore
 
-__all__ = ["Batches", "AsyncBatches"]
+__all__ = ["Batches", "AsyncBatches", "open_job_store"]
 
 # Batch calls move files, not tokens: a long read limit, no first-token limit.
 _TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
+
+
+def open_job_store(where: str) -> Any:
+    """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
+    if is_postgres_url(where):
+        return PostgresJobStore(where)
+    return JobStore(where)
 
 
 def _provider_of(req: Req) -> str:
@@ -70,7 +80,7 @@ class Batches:
 
     def _send(self, req: Req) -> Resp:
         if self._http is None:
-            self._http = httpx.Client(trust_env=False, follow_redirects=True, timeout=_TIMEOUTS.httpx())
+            self._http = httpx.Client(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
         try:
             r = self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
                                    data=req.data)
@@ -158,7 +168,7 @@ class AsyncBatches:
 
     async def _send(self, req: Req) -> Resp:
         if self._http is None:
-            self._http = httpx.AsyncClient(trust_env=False, follow_redirects=True, timeout=_TIMEOUTS.httpx())
+            self._http = httpx.AsyncClient(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
         try:
             r = await self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
                                          data=req.data)

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-__all__ = ["JobStore", "open_job_store"]
+__all__ = ["JobStore"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS batch_jobs (
@@ -248,14 +248,3 @@ class JobStore:
     def mark_ledgered(self, job_id: str, custom_ids: Iterable[str]) -> None:
         self._many(("UPDATE batch_requests SET ledgered = 1 WHERE job_id = ? AND custom_id = ?", (job_id, cid))
                    for cid in custom_ids)
-
-
-def open_job_store(where: str) -> Any:
-    """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
-    from ..accounting.ledger_postgres import is_postgres_url
-
-    if is_postgres_url(where):
-        from .store_postgres import PostgresJobStore
-
-        return PostgresJobStore(where)
-    return JobStore(where)

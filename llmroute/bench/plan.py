@@ -360,7 +360,7 @@ def _traffic(ns: argparse.Namespace) -> Traffic:
     if ns.ledger:
         import time
 
-        from ..accounting.ledger import read_records
+        from ..accounting.sinks import read_records
 
         if ns.days <= 0:
             raise ConfigError("must be positive", key="--days")

@@ -17,6 +17,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, List, Optional, Union
 
 from ..providers.base import StreamAssembler
+from ..targets import resolve_target
 from ..types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from .entry import Entry, dump_chunk, dump_completion, storable
 from .key import KeyParts, UnkeyableError, key_parts, target_id
@@ -70,7 +71,7 @@ class CacheCall:
         """The call's attempts begin: the route and the span say what the cache did."""
         run.route.cache = self.outcome
         run.route.cache_similarity = self.similarity  # a semantic lookup's best, below the threshold
-        trace = getattr(run.extras, "trace", None)
+        trace = run.trace
         if trace is not None and hasattr(trace, "set_cache"):
             trace.set_cache(self.outcome, self.similarity)
 
@@ -122,42 +123,11 @@ class CacheCall:
         completion.route = route
         priced = entry.cost is not None
         completion.cost = Cost(amount=Decimal(0) if priced else None, currency=entry.currency, priced=priced)
-        self._record_hit(engine, prepared, route, completion)
+        engine.recorder.cache_hit(prepared, route, completion, entry, outcome=self.outcome,
+                                  similarity=self.similarity, started_at=self.started_at, now=time.monotonic())
         if prepared.stream:
             return (AsyncCachedStream if is_async else CachedStream)(entry.chunk_models(), completion)
         return completion
-
-    def _record_hit(self, engine: "Engine", prepared: "PreparedCall", route: Route,
-                    completion: ChatCompletion) -> None:
-        """One ledger row (cost 0, `cost_saved`) and one span for the hit. Never raises for the ledger."""
-        from ..accounting.ledger import LedgerRecord
-
-        entry = self.entry
-        assert entry is not None
-        now = time.monotonic()
-        latency_s = now - self.started_at
-        priced = entry.cost is not None
-        if engine.ledger is not None:
-            engine.ledger.write(LedgerRecord(
-                ts=time.time(), request_id=prepared.request_id, attempt=1, feature=prepared.feature,
-                metadata=dict(prepared.metadata), tier=route.tier, pool=route.pool, provider=entry.provider,
-                provider_kind=entry.provider_kind, deployment=entry.deployment, model=entry.model,
-                cost=Decimal(0) if priced else None, currency=entry.currency, priced=priced, status="ok",
-                latency_ms=latency_s * 1000, ttft_ms=latency_s * 1000 if prepared.stream else None,
-                router_score=route.score, cache=self.outcome, cost_saved=entry.cost,
-            ))
-        trace = engine.telemetry.start_call(
-            request_model=entry.model or prepared.model, now=self.started_at, stream=prepared.stream,
-            provider_name=entry.provider_kind, tier=route.tier, feature=prepared.feature, pool=route.pool,
-            route_reason=route.reason, requested_model=prepared.model, request_params=prepared.call.params,
-            messages=prepared.messages,
-        )
-        if hasattr(trace, "set_cache"):
-            trace.set_cache(self.outcome, self.similarity)
-        trace.end(now=now, response_model=entry.model, input_tokens=0, output_tokens=0,
-                  cost=Decimal(0) if priced else None, currency=entry.currency,
-                  finish_reasons=[c.finish_reason for c in completion.choices if c.finish_reason],
-                  response_id=completion.id, output_messages=[c.message for c in completion.choices])
 
 
 def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall",
@@ -166,7 +136,7 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
     if cache is None or (call.mode is None and not cache.settings.in_use):
         return None
     started = time.monotonic()
-    target = prepared.target = engine.resolve_target(prepared)
+    target = prepared.target = resolve_target(engine.config, prepared)
     decision = decide(cache.settings, call, target.tier, prepared.call.params)
     if not decision.use:
         if decision.outcome is None:

@@ -13,7 +13,7 @@ import time
 from typing import Any, Dict, List, Optional
 
 from ..providers.base import HttpRequest
-from ..transport import Timeouts
+from ..timeouts import Timeouts
 
 __all__ = ["Embedder"]
 

@@ -17,13 +17,13 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Optional, Union
+from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
 from .breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
 from .outcome import classify_failure
 from .policy import ResiliencePolicy
 
-__all__ = ["BreakerRegistry", "ProbeTally", "health_status", "format_health"]
+__all__ = ["BreakerRegistry", "HealthReport", "ProbeTally", "health_status", "format_health"]
 
 logger = logging.getLogger("llmroute.resilience")
 
@@ -202,3 +202,23 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
     if not snapshots:
         lines.append("(no deployments)")
     return "\n".join(lines + notes)
+
+
+class HealthReport(dict):
+    """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
+    ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
+    and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
+
+    def __init__(self, snapshots: Any, *, ledger: Any = None, shared_state: Any = None) -> None:
+        super().__init__(snapshots)
+        self.ledger = ledger
+        self.shared_state = shared_state
+
+    def ledger_line(self) -> str:
+        led = self.ledger
+        if led is None:
+            return "ledger: none"
+        line = f"ledger: {led.sink}: {led.written} written, {led.waiting} waiting, {led.lost} lost"
+        if led.last_error:
+            line += f" (failing: {led.last_error})"
+        return line

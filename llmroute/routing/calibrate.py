@@ -31,7 +31,10 @@ else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
 from ..errors import ConfigError
+from ..cli_paths import check_input, check_output
 from .classifier import classify
+from .configured import scorer_from_config
+from .fitted import load_model
 
 __all__ = ["threshold_for_share", "read_jsonl", "conversation_of", "load_prompts", "load_scores", "write_threshold", "main"]
 
@@ -277,20 +280,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
         return 2
     try:
-        from ..cli_paths import check_input, check_output
-
         check_input(args.prompts, "--prompts")  # paths first: --write must not fail after the work
         if args.write:
             check_input(args.config, "--config")
             check_output(args.config, "--config")
         scorer = None
         if args.model:
-            from .fitted import load_model
-
             scorer = load_model(args.model)
         elif Path(args.config).exists():
-            from .router_cli import scorer_from_config
-
             scorer = scorer_from_config(args.config)[0]
         scores = load_scores(args.prompts, scorer)
         # Floor to 6 decimals: printing must not push the prompt at the cut out of the large share.

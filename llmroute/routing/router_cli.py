@@ -18,7 +18,6 @@ import argparse
 import json
 import random
 import sys
-import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -26,27 +25,11 @@ from ..errors import ConfigError
 from .classifier import classify
 from .evaluate import DEFAULT_SMALL_COST, curve_html, evaluate_scores
 from .fit import FitOptions, fit
+from .configured import scorer_from_config
 from .fitted import FittedRouter, load_model
 from .outcomes import Outcome, gain_label, load_outcomes, outcomes_from_ledger
 
-__all__ = ["main", "scorer_from_config"]
-
-
-def scorer_from_config(config_path: str | Path) -> tuple[FittedRouter | None, float | None]:
-    """(the fitted model `[routing] model` names or None, `[routing] threshold` or None) of a TOML
-    config, read without validating the rest of it."""
-    path = Path(config_path)
-    try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigError(f"cannot read config: {exc.strerror}", path=str(path)) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
-    routing = data.get("routing") if isinstance(data.get("routing"), dict) else {}
-    model = routing.get("model")
-    threshold = routing.get("threshold")
-    scorer = load_model(model, base=path.resolve().parent) if isinstance(model, str) else None
-    return scorer, float(threshold) if isinstance(threshold, (int, float)) else None
+__all__ = ["main"]
 
 
 def _fit(args: argparse.Namespace) -> int:

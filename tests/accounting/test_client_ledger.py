@@ -153,7 +153,7 @@ def test_jsonl_ledger_writes_the_same_records(together_server, fireworks_server,
     assert ok["cost"] == "0.00104208" and ok["metadata"] == {"tenant": "acme"} and ok["tier"] == "large"
     assert {r["status"] for r in lines} == {"ok", "error", "interrupted"}
     # read_records (what `llmroute report` reads) gives back exact Decimals.
-    from llmroute.accounting.ledger import read_records
+    from llmroute.accounting.sinks import read_records
 
     recs = list(read_records(path))
     assert [r.request_id for r in recs] == [r["request_id"] for r in lines]

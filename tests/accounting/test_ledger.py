@@ -25,10 +25,9 @@ from llmroute.accounting.ledger import (
     LedgerRecord,
     MemorySink,
     SQLiteSink,
-    open_sink,
     SCHEMA_VERSION,
-    read_records,
 )
+from llmroute.accounting.sinks import open_sink, read_records
 from llmroute.accounting.prices import Price
 
 CHILD = Path(__file__).with_name("_ledger_child.py")

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from llmroute import Client
-from llmroute.accounting.ledger import JSONLSink, LedgerRecord, SQLiteSink, read_records
+from llmroute.accounting.ledger import JSONLSink, LedgerRecord, SQLiteSink
+from llmroute.accounting.sinks import read_records
 from llmroute.cli import main as cli_main
 from tests.accounting._client import MESSAGES, config, provider
 from tests.read_only import read_only

@@ -12,6 +12,7 @@ import pytest
 from llmroute.accounting.ledger import JSONLSink, LedgerRecord, SQLiteSink
 from llmroute.accounting.prices import ExchangeRates, PriceBook
 from llmroute.accounting.report import main, parse_time, percentile, report
+from llmroute.accounting.sinks import read_records
 
 DAY1 = float(calendar.timegm((2026, 11, 30, 10, 0, 0)))
 DAY2 = DAY1 + 86400
@@ -229,7 +230,7 @@ def test_latency_by_length_buckets(tmp_path, capsys):
     from llmroute.accounting.report import latency_by_length
 
     path = _long_ledger(tmp_path)
-    rows = latency_by_length(r for r in __import__("llmroute").accounting.ledger.read_records(path))
+    rows = latency_by_length(r for r in read_records(path))
     inputs = {r["bucket"]: r for r in rows if r["tokens"] == "input"}
     outputs = {r["bucket"]: r for r in rows if r["tokens"] == "output"}
     # inputs are 100 x (i + 1)^2: 100 (i=0) in 0-256; 400, 900 in 256-1K; 1600..3600 (i=3..5) in 1K-4K ...

@@ -5,7 +5,7 @@ from __future__ import annotations
 from decimal import Decimal
 
 from llmroute import Client
-from llmroute.accounting.ledger import read_records
+from llmroute.accounting.sinks import read_records
 from llmroute.accounting.report import main as report_main
 from llmroute.batch.savings import batch_savings
 from tests.batch.helpers import config, requests

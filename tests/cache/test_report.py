@@ -7,7 +7,8 @@ import sqlite3
 from decimal import Decimal
 
 from llmroute import Client
-from llmroute.accounting.ledger import COLUMNS, SQLiteSink, read_records
+from llmroute.accounting.ledger import COLUMNS, SQLiteSink
+from llmroute.accounting.sinks import read_records
 from llmroute.accounting.report import main as report_main, report
 from tests.cache.conftest import DEP, MESSAGES, cache_config
 

@@ -16,7 +16,7 @@ def test_call_spans_carry_the_cache_outcome(vllm_server):
     provider = TracerProvider()
     provider.add_span_processor(SimpleSpanProcessor(exporter))
     with Client(config=cache_config(vllm_server)) as client:
-        client._engine.telemetry = Telemetry(tracer_provider=provider)
+        client._engine.recorder.telemetry = Telemetry(tracer_provider=provider)
         for kw in ({}, {}, {"cache": False}):
             client.chat.completions.create(model="t", messages=MESSAGES, temperature=0, **kw)
     calls = [s for s in exporter.get_finished_spans() if s.parent is None]

@@ -288,7 +288,7 @@ def test_embedding_spans_say_embeddings_and_carry_tokens_and_cost(vllm_server):
     meter_provider = MeterProvider(metric_readers=[InMemoryMetricReader()])
     with L.Client(embed_config("vllm", vllm_server)) as client:
         # The engine's telemetry on SDK providers of this test's own (the globals are process-wide).
-        client._engine.telemetry = Telemetry(TelemetryConfig(), tracer_provider=tracer_provider,
+        client._engine.recorder.telemetry = Telemetry(TelemetryConfig(), tracer_provider=tracer_provider,
                                              meter_provider=meter_provider)
         resp = client.embeddings.create(model="embed", input=TEXTS)
     spans = exporter.get_finished_spans()

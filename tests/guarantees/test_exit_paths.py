@@ -209,7 +209,7 @@ def _fds() -> int:
 
 
 def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path: Any) -> None:
-    from llmroute.accounting.ledger import read_records
+    from llmroute.accounting.sinks import read_records
 
     config = tier_config({"a": fault_server})
     gc.collect()
@@ -231,7 +231,7 @@ def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path
 
 
 def test_forked_child_records_its_calls(fault_server: Any, tmp_path: Any) -> None:
-    from llmroute.accounting.ledger import read_records
+    from llmroute.accounting.sinks import read_records
 
     path = tmp_path / "ledger.db"
     config = tier_config({"a": fault_server})
@@ -257,7 +257,7 @@ def test_forked_child_records_its_calls(fault_server: Any, tmp_path: Any) -> Non
 
 
 def test_dropped_async_client_is_closed_with_a_warning(fault_server: Any, tmp_path: Any) -> None:
-    from llmroute.accounting.ledger import read_records
+    from llmroute.accounting.sinks import read_records
 
     config = tier_config({"a": fault_server})
     config["ledger"] = {"sink": "jsonl", "path": str(tmp_path / "a.jsonl")}

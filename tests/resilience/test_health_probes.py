@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import json
 
-from llmroute.accounting.ledger import PROBE_METADATA_KEY, read_records
+from llmroute.accounting.ledger import PROBE_METADATA_KEY
+
+from llmroute.accounting.sinks import read_records
 from llmroute.cli import main
 from llmroute.resilience.breaker import BreakerSnapshot
 from llmroute.resilience.health import ProbeTally, format_health, health_status
