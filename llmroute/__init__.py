@@ -54,21 +54,22 @@ _logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 def __getattr__(name: str) -> _Any:
     # `llmroute.report(...)`: the cost report, imported only when used.
     if name == "report":
+        # loaded on first access (module __getattr__): `import llmroute` stays light
         from .accounting.report import report
 
         return report
     if name in ("BatchResult", "BatchJobView"):  # batch job results, imported only when used
-        from . import batch
+        from . import batch  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return batch.BatchResult if name == "BatchResult" else batch.JobView
 
     # Embedding and model-list types: imported when first used (a client imports them on creation).
     if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
-        from . import embeddings
+        from . import embeddings  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return getattr(embeddings, name)
     if name in ("Model", "ModelList"):
-        from . import models
+        from . import models  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return getattr(models, name)
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")

@@ -159,6 +159,7 @@ class CallRun:
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
+        # the resilience package loads with the first client, not at import
         from .resilience.failover import Exhausted, Wait as PlanWait
 
         step = self.plan.next_step(now)
@@ -382,7 +383,7 @@ class CallRun:
         policy = self.engine.policy(ctx.deployment.id)
         if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation:
             return None
-        from .resilience.hedge import HedgePlan
+        from .resilience.hedge import HedgePlan  # the resilience package loads with the first client, not at import
 
         engine = self.engine
         return HedgePlan.start(

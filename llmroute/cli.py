@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import sys
 from typing import List, Optional
+from .errors import LLMRouteError
 
 __all__ = ["main", "COMMANDS"]
 
@@ -43,7 +44,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         print(_usage())
         return 0
     if args[0] in ("-V", "--version"):
-        from . import __version__
+        from . import __version__  # loaded when the command runs, not at import
 
         print(f"llmroute {__version__}")
         return 0
@@ -58,7 +59,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     except ImportError as exc:
         print(f"llmroute {name}: not available ({exc})", file=sys.stderr)
         return 2
-    from .errors import LLMRouteError
 
     try:
         return int(getattr(module, func_name)(rest) or 0)

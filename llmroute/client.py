@@ -270,6 +270,7 @@ def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
     routing = client.config.sections.routing
     if not client.config.raw.routing or routing.shadow.rate <= 0:
         return None
+    # loaded on first use of this feature: `import llmroute` stays light
     from .routing.shadow import AsyncShadowRunner, ShadowRunner
 
     runner = AsyncShadowRunner if is_async else ShadowRunner
@@ -285,6 +286,7 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
     from it; `source` says who judged ("user", or "shadow" for a shadow comparison's judge). Stored
     beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
     InvalidRequestError, a ledger that cannot hold feedback ConfigError."""
+    # loaded on first use of this feature: `import llmroute` stays light
     from .accounting.feedback import make_feedback, write_feedback
 
     record = make_feedback(target, score, now=time.time(), label=label, comment=comment, messages=messages,
@@ -335,8 +337,8 @@ class Client(_ClientSurface):
         self._pool_lock = threading.Lock()
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
-        from .embeddings import Embeddings
-        from .models import Models
+        from .embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
+        from .models import Models  # loaded with the first client: `import llmroute` stays light
 
         self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
         self._shadow = _shadow_runner(self)
@@ -521,7 +523,7 @@ class Client(_ClientSurface):
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.Batches`, docs/batch.md)."""
         if getattr(self, "_batches", None) is None:
-            from .batch import Batches
+            from .batch import Batches  # loaded on first use of this feature: `import llmroute` stays light
 
             self._batches = Batches(self)
         return self._batches
@@ -703,8 +705,8 @@ class AsyncClient(_ClientSurface):
         self.cache = open_cache(self.config)
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
-        from .embeddings import AsyncEmbeddings
-        from .models import AsyncModels
+        from .embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
+        from .models import AsyncModels  # loaded with the first client: `import llmroute` stays light
 
         self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
         self._shadow = _shadow_runner(self, is_async=True)
@@ -878,7 +880,7 @@ class AsyncClient(_ClientSurface):
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.AsyncBatches`, docs/batch.md)."""
         if getattr(self, "_batches", None) is None:
-            from .batch import AsyncBatches
+            from .batch import AsyncBatches  # loaded on first use of this feature: `import llmroute` stays light
 
             self._batches = AsyncBatches(self)
         return self._batches

@@ -21,6 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from .errors import ConfigError
 from .providers.registry import KINDS, KindSpec
 from .secrets import MASK, SecretStr, is_secret_header
+from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
+from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -254,7 +256,6 @@ class Config:
         provider = self.providers.get(provider_name)
         if provider is None or not model:
             return None
-        from .accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
 
         # Not in any tier, so load-time pricing never saw it: the same strictness applies here.
         self.sections.prices.check_call_priced(
@@ -496,7 +497,7 @@ _SHARED_SETTINGS = ("connect_timeout_s", "ttft_timeout_s", "timeout_s", "context
 
 def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
     """Inline resilience keys on a tier or deployment table, merged with its `resilience` subtable."""
-    from .resilience.policy import ResiliencePolicy
+    from .resilience.policy import ResiliencePolicy  # the resilience package loads with the first client, not at import
 
     extras = dict(cfg.model_extra or {})
     for name in extras:
@@ -530,7 +531,6 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     # Imported here, at load, so that `import llmroute` stays light.
     from .accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
     from .accounting.ledger import LedgerConfig, check_ledger_path
-    from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
     from .resilience.policy import merge, policy_from_config
     from .routing.rules import RoutingConfig, check_routing
     from .telemetry import TelemetryConfig
@@ -562,7 +562,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     _with_path(source, check_ledger_path, ledger, base_dir)
     if ledger.url:
         ledger.url = _expand_env(ledger.url, source=source, key="ledger.url")
-    from .state.config import StateConfig
+    from .state.config import StateConfig  # loaded at config load / client build, not at `import llmroute`
 
     state = _validated(StateConfig, raw.state, source, "state")
     if state.url:
@@ -597,8 +597,6 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
 
 
 def _cache_settings(raw: _RawConfig, source: str) -> Any:
-    from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
-
     tiers = {name: _validated(TierCacheConfig, t.cache, source, f"tiers.{name}.cache")
              for name, t in raw.tiers.items() if t.cache is not None}
     return CacheSettings(_validated(CacheConfig, raw.cache, source, "cache"), tiers)

@@ -144,7 +144,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
             print(f"{type(exc).__name__}: {exc}")
     asyncio.run(_async_part(config))
     if ledger_path:
-        from .accounting.report import report
+        from .accounting.report import report  # loaded when the command runs, not at import
 
         rows = report(ledger_path, by=("feature",))
         print(f"\n== cost per feature, from the ledger at {ledger_path}")

@@ -27,6 +27,7 @@ from .call import CallRun, Wait
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from .targets import Target
 from .types import Route, Usage, _OpenAIModel
+from .tokens import count_text_tokens
 
 if TYPE_CHECKING:
     from .config import Config, Deployment
@@ -179,7 +180,6 @@ def count_input_tokens(call: EmbeddingInput) -> int:
     if texts is None:
         value = call.input
         return len(value) if value and isinstance(value[0], int) else sum(len(v) for v in value)  # type: ignore[arg-type]
-    from .tokens import count_text_tokens
 
     return sum(count_text_tokens(t) for t in texts)
 

@@ -25,6 +25,7 @@ from .providers.prefill import continue_style
 from .recorder import CallRecorder
 from .targets import Target, tier_target
 from .types import Usage
+from .secrets import install_log_scrubbing
 
 if TYPE_CHECKING:
     from .call import PreparedCall
@@ -54,7 +55,6 @@ class Engine:
         from .resilience.health import BreakerRegistry
         from .resilience.limits import DeploymentLimits
         from .resilience.retry import BudgetRegistry
-        from .secrets import install_log_scrubbing
         from .state import open_state
         from .telemetry import Telemetry
 

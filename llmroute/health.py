@@ -21,6 +21,9 @@ import json
 import sys
 import time
 from typing import Any, Dict, List, Optional
+from .client import Client
+from .errors import LLMRouteError
+from .secrets import scrub
 
 __all__ = ["main", "probe_deployments", "PROBE_MESSAGES", "PROBE_METADATA"]
 
@@ -30,9 +33,7 @@ PROBE_METADATA = {"llmroute_probe": "health"}  # accounting.ledger.PROBE_METADAT
 
 def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
     """Send `rounds` probes to every configured deployment; {deployment id: ProbeTally}."""
-    from .errors import LLMRouteError
-    from .resilience.health import ProbeTally
-    from .secrets import scrub
+    from .resilience.health import ProbeTally  # loaded when the command runs, not at import
 
     tallies: Dict[str, ProbeTally] = {}
     tiers = client.config.tiers
@@ -55,9 +56,7 @@ def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    from .client import Client
-    from .resilience.health import format_health, health_status
-    from .secrets import scrub
+    from .resilience.health import format_health, health_status  # loaded when the command runs, not at import
 
     parser = argparse.ArgumentParser(prog="llmroute health", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="llmroute.toml", help="config file (default: llmroute.toml)")

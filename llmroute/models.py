@@ -19,6 +19,9 @@ from .attempt_errors import network_errors, sync_network_errors
 from .providers.embeddings import models_request, parse_model_list
 from .transport import map_transport_error
 from .types import _OpenAIModel
+from .config import DEFAULT_CONNECT_TIMEOUT_S
+from .providers.error_mapping import error_from_response
+from .timeouts import Timeouts
 
 if TYPE_CHECKING:
     from .config import Config, Provider
@@ -59,9 +62,6 @@ def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
 
 
 def _timeouts(provider: "Provider") -> Any:
-    from .config import DEFAULT_CONNECT_TIMEOUT_S
-    from .timeouts import Timeouts
-
     cfg = provider.config
     connect = cfg.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
     total = min(cfg.timeout_s or 30.0, 30.0)  # a model list is small: no reason to wait minutes
@@ -74,8 +74,6 @@ def _models_of(provider: "Provider", content: bytes) -> List[Model]:
 
 
 def _error(provider: "Provider", status: int, headers: Any, content: bytes) -> E.ProviderError:
-    from .providers.error_mapping import error_from_response
-
     return error_from_response(status, headers, content, provider=provider.name, deployment=None, kind=provider.kind)
 
 

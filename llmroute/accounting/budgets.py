@@ -394,8 +394,8 @@ class BudgetBook:
     def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
                       tier: str | None, reserve: bool, admit: Any = None) -> BudgetVerdict | None:
         """The check (and reservation) against the shared counters; None when they are unavailable."""
-        from ..state.budgets import from_units, to_units, ttl_of
-        from ..state.redis_state import Unavailable
+        from ..state.budgets import from_units, to_units, ttl_of  # shared state only ([state] backend = "redis")
+        from ..state.redis_state import Unavailable  # shared state only ([state] backend = "redis")
 
         items, held = [], []
         for b, key, need in matching:
@@ -460,7 +460,7 @@ class BudgetBook:
                 window = window_of(b.period, ts)
                 self._add(key, window, add)
                 if self.shared is not None and add:
-                    from ..state.budgets import to_units, ttl_of
+                    from ..state.budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
 
                     shared.append((self.shared.key(b.name, key[1], window), to_units(add, money=b.max_cost is not None),
                                    ttl_of(b.period)))
@@ -497,7 +497,7 @@ class BudgetBook:
         finally:
             self.shared = shared
         if shared is not None:
-            from ..state.budgets import to_units, ttl_of
+            from ..state.budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
 
             with self._lock:
                 values = []

@@ -83,6 +83,8 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from ..errors import ConfigError
+from ..secrets import scrub
 
 __all__ = [
     "LedgerRecord",
@@ -377,7 +379,6 @@ class _BatchingSink:
             try:
                 self._write_batch(batch)
             except Exception as exc:  # noqa: BLE001 - storage errors never reach a call
-                from ..secrets import scrub
 
                 self.write_errors += 1
                 self.last_error = scrub(f"{type(exc).__name__}: {exc}")
@@ -656,8 +657,6 @@ class LedgerConfig(BaseModel):
 def check_ledger_path(config: LedgerConfig, base_dir: str | os.PathLike[str] | None) -> None:
     """Refuse, at load, a ledger path that cannot be written: a folder, a read-only place, a file of
     another format. Raises ConfigError naming `ledger.path`; touches nothing."""
-    from ..errors import ConfigError
-
     if config.sink not in ("sqlite", "jsonl"):
         return
     path = resolve_path(config.path, base_dir)

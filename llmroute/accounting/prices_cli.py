@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any, Iterable, List, Optional, Sequence
 
 from .prices import Price, PriceBook, load_price_table
+from ..config import load_config
 
 __all__ = ["main", "price_rows", "config_rows", "format_rate"]
 
@@ -104,8 +105,6 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     table = load_price_table()
     if args.config:
-        from ..config import load_config
-
         rows = config_rows(load_config(args.config))
         if args.search:
             rows = [r for r in rows if args.search.lower() in r["deployment"].lower()]

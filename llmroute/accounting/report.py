@@ -775,7 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not is_url and not Path(ledger).exists():
             print(f"llmroute report: no ledger at {ledger}", file=sys.stderr)
             return 2
-        from ..cli_paths import check_ledger_input, check_output
+        from ..cli_paths import check_ledger_input, check_output  # loaded when the command runs, not at import
 
         if not is_url:
             check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
@@ -798,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.format == "csv":
             text = to_csv(rows, by_keys)
         elif args.format == "table":
-            from ..batch.savings import savings_text
+            from ..batch.savings import savings_text  # loaded when the command runs, not at import
 
             text = to_table(rows, by_keys, wide=args.wide) + savings_text(read_records(
                 ledger, since=parse_time(args.since, now=now), until=parse_time(args.until, now=now, what="--until")))

@@ -10,6 +10,7 @@ import argparse
 import json
 import sys
 from typing import Any, List, Optional
+from ..client import Client
 
 __all__ = ["main"]
 
@@ -58,7 +59,6 @@ def _print_status(view: Any, out: Any, events: bool = True) -> None:
 def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
     out = out or sys.stdout
     args = _parser().parse_args(argv)
-    from ..client import Client
 
     with Client.from_config(args.config) as client:
         batches = client.batches

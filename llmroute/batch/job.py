@@ -24,6 +24,9 @@ from .platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, protocol
 from .pricing import batch_price
 from .results import completion_from_body, read_outcomes
 from .settings import FAILURE_POLICIES, BatchSettings
+from ..accounting.ledger import LedgerRecord, SQLiteSink
+from ..accounting.ledger_postgres import connect
+from ..tokens import count_message_tokens, count_text_tokens
 
 __all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
@@ -103,7 +106,7 @@ class BatchJobs:
         """The batch-capable deployments for `model`, in failover order."""
         config = self.config
         if model == "auto":
-            from ..routing.rules import RouteQuery, decide
+            from ..routing.rules import RouteQuery, decide  # loaded on first use: `import llmroute.batch` stays light
 
             body = body or {}
             rf = body.get("response_format")
@@ -188,8 +191,7 @@ class BatchJobs:
     def estimate_rows(self, rows: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, Decimal]]:
         """Upper-bound cost of requests not yet sent ({"batch"|"online": {currency: amount}}): whole
         prompt at the input rate plus `max_tokens` (1024 when unset) at the output rate."""
-        from ..accounting.budgets import estimate_cost
-        from ..tokens import count_message_tokens, count_text_tokens
+        from ..accounting.budgets import estimate_cost  # loaded on first use: `import llmroute.batch` stays light
 
         totals: Dict[str, Dict[str, Decimal]] = {"batch": {}, "online": {}}
         for r in rows:
@@ -461,8 +463,6 @@ class BatchJobs:
         return f"{job['job_id']}:{r['custom_id']}"
 
     def ledger_record(self, job: Mapping[str, Any], r: Mapping[str, Any]) -> Any:
-        from ..accounting.ledger import LedgerRecord
-
         result = r["result"] or {}
         dep = self.deployment(result.get("deployment") or r["deployment"])
         usage = normalize_usage(result["body"].get("usage") or {}) if result.get("body") else None
@@ -567,8 +567,6 @@ class BatchJobs:
 
 def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
     """(request_id, attempt) pairs already in an SQLite or PostgreSQL ledger; empty for other sinks."""
-    from ..accounting.ledger import SQLiteSink
-
     if type(ledger).__name__ == "PostgresSink":
         return _ledgered_in_postgres(ledger, request_ids)
     if not isinstance(ledger, SQLiteSink) or not ledger.path.exists():
@@ -596,8 +594,6 @@ def _ledgered_in_postgres(ledger: Any, request_ids: Sequence[str]) -> set:
     the record id anyway; this keeps the budgets from counting a replayed row twice). Empty while
     PostgreSQL is unreachable: the rows then go to the spool and the table drops duplicates."""
     import psycopg
-
-    from ..accounting.ledger_postgres import connect
 
     ledger.flush()
     try:

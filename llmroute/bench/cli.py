@@ -21,6 +21,11 @@ from typing import Any, Iterator, Sequence
 from ..errors import ConfigError, LLMRouteError
 from .report import load_report
 from .units import format_ms, parse_duration_s, parse_levels, parse_rates
+from ..client import AsyncClient
+from .report import build_report, summary_text
+from .runner import BenchRun, LoadPlan, client_send, run_bench
+from .stats import parse_slo
+from .workload import Prompt, load_prompts, synthetic_prompts
 
 __all__ = ["main", "build_parser"]
 
@@ -132,7 +137,7 @@ def _compare_parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     try:
-        from ..cli_paths import check_input, check_output
+        from ..cli_paths import check_input, check_output  # loaded when the command runs, not at import
 
         if args[:1] == ["smoke"]:
             ns = _smoke_parser().parse_args(args[1:])
@@ -154,7 +159,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _apply_rules(report: dict[str, Any], rule_texts: Sequence[str], baseline_path: str | None) -> int:
-    from .regress import check, parse_rule
+    from .regress import check, parse_rule  # loaded when the command runs, not at import
 
     rules = [parse_rule(t) for t in rule_texts]
     baseline = load_report(baseline_path, option="--baseline") if baseline_path else None
@@ -179,10 +184,6 @@ def _check_positive(value: int | None, option: str) -> None:
 
 
 def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
-    from .runner import LoadPlan
-    from .stats import parse_slo
-    from .workload import load_prompts, synthetic_prompts
-
     for value, option in ((ns.max_tokens, "--max-tokens"), (ns.input_tokens, "--input-tokens"),
                           (ns.synthetic_count, "--synthetic-count"), (ns.max_concurrency, "--max-concurrency")):
         _check_positive(value, option)
@@ -190,7 +191,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
     if ns.no_stream and ({"ttft", "tpot"} & set(slos)):
         raise ConfigError("ttft and tpot SLOs need streaming (drop --no-stream)", key="--slo")
     if ns.fail_if:  # parse the rules before a long run, not after it
-        from .regress import parse_rule
+        from .regress import parse_rule  # loaded when the command runs, not at import
 
         rules = [parse_rule(t) for t in ns.fail_if]
         if any(r.relative for r in rules) and not ns.baseline:
@@ -226,8 +227,6 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
                                     seed=ns.seed)
         workload = {"synthetic": True, "count": len(prompts), "input_tokens": ns.input_tokens,
                     "output_tokens": ns.max_tokens}
-    from .report import build_report, summary_text
-    from .runner import BenchRun
 
     run = BenchRun(plan=plan)
     interrupted = False
@@ -257,7 +256,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         Path(ns.out).write_text(json.dumps(report, indent=1) + "\n", encoding="utf-8")
         print(f"wrote {ns.out}", file=sys.stderr)
     if ns.html:
-        from .html import render_html
+        from .html import render_html  # loaded when the command runs, not at import
 
         html_report = report if not ns.no_records else build_report(run, slos=slos, interval_s=interval_s,
                                                                     knee_factor=ns.knee_factor, meta=meta)
@@ -273,7 +272,7 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
 def _environment(transport: str) -> dict[str, Any]:
     import os
 
-    from .. import __version__
+    from .. import __version__  # loaded when the command runs, not at import
 
     return {"llmroute": __version__, "python": platform.python_version(), "platform": platform.platform(),
             "cpus": os.cpu_count(), "transport": transport}
@@ -290,8 +289,8 @@ def _config_source(ns: argparse.Namespace) -> Iterator[None]:
         return
     if ns.config:
         raise ConfigError("--local and --config exclude each other", key="--local")
-    from ..demo import demo_config
-    from ..local import LocalServer
+    from ..demo import demo_config  # loaded when the command runs, not at import
+    from ..local import LocalServer  # loaded when the command runs, not at import
 
     servers = []
     try:
@@ -306,16 +305,12 @@ def _config_source(ns: argparse.Namespace) -> Iterator[None]:
 
 
 def _client(config: Any, transport: str) -> Any:
-    from ..client import AsyncClient
-
     if isinstance(config, dict):  # --local
         return AsyncClient(config=config, transport=transport)
     return AsyncClient.from_config(config, transport=transport)
 
 
 async def _run(ns: argparse.Namespace, plan: Any, prompts: Any, into: Any) -> Any:
-    from .runner import client_send, run_bench
-
     client = _client(ns.config, ns.transport)
     try:
         send = client_send(client, stream=not ns.no_stream, feature=ns.feature)
@@ -348,9 +343,6 @@ def _smoke(ns: argparse.Namespace) -> int:
 
 
 async def _smoke_run(ns: argparse.Namespace, timeout_s: float) -> list[dict[str, Any]]:
-    from .runner import client_send
-    from .workload import Prompt
-
     client = _client(ns.config, ns.transport)
     tiers_of: dict[str, list[tuple[str, int]]] = {}
     for tier_name, tier in client.config.tiers.items():

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import ConfigError, LLMRouteError
+from ..accounting.prices import load_price_table
 
 __all__ = [
     "main", "LevelChoice", "choose_level", "monthly_costs", "parse_price", "parse_throughput",
@@ -179,8 +180,6 @@ class TokenPrice:
 
 def catalogue_price(spec: str, *, option: str = "--per-token") -> TokenPrice:
     """`KIND[@REGION]:MODEL` looked up in the shipped price table (llmroute prices lists it)."""
-    from ..accounting.prices import load_price_table
-
     place, sep, model = spec.partition(":")
     kind, _, region = place.partition("@")
     if not sep or not kind or not model:
@@ -333,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        from ..cli_paths import check_input, check_output
+        from ..cli_paths import check_input, check_output  # loaded when the command runs, not at import
 
         check_input(ns.bench, "--bench")
         check_output(ns.json_out, "--json")
@@ -360,7 +359,7 @@ def _traffic(ns: argparse.Namespace) -> Traffic:
     if ns.ledger:
         import time
 
-        from ..accounting.sinks import read_records
+        from ..accounting.sinks import read_records  # loaded when the command runs, not at import
 
         if ns.days <= 0:
             raise ConfigError("must be positive", key="--days")
@@ -395,7 +394,7 @@ def _plan(ns: argparse.Namespace) -> int:
     choice: LevelChoice | None = None
     unit = "GPUs"
     if ns.bench:
-        from .report import load_report
+        from .report import load_report  # loaded when the command runs, not at import
 
         report = load_report(ns.bench, option="--bench")
         choice = choose_level(report, target=ns.target, level=ns.level, min_success_rate=ns.min_success_rate)

@@ -12,6 +12,7 @@ from .calls import CacheCall, CachedStream, alookup, lookup
 from .policy import CacheConfig, CacheSettings, CallCache, SemanticConfig, TierCacheConfig, pop_cache_args
 from .semantic import Embedder
 from .service import ResponseCache, open_backend
+from ..config import _expand_env
 
 __all__ = [
     "ResponseCache", "CacheConfig", "CacheSettings", "SemanticConfig", "TierCacheConfig", "CallCache",
@@ -23,8 +24,6 @@ __all__ = [
 def open_cache(config: Any, *, backend: Optional[Backend] = None, clock: Any = None) -> ResponseCache:
     """The `ResponseCache` a `Config` asks for (`[cache]`, the tiers' `cache`, `[cache.semantic]`)."""
     import time
-
-    from ..config import _expand_env
 
     settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
     semantic = settings.config.semantic

@@ -22,6 +22,7 @@ from ..types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from .entry import Entry, dump_chunk, dump_completion, storable
 from .key import KeyParts, UnkeyableError, key_parts, target_id
 from .policy import CallCache, Decision, decide
+from ..accounting.cost import Cost
 
 if TYPE_CHECKING:
     from ..call import CallRun, PreparedCall
@@ -108,8 +109,6 @@ class CacheCall:
     # -- a hit: answered from the entry --------------------------------------------------------------
     def replay(self, engine: "Engine", prepared: "PreparedCall", *,
                is_async: bool = False) -> Union[ChatCompletion, "CachedStream"]:
-        from ..accounting.cost import Cost
-
         entry = self.entry
         assert entry is not None
         target = prepared.target

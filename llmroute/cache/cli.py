@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from typing import Optional, Sequence
+from ..config import load_config
 
 __all__ = ["main"]
 
@@ -28,8 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from ..config import load_config
-    from . import open_cache
+    from . import open_cache  # loaded when the command runs, not at import
 
     args = _parser().parse_args(list(argv) if argv is not None else None)
     cache = open_cache(load_config(args.config))

@@ -21,6 +21,7 @@ from .base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finis
 from ..sse import SSEEvent
 from ..tokens import normalize_usage
 from ..types import ChatCompletion, ChatCompletionChunk, Usage
+from .. import errors as E
 
 __all__ = ["BailianCompatAdapter", "BailianNativeAdapter"]
 
@@ -71,8 +72,6 @@ class BailianCompatAdapter(OpenAICompatAdapter):
         return body
 
     def request_after_error(self, error: Any, request: Any) -> Any:
-        from .. import errors as E
-
         said = f"{error.provider_message or ''} {error.code or ''}"
         if (isinstance(error, E.BadRequestError) and not request.json.get("stream")
                 and _STREAM_ONLY_RE.search(said)):
@@ -116,8 +115,6 @@ class BailianNativeAdapter(OpenAICompatAdapter):
             parameters["max_tokens"] = cap
         for name, value in params.items():
             if name not in _NATIVE_PARAMS:
-                from .. import errors as E
-
                 raise E.BadRequestError(
                     f"parameter {name!r} has no equivalent in the DashScope native protocol "
                     "(use protocol = \"compatible\", or pass it in extra_body)",

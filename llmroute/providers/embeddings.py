@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type, Unio
 
 from .. import errors as E
 from .base import HttpRequest, OpenAICompatAdapter
+from ..types import Usage
 
 if TYPE_CHECKING:
     from ..config import Provider
@@ -189,8 +190,6 @@ class DashScopeNativeEmbeddingAdapter(BailianEmbeddingAdapter):
 
 
 def _usage(raw: Any) -> Optional["Usage"]:
-    from ..types import Usage
-
     if not isinstance(raw, dict):
         return None
     prompt = raw.get("prompt_tokens")

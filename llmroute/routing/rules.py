@@ -94,7 +94,7 @@ class RoutingConfig(BaseModel):
         if self.model is None:
             self._scorer = None
             return
-        from .fitted import load_model
+        from .fitted import load_model  # only when [routing] model names a fitted model
 
         try:
             self._scorer = load_model(self.model, base=base_dir)
