@@ -43,6 +43,7 @@ from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTo
 from .bounded import ReadLimits
 from .secrets import SecretStr
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+from .types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
 
 __version__ = "0.1.0"
 
@@ -91,6 +92,9 @@ __all__ = [
     "Usage",
     "Route",
     "Attempt",
+    "ChoiceLogprobs",
+    "ChatCompletionTokenLogprob",
+    "TopLogprob",
     "LLMRouteError",
     "ConfigError",
     "InvalidRequestError",

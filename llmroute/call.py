@@ -23,6 +23,7 @@ from .exits import end_call, exit_status
 from .providers import adapter_class
 from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .providers.prefill import continuation_call
+from .providers.registry import KINDS
 from .providers.sendable import check_headers, encode_body
 from .tokens import count_message_tokens, estimate_usage
 from .transport import Timeouts
@@ -168,11 +169,14 @@ class CallRun:
     def streams(self, deployment: Deployment) -> bool:
         """Is this attempt sent as a stream? Every stream is; a plain call is too (so the first-token
         and stall limits and mid-answer recovery apply to it), unless the deployment's policy says
-        `plain_via_stream = false` or the call asks for logprobs (streams do not carry them yet)."""
+        `plain_via_stream = false`, or the call asks for logprobs and the platform kind does not send
+        them on streamed chunks (docs/platforms.md §11.15)."""
         if self.prepared.stream:
             return True
         params = self.prepared.call.params
-        if params.get("logprobs") or params.get("top_logprobs") is not None:
+        if (params.get("logprobs") or params.get("top_logprobs") is not None) and not KINDS[
+            deployment.provider.kind
+        ].streams_logprobs:
             return False
         return bool(self.engine.policy(deployment.id).plain_via_stream)
 

@@ -57,13 +57,15 @@ def timeout(dep: str) -> E.TimeoutError:
     return E.TimeoutError("no first token", timeout="ttft", seconds=10, provider=dep.split(":")[0], deployment=dep)
 
 
-def test_a_plain_call_is_sent_as_a_stream_unless_it_asks_for_logprobs() -> None:
+def test_a_plain_call_is_sent_as_a_stream_unless_it_asks_for_logprobs_the_kind_does_not_stream() -> None:
     run = start(config())
     ctx = send(run, 100.0)
     assert ctx.streamed and ctx.request.json["stream"] is True
     assert ctx.timeouts.read_kind == "ttft" and ctx.timeouts.stall_s == 10.0
-    plain = start(config(), logprobs=True)
-    assert not send(plain, 100.0).streamed
+    vllm = send(start(config(), logprobs=True, top_logprobs=2), 100.0)  # vLLM streams logprobs
+    assert vllm.streamed and vllm.request.json["logprobs"] is True
+    other = send(start(config(), model="c:m", logprobs=True), 100.0)  # an unknown server: read plain
+    assert not other.streamed and "stream" not in other.request.json
 
 
 def test_the_first_token_limit_grows_with_the_prompt() -> None:
