@@ -42,6 +42,7 @@ from .errors import (
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
 from .bounded import ReadLimits
 from .secrets import SecretStr
+from .accounting.cost_value import Cost
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
 from .types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
 
@@ -92,6 +93,7 @@ __all__ = [
     "Usage",
     "Route",
     "Attempt",
+    "Cost",
     "ChoiceLogprobs",
     "ChatCompletionTokenLogprob",
     "TopLogprob",

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Union
 from pydantic import Field
 
 from . import errors as E
+from .accounting.cost_value import Cost
 from .call import CallRun, Target, Wait
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from .types import Route, Usage, _OpenAIModel
@@ -54,7 +55,7 @@ class CreateEmbeddingResponse(_OpenAIModel):
     model: str = ""
     usage: EmbeddingUsage = Field(default_factory=EmbeddingUsage)
     route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Any] = Field(default=None, exclude=True)
+    cost: Optional[Cost] = Field(default=None, exclude=True)
 
 
 @dataclass
@@ -190,7 +191,7 @@ class _Finished:
     usage: Usage
     choices: List[Any] = field(default_factory=list)
     route: Optional[Route] = None
-    cost: Optional[Any] = None
+    cost: Optional[Cost] = None
 
 
 class EmbeddingRun(CallRun):

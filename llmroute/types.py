@@ -8,9 +8,11 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import Any, List, Literal, Optional
+from typing import List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .accounting.cost_value import Cost
 
 __all__ = [
     "PromptTokensDetails",
@@ -158,7 +160,7 @@ class Attempt(BaseModel):
     usage: Optional[Usage] = None
     usage_estimated: bool = False
     billed: bool = False
-    cost: Optional[Any] = None
+    cost: Optional[Cost] = None
     note: Optional[str] = None
 
     @property
@@ -201,7 +203,7 @@ class ChatCompletion(_OpenAIModel):
     usage: Usage = Field(default_factory=Usage)
     system_fingerprint: Optional[str] = None
     route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Any] = Field(default=None, exclude=True)
+    cost: Optional[Cost] = Field(default=None, exclude=True)
 
 
 class ChatCompletionChunk(_OpenAIModel):

@@ -84,6 +84,8 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .cost_value import Cost
+
 __all__ = [
     "LedgerRecord",
     "LedgerSink",
@@ -186,7 +188,7 @@ class LedgerRecord:
     cost_saved: Optional[Decimal] = None
 
     @classmethod
-    def from_cost(cls, cost: Any, **kw: Any) -> "LedgerRecord":
+    def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
         """A record whose token and money fields come from a `Cost` (see cost.py)."""
         return cls(
             input_tokens=cost.input_tokens,
