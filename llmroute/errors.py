@@ -31,7 +31,7 @@ LLMRouteError                      base of every llmroute error
 ```
 
 Every `ProviderError` carries `provider` (the name in the config), `deployment`
-(`"provider:model"`), `status`, `request_id`, `retryable`, `retry_after` (seconds) and
+(`"provider:model"`), `status` (also as `status_code`, openai-python's name), `request_id`, `retryable`, `retry_after` (seconds) and
 `provider_message` (the platform's own text). No message, repr or attribute here ever holds an
 API key: the text of every error passes through `secrets.scrub` first.
 
@@ -173,6 +173,15 @@ class ProviderError(LLMRouteError):
         if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
             self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)
+
+    @property
+    def status_code(self) -> int | None:
+        """The HTTP status, as `status` (openai-python's name for it)."""
+        return self.status
+
+    @status_code.setter
+    def status_code(self, value: int | None) -> None:
+        self.status = value
 
     def __str__(self) -> str:
         parts = []
