@@ -169,15 +169,16 @@ class CallRun:
     def streams(self, deployment: Deployment) -> bool:
         """Is this attempt sent as a stream? Every stream is; a plain call is too (so the first-token
         and stall limits and mid-answer recovery apply to it), unless the deployment's policy says
-        `plain_via_stream = false`, or the call asks for logprobs and the platform kind does not send
-        them on streamed chunks (docs/platforms.md §11.15)."""
+        `plain_via_stream = false`, or the call asks for logprobs and a deployment it may reach does
+        not send them on streamed chunks: a cut answer finished elsewhere is joined from chunks, so
+        every attempt of such a call is plain (docs/platforms.md §11.15)."""
         if self.prepared.stream:
             return True
         params = self.prepared.call.params
-        if (params.get("logprobs") or params.get("top_logprobs") is not None) and not KINDS[
-            deployment.provider.kind
-        ].streams_logprobs:
-            return False
+        if params.get("logprobs") or params.get("top_logprobs") is not None:
+            reachable = (*self.target.deployments, *self.target.fallback)
+            if not all(KINDS[d.provider.kind].streams_logprobs for d in reachable):
+                return False
         return bool(self.engine.policy(deployment.id).plain_via_stream)
 
     def _begin(self, step: Any, now: float) -> AttemptContext:

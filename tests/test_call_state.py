@@ -66,6 +66,9 @@ def test_a_plain_call_is_sent_as_a_stream_unless_it_asks_for_logprobs_the_kind_d
     assert vllm.streamed and vllm.request.json["logprobs"] is True
     other = send(start(config(), model="c:m", logprobs=True), 100.0)  # an unknown server: read plain
     assert not other.streamed and "stream" not in other.request.json
+    mixed = send(start(config(), model="u", logprobs=True), 100.0)  # a:m streams them, its backup c:m not
+    assert mixed.deployment.id == "a:m"
+    assert not mixed.streamed  # one call is read one way: a cut answer could not be joined otherwise
 
 
 def test_the_first_token_limit_grows_with_the_prompt() -> None:

@@ -16,6 +16,7 @@ from llmroute.providers.base import StreamAssembler
 from llmroute.providers.logprobs import logprobs_from_wire
 from llmroute.types import ChatCompletionChunk, Usage
 from tests.providers.helpers import MESSAGES, TIER, make_config
+from tests.servers.script import Reply
 from tests.servers.llamacpp import llama_config
 
 # platform -> (kind, model, api key, a plain logprobs call is read as a stream)
@@ -228,3 +229,38 @@ def test_llamacpp_plain_and_stream_logprobs_async(llama_server):
     tokens = _check_llama(plain.choices[0].logprobs, plain.choices[0].message.content, 3)
     streamed = _check_llama(final.choices[0].logprobs, final.choices[0].message.content, 3)
     assert [t for t, _ in streamed] == [t for t, _ in tokens]
+
+
+# -- recovery: one call, one way of reading --------------------------------------------------------------
+
+def _two_deployments(first: Any, second: Any, kinds: tuple[str, str], models: tuple[str, str]) -> dict[str, Any]:
+    return {
+        "providers": {"a": {"kind": kinds[0], "base_url": first.base_url, "api_key": first.api_key},
+                      "b": {"kind": kinds[1], "base_url": second.base_url, "api_key": second.api_key}},
+        "tiers": {TIER: {"deployments": [f"a:{models[0]}", f"b:{models[1]}"]}},
+        "resilience": {"max_retries": 0}, "pricing": {"strict": False},
+    }
+
+
+def test_a_cut_answer_finished_elsewhere_has_the_logprobs_of_both_parts(vllm_server, sglang_server):
+    model = "Qwen/Qwen2.5-7B-Instruct"
+    vllm_server.push(Reply(pieces=["one", " two", " three", " four"], reset_after_chunks=2))
+    sglang_server.push(Reply(pieces=[" three", " four"]))
+    with L.Client(config=_two_deployments(vllm_server, sglang_server, ("vllm", "sglang"), (model, model))) as client:
+        resp = client.chat.completions.create(model=TIER, messages=MESSAGES, logprobs=True, top_logprobs=1)
+    assert [a.status for a in resp.route.attempts] == ["interrupted", "ok"] and resp.route.recovery == "resumed"
+    tokens = [e.token for e in resp.choices[0].logprobs.content]
+    assert tokens == ["one", " two", " three", " four"]  # two from vLLM, then two from SGLang
+    assert "".join(tokens) == resp.choices[0].message.content
+    assert [e.logprob for e in resp.choices[0].logprobs.content] == [-0.1, -0.2, -0.1, -0.2]
+
+
+def test_a_tier_with_a_deployment_that_does_not_stream_logprobs_reads_every_attempt_plain(vllm_server,
+                                                                                           together_server):
+    vllm_server.push(Reply(status=503))
+    models = ("Qwen/Qwen2.5-7B-Instruct", "meta-llama/Llama-3.3-70B-Instruct-Turbo")
+    with L.Client(config=_two_deployments(vllm_server, together_server, ("vllm", "together"), models)) as client:
+        resp = client.chat.completions.create(model=TIER, messages=MESSAGES, logprobs=True)
+    assert "stream" not in vllm_server.last_request.json and "stream" not in together_server.last_request.json
+    assert [a.status for a in resp.route.attempts] == ["error", "ok"]
+    assert "".join(e.token for e in resp.choices[0].logprobs.content) == resp.choices[0].message.content
