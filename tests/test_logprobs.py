@@ -264,3 +264,23 @@ def test_a_tier_with_a_deployment_that_does_not_stream_logprobs_reads_every_atte
     assert "stream" not in vllm_server.last_request.json and "stream" not in together_server.last_request.json
     assert [a.status for a in resp.route.attempts] == ["error", "ok"]
     assert "".join(e.token for e in resp.choices[0].logprobs.content) == resp.choices[0].message.content
+
+
+def test_dashscope_native_plain_answer_keeps_openai_shaped_logprobs(bailian_server):
+    # The native protocol's logprobs shape is unconfirmed (docs/platforms.md §11.15): one in OpenAI's
+    # shape is kept, anything else dropped.
+    entry = {"token": "Hi", "bytes": [72, 105], "logprob": -0.5, "top_logprobs": [{"token": "Hi", "logprob": -0.5}]}
+    body = {"request_id": "r1", "usage": {"input_tokens": 4, "output_tokens": 1},
+            "output": {"choices": [{"message": {"role": "assistant", "content": "Hi"}, "finish_reason": "stop",
+                                    "logprobs": {"content": [entry]}}]}}
+    bailian_server.push(Reply(body=body), Reply(body={**body, "output": {"choices": [
+        {**body["output"]["choices"][0], "logprobs": "unreadable"}]}}))
+    config = make_config("bailian", bailian_server.native_url, "qwen-plus", api_key=bailian_server.default_api_key,
+                         protocol="native")
+    with L.Client(config=config) as client:
+        resp = client.chat.completions.create(model=TIER, messages=MESSAGES, logprobs=True)
+        other = client.chat.completions.create(model=TIER, messages=MESSAGES, logprobs=True)
+    assert bailian_server.last_request.json["parameters"]["logprobs"] is True
+    assert _entries(resp.choices[0].logprobs) == [{**entry, "top_logprobs": [{"token": "Hi", "logprob": -0.5,
+                                                                               "bytes": None}]}]
+    assert other.choices[0].message.content == "Hi" and other.choices[0].logprobs is None
