@@ -21,7 +21,7 @@ from .errors import (
     BillingError,
     BudgetExceededError,
     ConfigError,
-    ConnectionError,
+    APIConnectionError,
     ContentFilterError,
     ContextLengthError,
     InvalidRequestError,
@@ -37,7 +37,7 @@ from .errors import (
     SharedStateUnavailableError,
     StreamInterruptedError,
     StreamNotFinishedError,
-    TimeoutError,
+    APITimeoutError,
 )
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
 from .bounded import ReadLimits
@@ -115,8 +115,8 @@ __all__ = [
     "RateLimitError",
     "OverloadedError",
     "ServerError",
-    "TimeoutError",
-    "ConnectionError",
+    "APITimeoutError",
+    "APIConnectionError",
     "StreamInterruptedError",
     "ClientClosedError",
     "EventLoopError",

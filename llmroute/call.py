@@ -491,15 +491,15 @@ class StreamState:
         if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()
         if now > self.ctx.deadline:
-            raise E.TimeoutError(
+            raise E.APITimeoutError(
                 f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
         return out
 
-    def _ttft_timeout(self) -> E.TimeoutError:
-        return E.TimeoutError(
+    def _ttft_timeout(self) -> E.APITimeoutError:
+        return E.APITimeoutError(
             f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
             timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
             provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
@@ -509,7 +509,7 @@ class StreamState:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
         out = self._take(self.decoder.close(), now)
         if not self.decoder.complete:
-            raise E.ConnectionError(
+            raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
                 provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
             )
@@ -560,9 +560,9 @@ class StreamState:
         return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
 
 
-def stall_timeout(ctx: AttemptContext) -> E.TimeoutError:
+def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:
     seconds = ctx.timeouts.stall_s
-    return E.TimeoutError(
+    return E.APITimeoutError(
         f"stall timeout: no content for {seconds:g}s after content had started", timeout="stall", seconds=seconds,
         provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
     )
@@ -572,7 +572,7 @@ def may_have_been_billed(error: BaseException) -> bool:
     """Did the request reach a platform that may have done the work? A read timeout: the platform
     was still working on it. A connect timeout, a refused connection, an HTTP error status and a
     keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
-    return isinstance(error, E.TimeoutError) and error.timeout != "connect"
+    return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

@@ -25,8 +25,8 @@ LLMRouteError                      base of every llmroute error
     ├── OverloadedError            503/529: the platform is shedding load
     ├── ServerError                other 5xx
     │   └── ResponseTooLargeError  a body, SSE line or decompressed body passed its cap
-    ├── TimeoutError               connect, time-to-first-token or total timeout; `.timeout` says which
-    ├── ConnectionError            refused, reset or unreachable before a response
+    ├── APITimeoutError            connect, time-to-first-token or total timeout; `.timeout` says which
+    ├── APIConnectionError         refused, reset or unreachable before a response
     └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
 ```
 
@@ -35,7 +35,7 @@ Every `ProviderError` carries `provider` (the name in the config), `deployment`
 `provider_message` (the platform's own text). No message, repr or attribute here ever holds an
 API key: the text of every error passes through `secrets.scrub` first.
 
-`TimeoutError` and `ConnectionError` shadow the builtins only inside this module; import them as
+`APITimeoutError` and `APIConnectionError` shadow the builtins only inside this module; import them as
 `llmroute.TimeoutError` / `llmroute.errors.TimeoutError`.
 """
 
@@ -66,8 +66,8 @@ __all__ = [
     "RateLimitError",
     "OverloadedError",
     "ServerError",
-    "TimeoutError",
-    "ConnectionError",
+    "APITimeoutError",
+    "APIConnectionError",
     "StreamInterruptedError",
     "ClientClosedError",
     "EventLoopError",
@@ -263,7 +263,7 @@ class ResponseTooLargeError(ServerError):
         super().__init__(message, **kw)
 
 
-class TimeoutError(ProviderError):
+class APITimeoutError(ProviderError):
     """A timeout fired. `timeout` is "connect", "ttft" or "total"; `seconds` its limit."""
 
     default_retryable = True
@@ -274,7 +274,7 @@ class TimeoutError(ProviderError):
         super().__init__(message, **kw)
 
 
-class ConnectionError(ProviderError):
+class APIConnectionError(ProviderError):
     """The platform could not be reached: refused, reset, DNS, TLS."""
 
     default_retryable = True

@@ -309,7 +309,7 @@ class BatchJobs:
 
     def _part_error(self, job: Dict[str, Any], part: Dict[str, Any], error: E.ProviderError, now: float) -> Step:
         part_id = part["part_id"]
-        if error.retryable or isinstance(error, (E.TimeoutError, E.ConnectionError)):
+        if error.retryable or isinstance(error, (E.APITimeoutError, E.APIConnectionError)):
             interval = min((part["poll_interval_s"] or self.settings.poll_interval_s) * self.settings.backoff,
                            self.settings.max_poll_interval_s)
             if error.retry_after:

@@ -61,7 +61,7 @@ def test_status_code_is_status():
     assert error.status == 503
     error.status = 504
     assert error.status_code == 504
-    assert E.ConnectionError("refused").status_code is None  # no response, no status
+    assert E.APIConnectionError("refused").status_code is None  # no response, no status
 
 
 def test_retryable_flags():
