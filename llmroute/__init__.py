@@ -40,6 +40,7 @@ from .errors import (
     APITimeoutError,
 )
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from .errors import deprecated_error as _deprecated_error
 from .bounded import ReadLimits
 from .secrets import SecretStr
 from .accounting.cost_value import Cost
@@ -54,6 +55,10 @@ _logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 
 
 def __getattr__(name: str) -> _Any:
+    # `llmroute.TimeoutError` / `llmroute.ConnectionError`: the old names, with a DeprecationWarning.
+    renamed = _deprecated_error(name)
+    if renamed is not None:
+        return renamed
     # `llmroute.report(...)`: the cost report, imported only when used.
     if name == "report":
         from .accounting.report import report

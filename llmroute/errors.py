@@ -35,13 +35,17 @@ Every `ProviderError` carries `provider` (the name in the config), `deployment`
 `provider_message` (the platform's own text). No message, repr or attribute here ever holds an
 API key: the text of every error passes through `secrets.scrub` first.
 
-`APITimeoutError` and `APIConnectionError` shadow the builtins only inside this module; import them as
-`llmroute.TimeoutError` / `llmroute.errors.TimeoutError`.
+`APITimeoutError` and `APIConnectionError` (openai-python's names) were called `TimeoutError` and
+`ConnectionError`, which shadowed Python's builtins after `from llmroute import *`. The old names
+still resolve, on `llmroute` and on this module, to the new classes with a `DeprecationWarning`; they
+are not in `__all__`. A ledger's `error_type` records the class name: the new names from this version
+on; `current_error_name` reads an older ledger's old names as the new ones.
 """
 
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Any, Optional, Sequence
 
 from .secrets import scrub
@@ -74,6 +78,7 @@ __all__ = [
     "RedirectError",
     "ResponseTooLargeError",
     "StreamNotFinishedError",
+    "current_error_name",
 ]
 
 
@@ -323,3 +328,31 @@ class StreamNotFinishedError(LLMRouteError, RuntimeError):
 # Keep the builtins reachable for code in this package that needs them.
 BuiltinTimeoutError = builtins.TimeoutError
 BuiltinConnectionError = builtins.ConnectionError
+
+
+# Old error class names -> the current ones (the old names shadowed Python's builtins).
+RENAMED_ERRORS = {"TimeoutError": "APITimeoutError", "ConnectionError": "APIConnectionError"}
+
+
+def current_error_name(name: str) -> str:
+    """An error class name as a ledger or route recorded it -> its current name (old ledgers hold
+    `TimeoutError` and `ConnectionError`)."""
+    return RENAMED_ERRORS.get(name, name)
+
+
+def deprecated_error(name: str) -> type[ProviderError] | None:
+    """The class an old name stands for, with a DeprecationWarning; None for any other name."""
+    new = RENAMED_ERRORS.get(name)
+    if new is None:
+        return None
+    warnings.warn(f"llmroute.{name} is deprecated (it shadows the builtin {name}); use llmroute.{new}",
+                  DeprecationWarning, stacklevel=3)
+    cls: type[ProviderError] = globals()[new]
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    cls = deprecated_error(name)
+    if cls is None:
+        raise AttributeError(f"module 'llmroute.errors' has no attribute {name!r}")
+    return cls
