@@ -21,7 +21,7 @@ from .errors import (
     BillingError,
     BudgetExceededError,
     ConfigError,
-    ConnectionError,
+    APIConnectionError,
     ContentFilterError,
     ContextLengthError,
     InvalidRequestError,
@@ -37,12 +37,15 @@ from .errors import (
     SharedStateUnavailableError,
     StreamInterruptedError,
     StreamNotFinishedError,
-    TimeoutError,
+    APITimeoutError,
 )
 from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from .errors import deprecated_error as _deprecated_error
 from .bounded import ReadLimits
 from .secrets import SecretStr
+from .accounting.cost_value import Cost
 from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+from .types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
 
 __version__ = "0.1.0"
 
@@ -52,6 +55,10 @@ _logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 
 
 def __getattr__(name: str) -> _Any:
+    # `llmroute.TimeoutError` / `llmroute.ConnectionError`: the old names, with a DeprecationWarning.
+    renamed = _deprecated_error(name)
+    if renamed is not None:
+        return renamed
     # `llmroute.report(...)`: the cost report, imported only when used.
     if name == "report":
         # loaded on first access (module __getattr__): `import llmroute` stays light
@@ -92,6 +99,10 @@ __all__ = [
     "Usage",
     "Route",
     "Attempt",
+    "Cost",
+    "ChoiceLogprobs",
+    "ChatCompletionTokenLogprob",
+    "TopLogprob",
     "LLMRouteError",
     "ConfigError",
     "InvalidRequestError",
@@ -110,8 +121,8 @@ __all__ = [
     "RateLimitError",
     "OverloadedError",
     "ServerError",
-    "TimeoutError",
-    "ConnectionError",
+    "APITimeoutError",
+    "APIConnectionError",
     "StreamInterruptedError",
     "ClientClosedError",
     "EventLoopError",

@@ -19,12 +19,12 @@ def transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamS
     error = map_transport_error(
         exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
     )
-    if isinstance(error, E.TimeoutError) and error.timeout != "connect" and time.monotonic() >= ctx.deadline - 0.01:
+    if isinstance(error, E.APITimeoutError) and error.timeout != "connect" and time.monotonic() >= ctx.deadline - 0.01:
         # The read was cut at the attempt's deadline (transport.py): that is the total timeout.
-        return E.TimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
-                              timeout="total", seconds=ctx.timeouts.total_s, provider=error.provider,
-                              deployment=error.deployment)
-    if isinstance(error, E.TimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
+        return E.APITimeoutError(f"total timeout: the call took longer than {ctx.timeouts.total_s:g}s",
+                                 timeout="total", seconds=ctx.timeouts.total_s, provider=error.provider,
+                                 deployment=error.deployment)
+    if isinstance(error, E.APITimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
         return stall_timeout(ctx)  # the read timeout fired after content: a stall, not a slow first token
     return error
 

@@ -28,6 +28,7 @@ from .exits import end_call, exit_status
 from .providers import adapter_class
 from .providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from .providers.prefill import continuation_call
+from .providers.registry import KINDS
 from .providers.sendable import check_headers, encode_body
 from .targets import Target, resolve_target
 from .timeouts import Timeouts
@@ -180,12 +181,16 @@ class CallRun:
     def streams(self, deployment: Deployment) -> bool:
         """Is this attempt sent as a stream? Every stream is; a plain call is too (so the first-token
         and stall limits and mid-answer recovery apply to it), unless the deployment's policy says
-        `plain_via_stream = false` or the call asks for logprobs (streams do not carry them yet)."""
+        `plain_via_stream = false`, or the call asks for logprobs and a deployment it may reach does
+        not send them on streamed chunks: a cut answer finished elsewhere is joined from chunks, so
+        every attempt of such a call is plain (docs/platforms.md §11.15)."""
         if self.prepared.stream:
             return True
         params = self.prepared.call.params
         if params.get("logprobs") or params.get("top_logprobs") is not None:
-            return False
+            reachable = (*self.target.deployments, *self.target.fallback)
+            if not all(KINDS[d.provider.kind].streams_logprobs for d in reachable):
+                return False
         return bool(self.engine.policy(deployment.id).plain_via_stream)
 
     def _begin(self, step: Any, now: float) -> AttemptContext:
@@ -526,15 +531,15 @@ class StreamState:
         if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()
         if now > self.ctx.deadline:
-            raise E.TimeoutError(
+            raise E.APITimeoutError(
                 f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
         return out
 
-    def _ttft_timeout(self) -> E.TimeoutError:
-        return E.TimeoutError(
+    def _ttft_timeout(self) -> E.APITimeoutError:
+        return E.APITimeoutError(
             f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
             timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
             provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
@@ -544,7 +549,7 @@ class StreamState:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
         out = self._take(self.decoder.close(), now)
         if not self.decoder.complete:
-            raise E.ConnectionError(
+            raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
                 provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
             )
@@ -595,9 +600,9 @@ class StreamState:
         return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
 
 
-def stall_timeout(ctx: AttemptContext) -> E.TimeoutError:
+def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:
     seconds = ctx.timeouts.stall_s
-    return E.TimeoutError(
+    return E.APITimeoutError(
         f"stall timeout: no content for {seconds:g}s after content had started", timeout="stall", seconds=seconds,
         provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
     )
@@ -607,7 +612,7 @@ def may_have_been_billed(error: BaseException) -> bool:
     """Did the request reach a platform that may have done the work? A read timeout: the platform
     was still working on it. A connect timeout, a refused connection, an HTTP error status and a
     keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
-    return isinstance(error, E.TimeoutError) and error.timeout != "connect"
+    return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

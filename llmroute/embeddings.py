@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 from pydantic import Field
 
 from . import errors as E
+from .accounting.cost_value import Cost
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .call import CallRun, Wait
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
@@ -57,7 +58,7 @@ class CreateEmbeddingResponse(_OpenAIModel):
     model: str = ""
     usage: EmbeddingUsage = Field(default_factory=EmbeddingUsage)
     route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Any] = Field(default=None, exclude=True)
+    cost: Optional[Cost] = Field(default=None, exclude=True)
 
 
 @dataclass
@@ -192,7 +193,7 @@ class _Finished:
     usage: Usage
     choices: List[Any] = field(default_factory=list)
     route: Optional[Route] = None
-    cost: Optional[Any] = None
+    cost: Optional[Cost] = None
 
 
 class EmbeddingRun(CallRun):

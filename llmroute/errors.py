@@ -25,23 +25,27 @@ LLMRouteError                      base of every llmroute error
     ├── OverloadedError            503/529: the platform is shedding load
     ├── ServerError                other 5xx
     │   └── ResponseTooLargeError  a body, SSE line or decompressed body passed its cap
-    ├── TimeoutError               connect, time-to-first-token or total timeout; `.timeout` says which
-    ├── ConnectionError            refused, reset or unreachable before a response
+    ├── APITimeoutError            connect, time-to-first-token or total timeout; `.timeout` says which
+    ├── APIConnectionError         refused, reset or unreachable before a response
     └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
 ```
 
 Every `ProviderError` carries `provider` (the name in the config), `deployment`
-(`"provider:model"`), `status`, `request_id`, `retryable`, `retry_after` (seconds) and
+(`"provider:model"`), `status` (also as `status_code`, openai-python's name), `request_id`, `retryable`, `retry_after` (seconds) and
 `provider_message` (the platform's own text). No message, repr or attribute here ever holds an
 API key: the text of every error passes through `secrets.scrub` first.
 
-`TimeoutError` and `ConnectionError` shadow the builtins only inside this module; import them as
-`llmroute.TimeoutError` / `llmroute.errors.TimeoutError`.
+`APITimeoutError` and `APIConnectionError` (openai-python's names) were called `TimeoutError` and
+`ConnectionError`, which shadowed Python's builtins after `from llmroute import *`. The old names
+still resolve, on `llmroute` and on this module, to the new classes with a `DeprecationWarning`; they
+are not in `__all__`. A ledger's `error_type` records the class name: the new names from this version
+on; `current_error_name` reads an older ledger's old names as the new ones.
 """
 
 from __future__ import annotations
 
 import builtins
+import warnings
 from typing import Any, Optional, Sequence
 
 from .redaction import scrub
@@ -66,14 +70,15 @@ __all__ = [
     "RateLimitError",
     "OverloadedError",
     "ServerError",
-    "TimeoutError",
-    "ConnectionError",
+    "APITimeoutError",
+    "APIConnectionError",
     "StreamInterruptedError",
     "ClientClosedError",
     "EventLoopError",
     "RedirectError",
     "ResponseTooLargeError",
     "StreamNotFinishedError",
+    "current_error_name",
 ]
 
 
@@ -174,6 +179,15 @@ class ProviderError(LLMRouteError):
             self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)
 
+    @property
+    def status_code(self) -> int | None:
+        """The HTTP status, as `status` (openai-python's name for it)."""
+        return self.status
+
+    @status_code.setter
+    def status_code(self, value: int | None) -> None:
+        self.status = value
+
     def __str__(self) -> str:
         parts = []
         if self.deployment:
@@ -254,7 +268,7 @@ class ResponseTooLargeError(ServerError):
         super().__init__(message, **kw)
 
 
-class TimeoutError(ProviderError):
+class APITimeoutError(ProviderError):
     """A timeout fired. `timeout` is "connect", "ttft" or "total"; `seconds` its limit."""
 
     default_retryable = True
@@ -265,7 +279,7 @@ class TimeoutError(ProviderError):
         super().__init__(message, **kw)
 
 
-class ConnectionError(ProviderError):
+class APIConnectionError(ProviderError):
     """The platform could not be reached: refused, reset, DNS, TLS."""
 
     default_retryable = True
@@ -314,3 +328,31 @@ class StreamNotFinishedError(LLMRouteError, RuntimeError):
 # Keep the builtins reachable for code in this package that needs them.
 BuiltinTimeoutError = builtins.TimeoutError
 BuiltinConnectionError = builtins.ConnectionError
+
+
+# Old error class names -> the current ones (the old names shadowed Python's builtins).
+RENAMED_ERRORS = {"TimeoutError": "APITimeoutError", "ConnectionError": "APIConnectionError"}
+
+
+def current_error_name(name: str) -> str:
+    """An error class name as a ledger or route recorded it -> its current name (old ledgers hold
+    `TimeoutError` and `ConnectionError`)."""
+    return RENAMED_ERRORS.get(name, name)
+
+
+def deprecated_error(name: str) -> type[ProviderError] | None:
+    """The class an old name stands for, with a DeprecationWarning; None for any other name."""
+    new = RENAMED_ERRORS.get(name)
+    if new is None:
+        return None
+    warnings.warn(f"llmroute.{name} is deprecated (it shadows the builtin {name}); use llmroute.{new}",
+                  DeprecationWarning, stacklevel=3)
+    cls: type[ProviderError] = globals()[new]
+    return cls
+
+
+def __getattr__(name: str) -> Any:
+    cls = deprecated_error(name)
+    if cls is None:
+        raise AttributeError(f"module 'llmroute.errors' has no attribute {name!r}")
+    return cls

@@ -82,7 +82,7 @@ def _result(listed: Dict[str, List[Model]], errors: Dict[str, E.ProviderError]) 
         if len(errors) == 1:
             raise next(iter(errors.values()))
         detail = "; ".join(f"{name}: {type(e).__name__}: {e}" for name, e in errors.items())
-        raise E.ConnectionError(f"no provider could list its models ({detail})")
+        raise E.APIConnectionError(f"no provider could list its models ({detail})")
     return ModelList(data=[m for models in listed.values() for m in models], errors=errors)
 
 

@@ -40,7 +40,7 @@ def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
                          pool=timeouts.connect_s)
 
 
-# `ProviderError.code` of a ConnectionError raised when the server closed a pooled keep-alive
+# `ProviderError.code` of an APIConnectionError raised when the server closed a pooled keep-alive
 # connection before answering: the request may not have been read; the plan resends it at once, as a
 # visible attempt within max_retries, and the breaker does not count it.
 DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
@@ -50,44 +50,44 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
     """httpx and aiohttp exceptions -> typed errors that say which limit fired."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
     if _stale_connection(exc):
-        return E.ConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
+        return E.APIConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
                                  code=DROPPED_BEFORE_REPLY, **kw)
     if type(exc).__module__.split(".")[0] == "aiohttp":
         name = type(exc).__name__
         if name == "ConnectionTimeoutError":
-            return E.TimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
+            return E.APITimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
-            return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+            return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                                   seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
-        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
         return _map_httpx_error(httpx, exc, kw, timeouts)
     if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                               seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
     if isinstance(exc, OSError):
-        return E.ConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+        return E.APIConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
     raise exc
 
 
 def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts) -> E.ProviderError:
     if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return E.TimeoutError(
+        return E.APITimeoutError(
             f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-        return E.TimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                               seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
     if isinstance(exc, httpx.TimeoutException):
-        return E.TimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
+        return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
-        return E.ConnectionError(f"connection failed: {_reason(exc)}", **kw)
+        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
-        return E.ConnectionError(f"connection broken: {_reason(exc)}", **kw)
-    return E.ConnectionError(f"HTTP error: {_reason(exc)}", **kw)
+        return E.APIConnectionError(f"connection broken: {_reason(exc)}", **kw)
+    return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
 def _read_timeout_text(timeouts: Timeouts) -> str:

@@ -8,9 +8,11 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import Any, List, Literal, Optional
+from typing import List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
+
+from .accounting.cost_value import Cost
 
 __all__ = [
     "PromptTokensDetails",
@@ -19,6 +21,9 @@ __all__ = [
     "FunctionCall",
     "ToolCall",
     "ChatCompletionMessage",
+    "TopLogprob",
+    "ChatCompletionTokenLogprob",
+    "ChoiceLogprobs",
     "Choice",
     "ChatCompletion",
     "ChoiceDelta",
@@ -78,11 +83,36 @@ class ChatCompletionMessage(_OpenAIModel):
     refusal: Optional[str] = None
 
 
+class TopLogprob(_OpenAIModel):
+    """One of the most likely tokens at a position, and its log probability."""
+
+    token: str = ""
+    logprob: float = 0.0
+    bytes: Optional[List[int]] = None
+
+
+class ChatCompletionTokenLogprob(_OpenAIModel):
+    """One output token, its log probability, and the most likely alternatives at its position."""
+
+    token: str = ""
+    logprob: float = 0.0
+    bytes: Optional[List[int]] = None
+    top_logprobs: List[TopLogprob] = Field(default_factory=list)
+
+
+class ChoiceLogprobs(_OpenAIModel):
+    """A choice's log probabilities: per token of the content, and of a refusal. On a streamed
+    chunk, the tokens of that chunk; on a completion, all of them."""
+
+    content: Optional[List[ChatCompletionTokenLogprob]] = None
+    refusal: Optional[List[ChatCompletionTokenLogprob]] = None
+
+
 class Choice(_OpenAIModel):
     index: int = 0
     message: ChatCompletionMessage = Field(default_factory=ChatCompletionMessage)
     finish_reason: Optional[str] = None
-    logprobs: Optional[Any] = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class ToolCallDelta(_OpenAIModel):
@@ -104,7 +134,7 @@ class ChunkChoice(_OpenAIModel):
     index: int = 0
     delta: ChoiceDelta = Field(default_factory=ChoiceDelta)
     finish_reason: Optional[str] = None
-    logprobs: Optional[Any] = None
+    logprobs: Optional[ChoiceLogprobs] = None
 
 
 class Attempt(BaseModel):
@@ -130,7 +160,7 @@ class Attempt(BaseModel):
     usage: Optional[Usage] = None
     usage_estimated: bool = False
     billed: bool = False
-    cost: Optional[Any] = None
+    cost: Optional[Cost] = None
     note: Optional[str] = None
 
     @property
@@ -173,7 +203,7 @@ class ChatCompletion(_OpenAIModel):
     usage: Usage = Field(default_factory=Usage)
     system_fingerprint: Optional[str] = None
     route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Any] = Field(default=None, exclude=True)
+    cost: Optional[Cost] = Field(default=None, exclude=True)
 
 
 class ChatCompletionChunk(_OpenAIModel):

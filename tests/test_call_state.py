@@ -53,17 +53,22 @@ def send(run: CallRun, now: float) -> Any:
     return step.attempt
 
 
-def timeout(dep: str) -> E.TimeoutError:
-    return E.TimeoutError("no first token", timeout="ttft", seconds=10, provider=dep.split(":")[0], deployment=dep)
+def timeout(dep: str) -> E.APITimeoutError:
+    return E.APITimeoutError("no first token", timeout="ttft", seconds=10, provider=dep.split(":")[0], deployment=dep)
 
 
-def test_a_plain_call_is_sent_as_a_stream_unless_it_asks_for_logprobs() -> None:
+def test_a_plain_call_is_sent_as_a_stream_unless_it_asks_for_logprobs_the_kind_does_not_stream() -> None:
     run = start(config())
     ctx = send(run, 100.0)
     assert ctx.streamed and ctx.request.json["stream"] is True
     assert ctx.timeouts.read_kind == "ttft" and ctx.timeouts.stall_s == 10.0
-    plain = start(config(), logprobs=True)
-    assert not send(plain, 100.0).streamed
+    vllm = send(start(config(), logprobs=True, top_logprobs=2), 100.0)  # vLLM streams logprobs
+    assert vllm.streamed and vllm.request.json["logprobs"] is True
+    other = send(start(config(), model="c:m", logprobs=True), 100.0)  # an unknown server: read plain
+    assert not other.streamed and "stream" not in other.request.json
+    mixed = send(start(config(), model="u", logprobs=True), 100.0)  # a:m streams them, its backup c:m not
+    assert mixed.deployment.id == "a:m"
+    assert not mixed.streamed  # one call is read one way: a cut answer could not be joined otherwise
 
 
 def test_the_first_token_limit_grows_with_the_prompt() -> None:
@@ -88,7 +93,7 @@ def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill() -> Non
     first = send(run, 100.0)
     state = StreamState(run, first)
     assert [c.choices[0].delta.content for c in state.feed(sse("one", " two", finish=False), 100.5)] == ["one", " two"]
-    run.failed(first, E.ConnectionError("reset", provider="a", deployment="a:m"), 101.0, content_started=True,
+    run.failed(first, E.APIConnectionError("reset", provider="a", deployment="a:m"), 101.0, content_started=True,
                partial=state)
     assert not run.plan.finished
     second = send(run, 101.0)
@@ -112,7 +117,7 @@ def test_a_stream_cut_where_no_backup_can_continue_ends_in_the_cut() -> None:
     first = send(run, 100.0)
     state = StreamState(run, first)
     state.feed(sse("one", finish=False), 100.5)
-    cut = E.ConnectionError("reset", provider="a", deployment="a:m")
+    cut = E.APIConnectionError("reset", provider="a", deployment="a:m")
     run.failed(first, cut, 101.0, content_started=True, partial=state)
     with pytest.raises(E.StreamInterruptedError) as info:
         run.next_step(101.0)
@@ -125,7 +130,7 @@ def test_a_plain_cut_where_no_backup_can_continue_is_answered_again() -> None:
     first = send(run, 100.0)
     state = StreamState(run, first)
     state.feed(sse("one", finish=False), 100.5)
-    run.failed(first, E.ConnectionError("reset", provider="a", deployment="a:m"), 101.0, content_started=True,
+    run.failed(first, E.APIConnectionError("reset", provider="a", deployment="a:m"), 101.0, content_started=True,
                partial=state)
     second = send(run, 101.0)
     assert second.deployment.id == "c:m" and not second.continuation

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from llmroute import AsyncClient, Client, ConnectionError, ContextLengthError, InvalidRequestError, RoutingError
+from llmroute import AsyncClient, Client, APIConnectionError, ContextLengthError, InvalidRequestError, RoutingError
 from tests.servers.llamacpp import MODEL_ALIAS, llama_config
 
 MESSAGES = [{"role": "user", "content": "提取这句话的关键词：今天上海下雨了"}]
@@ -57,7 +57,7 @@ def test_context_length_error_is_typed(client):
 
 def test_refused_connection_names_deployment():
     with Client(config=llama_config("http://127.0.0.1:9/v1")) as c:
-        with pytest.raises(ConnectionError) as info:
+        with pytest.raises(APIConnectionError) as info:
             c.chat.completions.create(model="small", messages=MESSAGES)
     assert info.value.deployment == f"local:{MODEL_ALIAS}" and "refused" in str(info.value).lower()
 
@@ -106,7 +106,7 @@ def test_async_connection_refused(llama_server):
         async with AsyncClient(config=llama_config("http://127.0.0.1:9/v1")) as c:
             await c.chat.completions.create(model="small", messages=MESSAGES, stream=True)
 
-    with pytest.raises(ConnectionError):
+    with pytest.raises(APIConnectionError):
         asyncio.run(main())
 
 

@@ -21,11 +21,12 @@ Pure functions and frozen values: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
 from ..tokens import normalize_usage
+from .cost_value import Cost
 from .prices import MILLION, ExchangeRates, Price
 
 __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED"]
@@ -43,56 +44,6 @@ class TokenUsage:
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     reasoning_in_completion: bool = True
-
-
-@dataclass(frozen=True)
-class Cost:
-    """What a call (or one attempt) cost, and how the amount splits over its tokens.
-
-    `amount = input_amount + cached_amount + output_amount` when priced. `input_tokens` counts
-    cached tokens too (as OpenAI's `prompt_tokens`); `input_amount` is the uncached part's share.
-    `by_currency` holds the exact amount per currency (one entry unless a failover crossed
-    currencies; see `sum_costs`).
-    """
-
-    amount: Decimal | None
-    currency: str | None
-    input_tokens: int = 0
-    output_tokens: int = 0
-    cached_tokens: int = 0
-    reasoning_tokens: int = 0
-    input_amount: Decimal | None = None
-    cached_amount: Decimal | None = None
-    output_amount: Decimal | None = None
-    estimated: bool = False
-    priced: bool = True
-    price_version: str | None = None
-    # False when the price came from an unconfirmed table entry (see prices.toml).
-    price_confirmed: bool = True
-    by_currency: Mapping[str, Decimal] = field(default_factory=dict)
-
-    @property
-    def uncached_input_tokens(self) -> int:
-        return self.input_tokens - self.cached_tokens
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready: Decimals as strings (exact)."""
-        d = asdict(self)
-        for k, v in list(d.items()):
-            if isinstance(v, Decimal):
-                d[k] = str(v)
-        d["by_currency"] = {c: str(a) for c, a in self.by_currency.items()}
-        return d
-
-    def __str__(self) -> str:
-        if self.amount is None:
-            text = "unpriced" if not self.priced else f"{self.currency} ?"
-        else:
-            text = f"{self.amount.normalize():f} {self.currency}"
-        # An unpriced cost has no price to be unconfirmed: "unpriced" says it all.
-        unconfirmed = self.priced and not self.price_confirmed
-        flags = [f for f, on in (("estimated", self.estimated), ("unconfirmed price", unconfirmed)) if on]
-        return f"{text} ({', '.join(flags)})" if flags else text
 
 
 def _as_mapping(obj: Any) -> Mapping[str, Any]:

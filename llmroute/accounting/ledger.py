@@ -86,6 +86,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..errors import ConfigError
 from ..secrets import scrub
 
+from .cost_value import Cost
+
 __all__ = [
     "LedgerRecord",
     "LedgerSink",
@@ -187,7 +189,7 @@ class LedgerRecord:
     cost_saved: Optional[Decimal] = None
 
     @classmethod
-    def from_cost(cls, cost: Any, **kw: Any) -> "LedgerRecord":
+    def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
         """A record whose token and money fields come from a `Cost` (see cost.py)."""
         return cls(
             input_tokens=cost.input_tokens,

@@ -16,7 +16,7 @@ from decimal import Decimal
 from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence
 
 from .. import errors as E
-from ..accounting.cost import compute_cost
+from ..accounting.cost import Cost, compute_cost
 from ..types import ChatCompletion, Route
 from ..tokens import normalize_usage
 from .files import EMBEDDINGS, BatchRequest, endpoint_of, read_requests, split_parts
@@ -49,7 +49,7 @@ class BatchResult:
     error: Optional[Dict[str, Any]] = None
     served_by: Optional[str] = None  # "batch" or "online"
     embedding: Optional[Dict[str, Any]] = None  # the embeddings response (data, usage), for embedding requests
-    cost: Any = None  # what the result cost (a Cost); for chat it is also `completion.cost`
+    cost: Optional[Cost] = None  # what the result cost; for chat it is also `completion.cost`
 
     @property
     def ok(self) -> bool:
@@ -311,7 +311,7 @@ class BatchJobs:
 
     def _part_error(self, job: Dict[str, Any], part: Dict[str, Any], error: E.ProviderError, now: float) -> Step:
         part_id = part["part_id"]
-        if error.retryable or isinstance(error, (E.TimeoutError, E.ConnectionError)):
+        if error.retryable or isinstance(error, (E.APITimeoutError, E.APIConnectionError)):
             interval = min((part["poll_interval_s"] or self.settings.poll_interval_s) * self.settings.backoff,
                            self.settings.max_poll_interval_s)
             if error.retry_after:
@@ -560,7 +560,7 @@ class BatchJobs:
         totals: Dict[str, Decimal] = {}
         for result in self.results(job_id).values():
             cost = result.cost
-            if cost is not None and cost.amount is not None:
+            if cost is not None and cost.amount is not None and cost.currency is not None:
                 totals[cost.currency] = totals.get(cost.currency, Decimal(0)) + cost.amount
         return totals
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
 from ..percentile import percentile
-from ..errors import ConfigError
+from ..errors import ConfigError, current_error_name
 from .units import parse_duration_s
 
 __all__ = [
@@ -187,7 +187,7 @@ def meets_slo(record: RequestRecord, slos: Mapping[str, float]) -> bool:
 
 
 def error_label(record: RequestRecord) -> str:
-    return record.error_type or "UnknownError"
+    return current_error_name(record.error_type) if record.error_type else "UnknownError"
 
 
 def level_figures(

@@ -18,8 +18,9 @@ from .. import errors as E
 from ..secrets import reveal_headers
 from ..sse import SSEDecoder, SSEEvent
 from ..tokens import normalize_usage
-from ..types import ChatCompletion, ChatCompletionChunk, Usage
+from ..types import ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, Usage
 from .error_mapping import error_from_payload, error_from_response, is_error_payload
+from .logprobs import logprobs_from_wire
 from .think import ThinkSplitter, split_think
 
 if TYPE_CHECKING:
@@ -233,6 +234,8 @@ class OpenAICompatAdapter:
             choice["finish_reason"] = normalize_finish_reason(
                 choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
             )
+            if choice.get("logprobs") is not None:
+                choice["logprobs"] = logprobs_from_wire(choice["logprobs"])
             choices.append(choice)
         out = dict(data)
         out["choices"] = choices
@@ -278,6 +281,8 @@ class OpenAICompatAdapter:
                     delta["reasoning_content"] = (delta.get("reasoning_content") or "") + thought
                 delta["content"] = answer
             choice["delta"] = delta
+            if choice.get("logprobs") is not None:
+                choice["logprobs"] = logprobs_from_wire(choice["logprobs"], content if isinstance(content, str) else None)
             choice["finish_reason"] = normalize_finish_reason(
                 choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
             )
@@ -346,6 +351,8 @@ class OpenAICompatAdapter:
         for choice in chunk.choices:
             if "reasoning" in (choice.delta.__pydantic_extra__ or ()):
                 return None
+            if choice.logprobs is not None and choice.logprobs.__pydantic_extra__:
+                return None  # logprobs in another shape (providers/logprobs.py rewrites them)
         split = self.provider.split_think_tags
         for choice in chunk.choices:  # the same steps, in the same order, as normalize_chunk's
             delta = choice.delta
@@ -444,7 +451,8 @@ def chunk_has_content(chunk: ChatCompletionChunk) -> bool:
 
 
 class StreamAssembler:
-    """Chunks -> the ChatCompletion they add up to (content, reasoning, tool calls, finish reasons)."""
+    """Chunks -> the ChatCompletion they add up to (content, reasoning, tool calls, finish reasons,
+    log probabilities)."""
 
     def __init__(self) -> None:
         self.id = ""
@@ -464,6 +472,7 @@ class StreamAssembler:
             if slot is None:
                 slot = self._choices[choice.index] = {
                     "role": "assistant", "content": [], "reasoning": [], "tools": {}, "finish": None, "refusal": [],
+                    "logprobs": None, "refusal_logprobs": None,
                 }
             d = choice.delta
             if d.role:
@@ -487,6 +496,19 @@ class StreamAssembler:
                         tool["args"].append(call.function.arguments)
             if choice.finish_reason:
                 slot["finish"] = choice.finish_reason
+            if choice.logprobs is not None:
+                self._add_logprobs(slot, choice.logprobs)
+
+    @staticmethod
+    def _add_logprobs(slot: Dict[str, Any], logprobs: ChoiceLogprobs) -> None:
+        if slot["logprobs"] is None:
+            slot["logprobs"] = []
+        if logprobs.content:
+            slot["logprobs"].extend(logprobs.content)
+        if logprobs.refusal:
+            if slot["refusal_logprobs"] is None:
+                slot["refusal_logprobs"] = []
+            slot["refusal_logprobs"].extend(logprobs.refusal)
 
     def text(self, index: int = 0) -> str:
         slot = self._choices.get(index)
@@ -527,7 +549,10 @@ class StreamAssembler:
                 "tool_calls": tools,
                 "refusal": "".join(slot["refusal"]) or None,
             }
-            choices.append({"index": index, "message": message, "finish_reason": slot["finish"]})
+            logprobs = None
+            if slot["logprobs"] is not None:
+                logprobs = ChoiceLogprobs(content=slot["logprobs"], refusal=slot["refusal_logprobs"])
+            choices.append({"index": index, "message": message, "finish_reason": slot["finish"], "logprobs": logprobs})
         return ChatCompletion.model_validate(
             {
                 "id": self.id,

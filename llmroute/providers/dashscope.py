@@ -18,6 +18,7 @@ import time
 from typing import Any, Dict, Mapping, Optional
 
 from .base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finish_reason
+from .logprobs import logprobs_from_wire
 from ..sse import SSEEvent
 from ..tokens import normalize_usage
 from ..types import ChatCompletion, ChatCompletionChunk, Usage
@@ -151,6 +152,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
                     "finish_reason": normalize_finish_reason(
                         choice.get("finish_reason"), provider=self.provider.name, deployment=self.deployment.id
                     ),
+                    "logprobs": logprobs_from_wire(choice.get("logprobs")),
                 }
             )
         raw_usage = data.get("usage")

@@ -176,7 +176,7 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
     if status == 404:
         return E.NotFoundError
     if status == 408:
-        return E.TimeoutError
+        return E.APITimeoutError
     if status == 429:
         # TGI's 429 means its queue is full: load shedding rather than a per-account rate.
         if kind == "tgi" or etype == "overloaded":
@@ -215,7 +215,7 @@ def _describe(cls: Type[E.ProviderError], body: ErrorBody, status: Optional[int]
         E.RateLimitError: "rate limited",
         E.OverloadedError: "platform overloaded",
         E.ServerError: "server error",
-        E.TimeoutError: "platform timed out",
+        E.APITimeoutError: "platform timed out",
     }.get(cls, "error")
     detail = body.message.strip()
     if body.code and body.code not in detail and body.code != str(status):
@@ -271,8 +271,8 @@ def error_from_payload(
         code=body.code,
     )
     message = _describe(cls, body, status)
-    if cls is E.TimeoutError:
-        return E.TimeoutError(message, timeout="platform", seconds=None, **kwargs)
+    if cls is E.APITimeoutError:
+        return E.APITimeoutError(message, timeout="platform", seconds=None, **kwargs)
     return cls(message, **kwargs)
 
 

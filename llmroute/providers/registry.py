@@ -29,6 +29,9 @@ class KindSpec:
     # Native DashScope roots, per region (docs/platforms.md §4b).
     native_base_urls: Mapping[str | None, str] = field(default_factory=dict)
     self_hosted: bool = False
+    # Streamed chunks carry log probabilities as complete as a plain answer's, so a plain call asking
+    # for them can be read as a stream (docs/platforms.md §11.15).
+    streams_logprobs: bool = False
 
 
 KINDS: dict[str, KindSpec] = {
@@ -36,7 +39,8 @@ KINDS: dict[str, KindSpec] = {
     "together": KindSpec("together", {None: "https://api.together.xyz/v1"}, key_env="TOGETHER_API_KEY"),
     # §2: no stream_options in its spec; usage always comes on the last chunk.
     "fireworks": KindSpec(
-        "fireworks", {None: "https://api.fireworks.ai/inference/v1"}, key_env="FIREWORKS_API_KEY", include_usage=False
+        "fireworks", {None: "https://api.fireworks.ai/inference/v1"}, key_env="FIREWORKS_API_KEY", include_usage=False,
+        streams_logprobs=True,
     ),
     # §3: .cn and .com are separate platforms with separate keys.
     "siliconflow": KindSpec(
@@ -64,10 +68,10 @@ KINDS: dict[str, KindSpec] = {
         },
     ),
     # §5-§9: self-hosted servers; the key is optional (--api-key), the base URL is the user's.
-    "vllm": KindSpec("vllm", {None: "http://127.0.0.1:8000/v1"}, key_required=False, self_hosted=True),
-    "sglang": KindSpec("sglang", {None: "http://127.0.0.1:30000/v1"}, key_required=False, self_hosted=True),
-    "tgi": KindSpec("tgi", {None: "http://127.0.0.1:8080/v1"}, key_required=False, self_hosted=True),
-    "llamacpp": KindSpec("llamacpp", {None: "http://127.0.0.1:8080/v1"}, key_required=False, self_hosted=True),
+    "vllm": KindSpec("vllm", {None: "http://127.0.0.1:8000/v1"}, key_required=False, self_hosted=True, streams_logprobs=True),
+    "sglang": KindSpec("sglang", {None: "http://127.0.0.1:30000/v1"}, key_required=False, self_hosted=True, streams_logprobs=True),
+    "tgi": KindSpec("tgi", {None: "http://127.0.0.1:8080/v1"}, key_required=False, self_hosted=True, streams_logprobs=True),
+    "llamacpp": KindSpec("llamacpp", {None: "http://127.0.0.1:8080/v1"}, key_required=False, self_hosted=True, streams_logprobs=True),
     "ollama": KindSpec("ollama", {None: "http://127.0.0.1:11434/v1"}, key_required=False, self_hosted=True),
     "openai-compatible": KindSpec("openai-compatible", {}, key_required=False, self_hosted=True),
 }

@@ -2,7 +2,7 @@
 
 Errors raised by our own request building or by the caller's input (a header value with a line
 break, a body that is not JSON) are the caller's: `InvalidRequestError`, raised before any I/O, so
-they never touch a breaker, a retry budget or a limit (they used to surface as ConnectionError from
+they never touch a breaker, a retry budget or a limit (they used to surface as APIConnectionError from
 deep inside the HTTP client and trip the deployment for everyone).
 """
 

@@ -33,8 +33,8 @@ _FAILURE = (
     E.RateLimitError,
     E.OverloadedError,
     E.ServerError,
-    E.TimeoutError,
-    E.ConnectionError,
+    E.APITimeoutError,
+    E.APIConnectionError,
     E.StreamInterruptedError,
 )
 

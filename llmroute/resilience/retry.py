@@ -89,7 +89,7 @@ def decide_retry(
         # the platform's health either, so no backoff.
         return RetryDecision(True, 0.0, reason="connection dropped before a reply: resent")
     if has_backup:
-        if isinstance(error, E.TimeoutError):
+        if isinstance(error, E.APITimeoutError):
             return RetryDecision(False, reason=f"{error.timeout} timeout: a silent deployment stays silent, "
                                                f"trying the backup")
         if retries_done >= policy.max_retries_with_backup:
@@ -121,7 +121,7 @@ def decide_retry(
 
 def dropped_before_reply(error: BaseException) -> bool:
     """The server closed a pooled keep-alive connection before answering (transport.DROPPED_BEFORE_REPLY)."""
-    return isinstance(error, E.ConnectionError) and error.code == "connection_dropped_before_reply"
+    return isinstance(error, E.APIConnectionError) and error.code == "connection_dropped_before_reply"
 
 
 class RatioBudget:

@@ -10,6 +10,7 @@ completion token per text piece.
 
 from __future__ import annotations
 
+import json
 from decimal import Decimal
 
 import pytest
@@ -127,6 +128,7 @@ def test_failover_bills_only_the_attempt_that_was_billed(together_server, firewo
     assert second.cost.amount == Decimal("0.000201")
     assert resp.cost.amount == Decimal("0.000201")
     assert resp.cost.to_dict() == second.cost.to_dict()
+    assert json.loads(json.dumps(resp.cost.to_dict()))["amount"] == "0.000201"  # exact, JSON-ready
     assert resp.route.deployment == "fw:accounts/fireworks/models/llama-v3p1-8b-instruct"
 
 

@@ -6,6 +6,8 @@ Every expected figure below was worked out by hand from the rule
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import tomllib
 from decimal import Decimal as D
 
@@ -211,6 +213,40 @@ def test_to_dict_is_exact():
     d = c.to_dict()
     assert d["amount"] == "8.8E-7" or D(d["amount"]) == D("0.00000088")
     assert d["by_currency"] == {"USD": str(c.amount)}
+
+
+def test_to_dict_is_json_and_reads_back_to_the_same_amounts():
+    c = compute_cost(price("together", "together", None, "my-finetune"), prompt_tokens=1_234_567,
+                     completion_tokens=89, cached_tokens=1000)
+    s = sum_costs([c, compute_cost(price("fw", "fireworks", None, "accounts/me/models/tuned"),
+                                   prompt_tokens=3, completion_tokens=7)])
+    for cost in (c, s, compute_cost(None, prompt_tokens=5, completion_tokens=5)):
+        text = json.dumps(cost.to_dict())
+        back = json.loads(text)
+        assert set(back) == {f.name for f in dataclasses.fields(Cost)}
+        for name in ("amount", "input_amount", "cached_amount", "output_amount"):
+            value = getattr(cost, name)
+            assert back[name] == (None if value is None else str(value))
+            assert value is None or D(back[name]) == value  # no precision lost
+        assert {k: D(v) for k, v in back["by_currency"].items()} == dict(cost.by_currency)
+        assert (back["input_tokens"], back["priced"], back["currency"]) == (cost.input_tokens, cost.priced,
+                                                                            cost.currency)
+    # 28 significant digits survive: a float would keep about 17.
+    tiny = Cost(amount=D("0.0000001234567890123456789012345678"), currency="USD")
+    assert json.loads(json.dumps(tiny.to_dict()))["amount"] == "1.234567890123456789012345678E-7"
+    assert D(json.loads(json.dumps(tiny.to_dict()))["amount"]) == tiny.amount
+
+
+def test_cost_is_the_typed_cost_of_responses():
+    import typing
+
+    import llmroute
+    from llmroute.embeddings import CreateEmbeddingResponse
+    from llmroute.types import Attempt, ChatCompletion
+
+    assert llmroute.Cost is Cost and "Cost" in llmroute.__all__
+    for model in (ChatCompletion, Attempt, CreateEmbeddingResponse):
+        assert model.model_fields["cost"].annotation == typing.Optional[Cost]
 
 
 @given(

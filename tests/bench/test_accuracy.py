@@ -70,7 +70,7 @@ def test_errors_from_a_fault_server_are_counted_by_type(fault_server):
     kinds = res["error_breakdown"]
     flat = " ".join(f"{k}x{v}" for k, v in kinds.items())
     assert sum(kinds.values()) == 6
-    assert "RateLimitError" in flat and "AuthenticationError" in flat and "ConnectionError" in flat
+    assert "RateLimitError" in flat and "AuthenticationError" in flat and "APIConnectionError" in flat
     assert any("RateLimitError" in k and v == 2 for k, v in kinds.items())
     assert res["success_rate"] == pytest.approx(0.4)
     assert res["ttft_ms"]["count"] == 4

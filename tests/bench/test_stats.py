@@ -111,7 +111,7 @@ def test_level_figures_counts_rates_and_breakdown():
     fig = level_figures(records, slos={"ttft": 0.25}, window_s=4.0)
     assert fig["requests"] == 6 and fig["successes"] == 3 and fig["errors"] == 3
     assert fig["success_rate"] == 0.5
-    assert fig["error_breakdown"] == {"RateLimitError": 2, "TimeoutError": 1}
+    assert fig["error_breakdown"] == {"RateLimitError": 2, "APITimeoutError": 1}  # an old name, read as the new
     assert fig["requests_per_s"] == pytest.approx(0.75)
     assert fig["output_tokens_per_s"] == pytest.approx(33 / 4)
     assert fig["total_tokens_per_s"] == pytest.approx(48 / 4)

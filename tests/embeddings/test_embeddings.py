@@ -142,7 +142,7 @@ def test_connection_reset_fails_over(fault_server, vllm_server):
             return await client.embeddings.create(model="embed", input=TEXTS)
 
     resp = asyncio.run(main())
-    assert resp.route.attempts[0].error_type == "ConnectionError" and resp.route.deployment == "v:BAAI/bge-m3"
+    assert resp.route.attempts[0].error_type == "APIConnectionError" and resp.route.deployment == "v:BAAI/bge-m3"
 
 
 def test_typed_errors_name_the_deployment_and_hide_the_key(together_server):

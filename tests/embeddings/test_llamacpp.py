@@ -75,5 +75,5 @@ def test_real_llamacpp_failover_from_a_dead_server_and_model_list(llama_embed):
         resp = client.embeddings.create(model="embed", input="hello")
         listed = client.models.list()
     assert [a.status for a in resp.route.attempts] == ["error", "ok"]
-    assert resp.route.attempts[0].error_type == "ConnectionError"
-    assert f"local:{MODEL_ALIAS}" in {m.id for m in listed} and isinstance(listed.errors["dead"], L.ConnectionError)
+    assert resp.route.attempts[0].error_type == "APIConnectionError"
+    assert f"local:{MODEL_ALIAS}" in {m.id for m in listed} and isinstance(listed.errors["dead"], L.APIConnectionError)

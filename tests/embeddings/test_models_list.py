@@ -70,7 +70,7 @@ def test_async_lists_concurrently_and_raises_when_every_provider_fails(fault_ser
 
     listed = asyncio.run(main(lambda: None))
     assert {m.provider for m in listed} == {"f", "v"}
-    with pytest.raises(L.ConnectionError, match="no provider could list.*f: ServerError.*v: OverloadedError"):
+    with pytest.raises(L.APIConnectionError, match="no provider could list.*f: ServerError.*v: OverloadedError"):
         asyncio.run(main(lambda: (fault_server.push(status(500)), vllm_server.push(status(503)))))
 
 

@@ -69,7 +69,7 @@ def test_a_trickle_cannot_hold_a_plain_call_past_its_timeout(config: dict[str, A
     elapsed = time.monotonic() - started
     assert elapsed < 6, elapsed  # was 40 s and counting
     error = _last(info.value)
-    assert isinstance(error, L.TimeoutError) and error.timeout == "total", error
+    assert isinstance(error, L.APITimeoutError) and error.timeout == "total", error
 
 
 @pytest.mark.parametrize("transport", ["httpx", "aiohttp"])
@@ -81,7 +81,7 @@ def test_a_trickle_cannot_hold_an_async_call(config: dict[str, Any], hostile: Ho
     with pytest.raises(L.LLMRouteError) as info:
         asyncio.run(_acall(config, transport, timeout=2))
     assert time.monotonic() - started < 6
-    assert isinstance(_last(info.value), L.TimeoutError)
+    assert isinstance(_last(info.value), L.APITimeoutError)
 
 
 def _peak_rss_mib() -> float:

@@ -50,7 +50,18 @@ def test_classification(status, body, kind, cls):
     error = err(status, body, kind=kind)
     assert type(error) is cls
     assert error.status == status and error.deployment == "p:m"
+    assert error.status_code == status  # openai-python's name for the same value
     assert "p:m" in str(error)
+
+
+def test_status_code_is_status():
+    error = E.ServerError("x", status=502)
+    assert (error.status, error.status_code) == (502, 502)
+    error.status_code = 503  # one value under two names
+    assert error.status == 503
+    error.status = 504
+    assert error.status_code == 504
+    assert E.APIConnectionError("refused").status_code is None  # no response, no status
 
 
 def test_retryable_flags():

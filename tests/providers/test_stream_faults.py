@@ -73,13 +73,13 @@ def test_async_chunks_reach_the_caller_before_the_stream_ends(make_server):
 @pytest.mark.parametrize("stream", [False, True])
 def test_reset_before_the_status_line_is_connection_error(client, fault_server, stream):
     fault_server.push(reset_before())
-    err = call_error(client, L.ConnectionError, stream=stream)
+    err = call_error(client, L.APIConnectionError, stream=stream)
     assert_clean_error(err, DEP)
 
 
 def test_reset_before_content_is_connection_error(client, fault_server):
     fault_server.push(reset_during(0))
-    err = call_error(client, L.ConnectionError, stream=True)
+    err = call_error(client, L.APIConnectionError, stream=True)
     assert_clean_error(err, DEP)
 
 
@@ -89,7 +89,7 @@ def test_reset_after_content_is_stream_interrupted_with_partial_text(client, fau
     with pytest.raises(L.StreamInterruptedError) as info:
         drain(stream)
     assert info.value.partial_text == "one two"
-    assert isinstance(info.value.__cause__, L.ConnectionError)
+    assert isinstance(info.value.__cause__, L.APIConnectionError)
     assert_clean_error(info.value, DEP)
 
 
@@ -130,12 +130,12 @@ def test_body_cut_before_end_marker_is_not_a_short_answer(client, fault_server):
     stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
     with pytest.raises(L.StreamInterruptedError) as info:
         drain(stream)
-    assert info.value.partial_text == "partial answer" and isinstance(info.value.__cause__, L.ConnectionError)
+    assert info.value.partial_text == "partial answer" and isinstance(info.value.__cause__, L.APIConnectionError)
 
 
 def test_body_cut_before_any_content_is_connection_error(client, fault_server):
     fault_server.push(Reply(body=chunk("")))
-    call_error(client, L.ConnectionError, stream=True)
+    call_error(client, L.APIConnectionError, stream=True)
 
 
 def test_finish_reason_without_done_is_a_complete_stream(client, fault_server):
@@ -188,5 +188,5 @@ def test_stream_closed_early_by_the_caller_keeps_its_text(client, fault_server):
 
 def test_refused_connection(fault_server):
     with make_client("openai-compatible", "http://127.0.0.1:9/v1", MODEL, name="fault") as c:
-        err = call_error(c, L.ConnectionError)
+        err = call_error(c, L.APIConnectionError)
     assert_clean_error(err, DEP)

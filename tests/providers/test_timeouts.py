@@ -1,7 +1,7 @@
 """The three timeouts through llmroute's client, over loopback: connect (a listening socket whose
 accept queue is full, so the handshake never completes), time-to-first-token (slow first piece, or
 bytes that carry no content) and total (slow headers on a plain call, a slow stream after content,
-the per-call `timeout=`). Each error says which limit fired (`TimeoutError.timeout`) and its seconds."""
+the per-call `timeout=`). Each error says which limit fired (`APITimeoutError.timeout`) and its seconds."""
 
 from __future__ import annotations
 
@@ -48,7 +48,7 @@ def full_listener():
 
 def test_connect_timeout(full_listener):
     with L.Client(config=config(full_listener, connect_timeout_s=0.2)) as c:
-        err = call_error(c, L.TimeoutError)
+        err = call_error(c, L.APITimeoutError)
     assert err.timeout == "connect" and err.seconds == 0.2
     assert_clean_error(err, DEP)
 
@@ -56,7 +56,7 @@ def test_connect_timeout(full_listener):
 def test_ttft_timeout_when_the_first_piece_is_late(fault_server):
     fault_server.push(slow_ttft(2.0))
     with client(fault_server, ttft_timeout_s=0.3) as c:
-        err = call_error(c, L.TimeoutError, stream=True)
+        err = call_error(c, L.APITimeoutError, stream=True)
     # The limit grows by resilience.ttft_per_1k_tokens_s per 1,000 prompt tokens (a few here).
     assert err.timeout == "ttft" and err.seconds == pytest.approx(0.3, abs=0.01)
     assert_clean_error(err, DEP)
@@ -66,7 +66,7 @@ def test_ttft_timeout_when_bytes_arrive_but_no_content(fault_server):
     # Each read is quick (keep-alive chunks with empty content), but no token comes within the limit.
     fault_server.push(Reply(pieces=[""] * 8 + ["late"], gap_s=0.1))
     with client(fault_server, ttft_timeout_s=0.3) as c:
-        err = call_error(c, L.TimeoutError, stream=True)
+        err = call_error(c, L.APITimeoutError, stream=True)
     assert err.timeout == "ttft"
 
 
@@ -81,7 +81,7 @@ def test_fast_first_token_is_not_a_ttft_timeout(fault_server):
 def test_total_timeout_on_slow_headers(fault_server):
     fault_server.push(slow_headers(2.0))
     with client(fault_server, timeout_s=0.3) as c:
-        err = call_error(c, L.TimeoutError)
+        err = call_error(c, L.APITimeoutError)
     assert err.timeout == "total" and err.seconds == 0.3
     assert_clean_error(err, DEP)
 
@@ -89,7 +89,7 @@ def test_total_timeout_on_slow_headers(fault_server):
 def test_per_call_timeout_argument(fault_server):
     fault_server.push(slow_headers(2.0))
     with client(fault_server) as c:
-        err = call_error(c, L.TimeoutError, timeout=0.3)
+        err = call_error(c, L.APITimeoutError, timeout=0.3)
     assert err.timeout == "total"
 
 
@@ -100,7 +100,7 @@ def test_total_timeout_after_content_interrupts_the_stream(fault_server):
         with pytest.raises(L.StreamInterruptedError) as info:
             drain(stream)
     cause = info.value.__cause__
-    assert isinstance(cause, L.TimeoutError) and cause.timeout == "total"
+    assert isinstance(cause, L.APITimeoutError) and cause.timeout == "total"
     assert 0 < len(info.value.partial_text) < 20
 
 
@@ -108,7 +108,7 @@ def test_async_ttft_timeout(fault_server):
     fault_server.push(slow_ttft(2.0))
 
     async def body(c):
-        with pytest.raises(L.TimeoutError) as info:
+        with pytest.raises(L.APITimeoutError) as info:
             await adrain(await c.chat.completions.create(model=TIER, messages=MESSAGES, stream=True))
         return info.value
 
@@ -120,7 +120,7 @@ def test_async_total_timeout(fault_server):
     fault_server.push(slow_headers(2.0))
 
     async def body(c):
-        with pytest.raises(L.TimeoutError) as info:
+        with pytest.raises(L.APITimeoutError) as info:
             await c.chat.completions.create(model=TIER, messages=MESSAGES)
         return info.value
 
@@ -130,7 +130,7 @@ def test_async_total_timeout(fault_server):
 
 def test_async_connect_timeout(full_listener):
     async def body(c):
-        with pytest.raises(L.TimeoutError) as info:
+        with pytest.raises(L.APITimeoutError) as info:
             await c.chat.completions.create(model=TIER, messages=MESSAGES)
         return info.value
 

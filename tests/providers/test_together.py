@@ -134,7 +134,7 @@ def test_wrong_key_is_authentication_error_without_the_key(together_server):
     wrong = "together-wrong-key-0123456789"
     with make_client("together", together_server.base_url, MODEL, api_key=wrong) as c:
         err = call_error(c, L.AuthenticationError)
-    assert err.status == 401 and together_server.last_request.bearer == wrong
+    assert err.status == 401 and err.status_code == 401 and together_server.last_request.bearer == wrong
     assert_clean_error(err, DEP, [wrong])
 
 

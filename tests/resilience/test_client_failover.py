@@ -53,8 +53,8 @@ FAULTS = {
     "500": (lambda: status(500), E.ServerError),
     "503": (lambda: status(503), E.OverloadedError),
     "429": (lambda: status(429), E.RateLimitError),
-    "reset": (reset_before, E.ConnectionError),
-    "timeout": (lambda: slow_headers(3.0), E.TimeoutError),
+    "reset": (reset_before, E.APIConnectionError),
+    "timeout": (lambda: slow_headers(3.0), E.APITimeoutError),
 }
 
 
@@ -82,7 +82,7 @@ def test_connection_refused_fails_over(servers, mode):
     with Caller(mode, config) as call:
         result = call()
     assert sent(result.route) == [(A, "error"), (B, "ok")]
-    assert isinstance(result.route.attempts[0].error, E.ConnectionError)
+    assert isinstance(result.route.attempts[0].error, E.APIConnectionError)
 
 
 @pytest.mark.parametrize("mode", STREAM_MODES)
@@ -622,9 +622,9 @@ def test_the_calls_timeout_bounds_all_attempts_together(servers, mode):
     servers["a"].push(slow_headers(5.0))
     servers["b"].push(slow_headers(5.0))
     with Caller(mode, tier_config({"a": servers["a"], "b": servers["b"]})) as call:
-        with pytest.raises((E.TimeoutError, E.AllDeploymentsFailedError)) as info:
+        with pytest.raises((E.APITimeoutError, E.AllDeploymentsFailedError)) as info:
             call(timeout=1.0)
     err = info.value
     assert sent(err.attempts) == [(A, "error")]
-    assert isinstance(err.attempts[0].error, E.TimeoutError) and err.attempts[0].error.timeout == "total"
+    assert isinstance(err.attempts[0].error, E.APITimeoutError) and err.attempts[0].error.timeout == "total"
     assert servers["b"].calls == 0

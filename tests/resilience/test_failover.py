@@ -137,7 +137,7 @@ def test_the_wait_comes_from_the_current_errors_retry_after():
 
 def test_with_a_backup_a_timeout_moves_on_at_once():
     w = World(max_retries=2)
-    timeout = E.TimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
+    timeout = E.APITimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
     plan = w.plan()
     steps = w.drive(plan, {A: [timeout]})
     assert sends(steps) == [(A, False), (B, False)]
@@ -162,7 +162,7 @@ def test_with_a_backup_a_long_retry_after_moves_on_a_short_one_is_waited():
 
 def test_without_a_backup_a_timeout_is_retried():
     w = World(max_retries=2)
-    timeout = E.TimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
+    timeout = E.APITimeoutError("ttft", timeout="ttft", seconds=10, provider="a", deployment=A)
     plan = w.plan(candidates=[Candidate(A, "small")])
     steps = w.drive(plan, {A: [timeout, timeout]})
     assert sends(steps) == [(A, False), (A, True), (A, True)]
@@ -259,13 +259,13 @@ def test_a_failure_after_content_started_is_never_retried_or_failed_over():
     plan = w.plan()
     step = plan.next_step(0.0)
     assert isinstance(step, Send) and step.deployment_id == A
-    plan.record(A, 2.0, E.ConnectionError("reset", deployment=A), content_started=True, partial_text="Hello, wo")
+    plan.record(A, 2.0, E.APIConnectionError("reset", deployment=A), content_started=True, partial_text="Hello, wo")
     end = plan.next_step(2.0)
     assert isinstance(end, Exhausted) and end.reason == "stream_interrupted"
     err = end.error
     assert isinstance(err, E.StreamInterruptedError) and err.partial_text == "Hello, wo"
     assert [a.deployment for a in err.attempts] == [A] and err.attempts[0].status == "interrupted"
-    assert isinstance(err.__cause__, E.ConnectionError)
+    assert isinstance(err.__cause__, E.APIConnectionError)
     assert plan.attempts[-1].status == "interrupted"
 
 

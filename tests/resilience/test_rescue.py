@@ -83,7 +83,7 @@ def test_defaults_rescue_a_primary_that_accepts_and_never_answers_within_15s(ser
     result, elapsed = timed_call(mode, defaults_config({"a": servers["a"], "b": servers["b"]}))
     assert result.text == B_TEXT
     assert sent(result.route) == [(A, "error"), (B, "ok")]
-    assert result.route.attempts[0].error_type == "TimeoutError"
+    assert result.route.attempts[0].error_type == "APITimeoutError"
     assert servers["a"].calls == 1  # a silent deployment stays silent: not retried
     assert elapsed < 15.0, elapsed
 
@@ -127,7 +127,7 @@ def test_a_silent_primary_is_abandoned_and_not_retried(servers, mode, fault):
     assert result.text == B_TEXT
     assert sent(result.route) == [(A, "error"), (B, "ok")]
     error = result.route.attempts[0].error
-    assert isinstance(error, E.TimeoutError) and error.timeout in ("ttft", "total")
+    assert isinstance(error, E.APITimeoutError) and error.timeout in ("ttft", "total")
     assert servers["a"].calls == 1
 
 
@@ -151,7 +151,7 @@ def test_a_stall_after_content_is_finished_on_a_continuing_backup(servers, mode)
     assert result.text == "one two three four"
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
     stall = result.route.attempts[0].error
-    assert isinstance(stall, E.TimeoutError) and stall.timeout == "stall"
+    assert isinstance(stall, E.APITimeoutError) and stall.timeout == "stall"
     assert result.route.recovery == "resumed" and result.route.resumed_at == [len("one two")]
     assert result.route.attempts[1].note == "continuation"
 
@@ -308,7 +308,7 @@ def test_keep_alive_drops_are_visible_attempts_and_only_the_first_is_free(server
     servers["a"].push(close_before(), close_before(), close_before())
     config = tier_config({"a": servers["a"]}, resilience={"max_retries": 1, "consecutive_failures": 1})
     with Caller(mode, config) as call:
-        with pytest.raises(E.ConnectionError) as info:
+        with pytest.raises(E.APIConnectionError) as info:
             call()
         # A dropped keep-alive connection says nothing of the platform's health.
         assert call.health()[A].state == "closed"
@@ -333,7 +333,7 @@ def test_a_keep_alive_drop_is_resent_at_once_and_recorded(servers, mode):
             route = stream.response.route
     assert sent(route) == [(A, "error"), (A, "ok")]
     assert servers["a"].calls == 2 == len(ledger)
-    assert ledger[0].status == "error" and ledger[0].error_type == "ConnectionError" and ledger[0].cost == 0
+    assert ledger[0].status == "error" and ledger[0].error_type == "APIConnectionError" and ledger[0].cost == 0
 
 
 # ---------------------------------------------------------------------------------------------

@@ -36,6 +36,13 @@ class FireworksServer(OpenAICompatServer):
     usage_null_on_chunks = False
     chunk_extras: dict[str, Any] = {}
 
+    def logprobs_style(self, body: dict[str, Any], stream: bool) -> str | None:
+        # §11.15: an integer `logprobs` gets the legacy completions shape, `true` OpenAI's.
+        value = body.get("logprobs")
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return "legacy"
+        return super().logprobs_style(body, stream)
+
     errors = {
         # §2 Errors: status table; body observed as {"error":{"message","param","code":"NOT_FOUND",...}}
         # (gRPC-style codes; only NOT_FOUND is observed, the other code names are unconfirmed).

@@ -125,6 +125,13 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
     mid_stream_error_kind = "server"
     chunk_extras: dict[str, Any] = {"system_fingerprint": "fp_loopback"}
     choice_extras: dict[str, Any] = {"logprobs": None}
+    # How log probabilities are sent when the request asks for them (`logprobs`): "openai"
+    # (`{"content": [{token, logprob, bytes, top_logprobs}], "refusal": null}`), "legacy"
+    # (`{tokens, token_logprobs, top_logprobs: [{token: logprob}]}`), "number" (a bare float per
+    # streamed chunk) or None (not sent). OpenAI sends its shape in plain answers and on each chunk.
+    plain_logprobs: str | None = "openai"
+    stream_logprobs: str | None = "openai"
+    logprob_bytes = True  # each token's UTF-8 bytes
 
     errors: dict[str, ErrorSpec] = {
         # §0 error codes and body {"error":{"message","type","param","code"}}.
@@ -268,6 +275,42 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
     def delta(self, kind: str, text: str) -> dict[str, Any]:
         return {self.reasoning_field: text} if kind == "reasoning" else {"content": text}
 
+    def logprobs_style(self, body: dict[str, Any], stream: bool) -> str | None:
+        """The shape of log probabilities for this request, or None when none are sent."""
+        if not body.get("logprobs"):
+            return None
+        return self.stream_logprobs if stream else self.plain_logprobs
+
+    def token_logprobs(self, body: dict[str, Any], texts: list[str], start: int) -> list[dict[str, Any]]:
+        """Deterministic OpenAI-shaped entries for `texts`, the tokens at positions start, start+1, ...:
+        logprob -0.1 * (position + 1); the alternatives are the token itself and `alt<k>` tokens."""
+        top = body.get("top_logprobs")
+        wanted = top if isinstance(top, int) and not isinstance(top, bool) else 0
+        entries = []
+        for offset, text in enumerate(texts):
+            logprob = round(-0.1 * (start + offset + 1), 6)
+            alternatives = [(text, logprob)] + [(f"alt{k}", round(logprob - k, 6)) for k in range(1, wanted)]
+            entry: dict[str, Any] = {"token": text, "logprob": logprob}
+            if self.logprob_bytes:
+                entry["bytes"] = list(text.encode())
+            entry["top_logprobs"] = [
+                {"token": t, "logprob": p, **({"bytes": list(t.encode())} if self.logprob_bytes else {})}
+                for t, p in alternatives[:wanted]
+            ]
+            entries.append(entry)
+        return entries
+
+    def logprobs_json(self, style: str, entries: list[dict[str, Any]]) -> Any:
+        if style == "number":
+            return entries[0]["logprob"] if entries else None
+        if style == "legacy":
+            return {
+                "tokens": [e["token"] for e in entries],
+                "token_logprobs": [e["logprob"] for e in entries],
+                "top_logprobs": [{t["token"]: t["logprob"] for t in e["top_logprobs"]} for e in entries],
+            }
+        return {"content": entries, "refusal": None}
+
     def completion_body(self, plan: Plan) -> dict[str, Any]:
         message: dict[str, Any] = {"role": "assistant", "content": "".join(t for k, t in plan.items if k == "content")}
         reasoning = "".join(t for k, t in plan.items if k == "reasoning")
@@ -277,6 +320,10 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
             "id": plan.id, "object": "chat.completion", "created": plan.created, "model": plan.model,
             "choices": [{"index": 0, "message": message, "finish_reason": plan.finish_reason, **self.choice_extras}],
         }
+        style = self.logprobs_style(plan.request, stream=False)
+        if style is not None:
+            texts = [t for k, t in plan.items if k == "content"]
+            body["choices"][0]["logprobs"] = self.logprobs_json(style, self.token_logprobs(plan.request, texts, 0))
         body.update(self.chunk_extras)
         if plan.usage is not None:
             body["usage"] = self.usage_json(plan.usage)
@@ -409,6 +456,8 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
             yield flush
         where = self.stream_usage(plan)
         base = self.chunk_base(plan)
+        logprobs_style = self.logprobs_style(plan.request, stream=True)
+        content_seen = 0
 
         def chunk(delta: dict[str, Any], finish: str | None, produced: int, final: bool) -> dict[str, Any]:
             out = dict(base)
@@ -448,7 +497,12 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
             delta = self.delta(kind, text)
             if i == 0 and not self.role_chunk:
                 delta = {"role": "assistant", **delta}
-            yield sse(chunk(delta, None, i + 1, False))
+            out = chunk(delta, None, i + 1, False)
+            if logprobs_style is not None and kind == "content":
+                entries = self.token_logprobs(plan.request, [text], content_seen)
+                out["choices"][0]["logprobs"] = self.logprobs_json(logprobs_style, entries)
+                content_seen += 1
+            yield sse(out)
             self.generation_tokens_total += 1
         yield sse(chunk({}, plan.finish_reason, n, True))
         if where.empty_chunk:

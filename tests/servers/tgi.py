@@ -30,6 +30,7 @@ class TGIServer(OpenAICompatServer):
     role_chunk = False
     chunk_extras = {"system_fingerprint": "3.3.6-native"}
     choice_extras = {"logprobs": None}
+    logprob_bytes = False  # §11.15: TGI's logprob entries have token, logprob, top_logprobs; no bytes
     mid_stream_error_kind = "generation"
     done_after_error = False
 

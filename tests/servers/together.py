@@ -39,6 +39,10 @@ class TogetherServer(OpenAICompatServer):
     max_tokens_fields = ("max_tokens",)  # §1 Request fields (OpenAPI): max_tokens only
     natural_finish = "eos"  # §1 FinishReason enum includes non-OpenAI `eos`
     chunk_extras: dict[str, Any] = {}
+    # docs/platforms.md §11.15 (openapi.yaml): plain answers carry `LogprobsPart` {tokens, token_logprobs};
+    # each streamed chunk a bare number.
+    plain_logprobs = "legacy"
+    stream_logprobs = "number"
 
     errors = {
         # §1 Errors: body {"error":{"message","type","param","code"}} and the status table.
