@@ -196,7 +196,9 @@ class CallRun:
     def _begin(self, step: Any, now: float) -> AttemptContext:
         deployment = self.engine.deployment(step.deployment_id)
         adapter = self._adapter(deployment)
-        streamed = self.streams(deployment)
+        # A continuation is read as a stream whatever the policy: its text is joined to the cut
+        # answer chunk by chunk (and every kind that can continue a prefill streams).
+        streamed = step.is_continuation or self.streams(deployment)
         call = self.prepared.call
         if step.is_restart:
             self.answer = StreamAssembler()  # the cut answer is dropped: this attempt starts it again

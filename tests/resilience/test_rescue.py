@@ -211,6 +211,23 @@ def test_a_cut_plain_answer_is_restarted_where_no_backup_can_continue(servers, m
     assert servers["b"].requests[-1].json["messages"] == MESSAGES  # from scratch: no prefill
 
 
+@pytest.mark.parametrize("mode", PLAIN_MODES)
+@pytest.mark.parametrize("recovery", ["resumed", "restarted"])
+def test_a_cut_plain_answer_is_finished_on_a_backup_that_reads_plain_calls_plain(servers, mode, recovery):
+    # The backup's policy says plain_via_stream = false: a restart there is read as one JSON body, a
+    # continuation is still streamed (its text is joined to the cut answer chunk by chunk).
+    servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
+    servers["b"].push(Reply(pieces=[" three", " four"]) if recovery == "resumed" else Reply(pieces=["all", " again"]))
+    backup = {"id": B, "plain_via_stream": False, "continue_prefill": recovery == "resumed"}
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]}, deployments=[A, backup])
+    with Caller(mode, config) as call:
+        result = call()
+    assert result.text == ("one two three four" if recovery == "resumed" else "all again")
+    assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
+    assert result.route.recovery == recovery
+    assert servers["b"].requests[-1].json.get("stream") is (True if recovery == "resumed" else None)
+
+
 @pytest.mark.parametrize("mode", STREAM_MODES)
 def test_a_backup_that_refuses_the_prefill_never_becomes_the_final_error(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
