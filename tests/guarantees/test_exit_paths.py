@@ -14,6 +14,7 @@ import signal
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Iterator
 
 import pytest
@@ -208,6 +209,15 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
+def _collect_until_gone(refs: list, timeout_s: float = 10.0) -> None:
+    """Collect until every object in `refs` is finalised. A `gc.collect()` made while another thread's
+    collection is running returns without collecting, so one call is not enough on a busy process."""
+    deadline = time.monotonic() + timeout_s
+    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+        gc.collect()
+        time.sleep(0.01)
+
+
 def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path: Any) -> None:
     from llmroute.accounting.sinks import read_records
 
@@ -216,12 +226,14 @@ def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path
     threads, fds = threading.active_count(), _fds()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
+        refs = []
         for i in range(200):
             config["ledger"] = {"sink": "jsonl", "path": str(tmp_path / f"l{i}.jsonl")}
             client = L.Client(config=config)
             client.chat.completions.create(model=TIER, messages=MESSAGES)
+            refs.append(weakref.ref(client))
             del client
-        gc.collect()
+        _collect_until_gone(refs)
     time.sleep(0.5)  # the loopback server (in this process) closes its side of the connections
     unclosed = [w for w in caught if issubclass(w.category, ResourceWarning) and "unclosed Client" in str(w.message)]
     assert len(unclosed) == 200
@@ -266,8 +278,9 @@ def test_dropped_async_client_is_closed_with_a_warning(fault_server: Any, tmp_pa
         client = L.AsyncClient(config=config)
         await client.chat.completions.create(model=TIER, messages=MESSAGES)
         with pytest.warns(ResourceWarning, match="unclosed AsyncClient"):
+            refs = [weakref.ref(client)]
             del client
-            gc.collect()
+            _collect_until_gone(refs)
         await asyncio.sleep(0.05)  # its connection pool is closed on this loop
 
     asyncio.run(main())
