@@ -307,6 +307,7 @@ def test_unpriced_model_named_in_create_runs_flagged_when_strict_is_off(together
         resp = client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES, feature="f")
     assert resp.cost.amount is None and resp.cost.priced is False and str(resp.cost) == "unpriced"
     assert resp.route.deployment == "tg:moonshotai/Kimi-K3"
+    assert resp.route.attempts[-1].cost.priced is False  # flagged on the route's attempt too
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "ledger.db")
