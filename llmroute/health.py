@@ -11,7 +11,8 @@ sending anything (all closed in a fresh process). `--json` prints it as JSON.
 Probes are paid calls: they are written to the ledger with metadata `llmroute_probe = "health"`
 and no feature, and `llmroute report` leaves them out unless `--include-probes`.
 Exit code: 0 when every deployment is closed and answered its probes, else 1.
-With `[state] backend = "redis"` the table is the fleet's view (breakers other processes opened).
+With `[state] backend = "redis"` the table is the fleet's view (breakers other processes opened), and
+that view needs no probes: nothing is sent unless `--probe` asks for it.
 """
 
 from __future__ import annotations
@@ -60,13 +61,19 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     parser = argparse.ArgumentParser(prog="llmroute health", description=__doc__.split("\n\n")[0])
     parser.add_argument("--config", default="llmroute.toml", help="config file (default: llmroute.toml)")
-    parser.add_argument("--no-probe", action="store_true", help="do not send a probe request to each deployment")
+    probing = parser.add_mutually_exclusive_group()
+    probing.add_argument("--no-probe", action="store_true", help="do not send a probe request to each deployment")
+    probing.add_argument("--probe", action="store_true",
+                         help="probe even with [state] backend = \"redis\" (where the default is the fleet's view only)")
     parser.add_argument("--rounds", type=int, default=1, help="probe requests per deployment (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = parser.parse_args(argv)
 
     with Client.from_config(args.config) as client:
-        probes = None if args.no_probe else probe_deployments(client, args.rounds)
+        # With shared state the breakers are the running fleet's: show them as they are, send nothing.
+        fleet_view = getattr(client.health(), "shared_state", None) is not None
+        probe = args.probe or not (args.no_probe or fleet_view)
+        probes = probe_deployments(client, args.rounds) if probe else None
         snapshots = client.health()
     ledger = getattr(snapshots, "ledger", None)
     shared = getattr(snapshots, "shared_state", None)
@@ -88,7 +95,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if shared is not None:
             answer = "answering" if shared["available"] else f"UNAVAILABLE ({shared['last_error']})"
             print(scrub(f"shared state: Redis {answer}; breakers as the fleet sees them; outages "
-                        f"{shared['outages']}, calls on local state {shared['fallbacks']}"))
+                        f"{shared['outages']}, calls on local state {shared['fallbacks']}"
+                        + ("" if probes is not None else "; nothing probed (--probe sends probes)")))
     failed = any(t.failed for t in probes.values()) if probes else False
     ledger_bad = ledger is not None and (ledger.lost or ledger.last_error)
     return 1 if failed or ledger_bad or any(s != "closed" for s in status.values()) else 0

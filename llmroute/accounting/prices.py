@@ -157,6 +157,8 @@ class PriceTable:
     index: Mapping[tuple[str, str | None, str], Price] = field(default_factory=dict)
     # Platform regions the table deliberately leaves empty: (kind, region) -> why (`[[missing]]` entries).
     missing: Mapping[tuple[str, str | None], str] = field(default_factory=dict)
+    # Models a `[[missing]]` entry names (`models = [...]`): (kind, region, model) -> why nothing ships for it.
+    missing_models: Mapping[tuple[str, str | None, str], str] = field(default_factory=dict)
 
     def get(self, kind: str, region: str | None, model: str) -> Price | None:
         region = normalize_region(kind, region)
@@ -234,12 +236,22 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
         index[k] = price
         entries.append(price)
     missing: dict[tuple[str, str | None], str] = {}
+    missing_models: dict[tuple[str, str | None, str], str] = {}
     for i, raw in enumerate(doc.get("missing", [])):
-        if set(raw) - {"kind", "region", "reason"} or "kind" not in raw or "reason" not in raw:
-            raise ConfigError("a [[missing]] entry has kind, optional region and reason", path=name,
-                              key=f"missing[{i}]")
-        missing[(raw["kind"], normalize_region(raw["kind"], raw.get("region")))] = str(raw["reason"])
-    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index, missing=missing)
+        models = raw.get("models", [])
+        if (set(raw) - {"kind", "region", "reason", "models"} or "kind" not in raw or "reason" not in raw
+                or not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)):
+            raise ConfigError("a [[missing]] entry has kind, optional region, optional models (a list of "
+                              "model ids) and reason", path=name, key=f"missing[{i}]")
+        region = normalize_region(raw["kind"], raw.get("region"))
+        for model in models:
+            if (raw["kind"], region, model) in index:
+                raise ConfigError(f"{model!r} is both priced and listed as missing", path=name, key=f"missing[{i}]")
+            missing_models[(raw["kind"], region, model)] = str(raw["reason"])
+        if not models:
+            missing[(raw["kind"], region)] = str(raw["reason"])
+    return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index, missing=missing,
+                      missing_models=missing_models)
 
 
 @lru_cache(maxsize=1)
@@ -430,7 +442,7 @@ class PriceBook:
                 where = f" in region {d.region!r}" if d.region else ""
                 raise ConfigError(
                     f"deployment {d.deployment!r} ({d.kind}{where}, model {d.model!r}) has no price"
-                    f"{self._missing_note(d.kind, d.region)}. "
+                    f"{self._missing_note(d.kind, d.region, d.model)}. "
                     f'Add [pricing."{d.provider}:{d.model}"] with input_per_million and output_per_million '
                     f"(0 for hardware you already pay for), or set pricing.strict = false "
                     f"to run it with cost None, flagged",
@@ -446,16 +458,21 @@ class PriceBook:
         where = f" in region {deployment.region!r}" if deployment.region else ""
         raise ConfigError(
             f"model {deployment.deployment!r} ({deployment.kind}{where}) has no price"
-            f"{self._missing_note(deployment.kind, deployment.region)}, so the call was not sent. "
+            f"{self._missing_note(deployment.kind, deployment.region, deployment.model)}, so the call was not sent. "
             f'Add [pricing."{deployment.provider}:{deployment.model}"] with input_per_million and '
             f"output_per_million, or set pricing.strict = false to run it with cost None, flagged "
             f"(`llmroute prices {deployment.model}` lists what ships)",
             key=f'pricing."{deployment.deployment}"',
         )
 
-    def _missing_note(self, kind: str, region: str | None) -> str:
-        why = self.table.missing.get((kind, normalize_region(kind, region)))
-        return f" (nothing ships for {kind}/{normalize_region(kind, region)}: {why})" if why else ""
+    def _missing_note(self, kind: str, region: str | None, model: str | None = None) -> str:
+        region = normalize_region(kind, region)
+        where = f"{kind}/{region}" if region else kind
+        why = self.table.missing_models.get((kind, region, model or "")) if model else None
+        if why:
+            return f" (no shipped price for {model} on {where}: {why})"
+        why = self.table.missing.get((kind, region))
+        return f" (nothing ships for {where}: {why})" if why else ""
 
     def class_of(self, model: str, provider_name: str | None = None) -> str | None:
         """The model class ("7b", "70b") of `model`: from a config override, else any table entry."""

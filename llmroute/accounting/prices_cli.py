@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import textwrap
 from decimal import Decimal
 from typing import Any, Iterable, List, Optional, Sequence
 
@@ -131,6 +132,14 @@ def main(argv: Optional[List[str]] = None) -> int:
         for (kind, region), why in sorted(table.missing.items(), key=lambda kv: (kv[0][0], kv[0][1] or "")):
             if not needle or needle in f"{kind} {region or ''}".lower() or needle in f"{kind}/{region or ''}":
                 print(f"not shipped: {kind}{'/' + region if region else ''}: {why}")
+        groups: dict[tuple[str, str, str], list[str]] = {}
+        for (kind, region, model), why in table.missing_models.items():
+            if not needle or needle in f"{kind} {region or ''} {model}".lower() or needle in f"{kind}/{region or ''}":
+                groups.setdefault((kind, region or "", why), []).append(model)
+        for (kind, region, why), models in sorted(groups.items()):
+            print(textwrap.fill(f"not shipped on {kind}{'/' + region if region else ''} ({why}): "
+                                + ", ".join(sorted(models)), width=120, subsequent_indent="    ",
+                                break_on_hyphens=False, break_long_words=False))
     unpriced = [r["deployment"] for r in rows if r.get("input") == "UNPRICED"]
     if unpriced:
         print(f"\n{len(unpriced)} deployment(s) have no price: add [pricing.\"provider:model\"] tables "

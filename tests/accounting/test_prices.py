@@ -54,10 +54,11 @@ def test_shipped_table_has_version_dates_and_sources():
 
 def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
     table = load_price_table()
-    # docs/platforms.md: every Together and SiliconFlow figure is unconfirmed on the official page.
+    # docs/platforms.md: Together's and SiliconFlow's price pages could not be read, so their figures are
+    # unconfirmed; the one exception is read off Together's own model page, and says so.
     for p in table.entries:
-        if p.kind in ("together", "siliconflow"):
-            assert not p.confirmed, p.model
+        if p.kind in ("together", "siliconflow") and p.confirmed:
+            assert p.kind == "together" and p.source.startswith("together.ai/models/"), p.model
     assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
     assert table.get("bailian", "singapore", "qwen-plus").confirmed
     # qwen-plus in Beijing is on the official model list; qwen-max's current price only in third-party tables.
@@ -306,6 +307,7 @@ def test_unpriced_model_named_in_create_runs_flagged_when_strict_is_off(together
         resp = client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES, feature="f")
     assert resp.cost.amount is None and resp.cost.priced is False and str(resp.cost) == "unpriced"
     assert resp.route.deployment == "tg:moonshotai/Kimi-K3"
+    assert resp.route.attempts[-1].cost.priced is False  # flagged on the route's attempt too
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "ledger.db")
@@ -352,3 +354,88 @@ def test_prices_command_lists_matches_within_120_columns_and_a_config_charge(tmp
     charged = {line.split()[0]: line for line in out.stdout.splitlines()[2:]}
     assert "table" in charged["tg:openai/gpt-oss-120b"] and "0.15" in charged["tg:openai/gpt-oss-120b"]
     assert "UNPRICED" in charged["gpu:mine"] and "no price" in out.stderr
+
+
+# -- every platform's current embedding models: priced with a source, or a typed error naming the model ---------
+
+# The platforms' own embedding model lists (docs/embeddings.md "Prices" names each list and its date).
+CURRENT_EMBEDDING_MODELS = [
+    ("together", None, "intfloat/multilingual-e5-large-instruct"),
+    *[("fireworks", None, m) for m in (
+        "nomic-ai/nomic-embed-text-v1.5", "nomic-ai/nomic-embed-text-v1", "WhereIsAI/UAE-Large-V1", "thenlper/gte-large",
+        "thenlper/gte-base", "BAAI/bge-base-en-v1.5", "BAAI/bge-small-en-v1.5", "mixedbread-ai/mxbai-embed-large-v1",
+        "sentence-transformers/all-MiniLM-L6-v2", "sentence-transformers/paraphrase-multilingual-MiniLM-L12-v2",
+        "accounts/fireworks/models/qwen3-embedding-8b")],
+    *[("siliconflow", "cn", m) for m in (
+        "BAAI/bge-m3", "Pro/BAAI/bge-m3", "BAAI/bge-large-zh-v1.5", "BAAI/bge-large-en-v1.5",
+        "netease-youdao/bce-embedding-base_v1", "Qwen/Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-4B",
+        "Qwen/Qwen3-Embedding-0.6B")],
+    *[("siliconflow", "intl", m) for m in (
+        "BAAI/bge-m3", "Qwen/Qwen3-Embedding-8B", "Qwen/Qwen3-Embedding-4B", "Qwen/Qwen3-Embedding-0.6B")],
+    *[("bailian", region, m) for region in ("cn-beijing", "singapore", "us")
+      for m in ("text-embedding-v4", "text-embedding-v3")],
+    ("bailian", "cn-beijing", "text-embedding-v2"),
+    ("bailian", "cn-beijing", "text-embedding-v1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("kind,region,model", CURRENT_EMBEDDING_MODELS)
+def test_current_embedding_models_price_with_a_source_or_fail_naming_the_model_and_why(kind, region, model):
+    table = load_price_table()
+    price = table.get(kind, region, model)
+    ref = DeploymentRef(f"p:{model}", "p", kind, region, model, "tiers.embed.deployments[0]")
+    if price is not None:
+        assert price.mode == "embedding" and price.output_per_million == 0
+        assert price.source and price.source_date
+        assert (kind, normalize_region(kind, region), model) not in table.missing_models
+        PriceBook().check_priced([ref])
+        return
+    # Not shipped on purpose: named in a [[missing]] entry, so the typed error says which model and why.
+    assert (kind, normalize_region(kind, region), model) in table.missing_models, (kind, region, model)
+    with pytest.raises(ConfigError) as info:
+        PriceBook().check_priced([ref])
+    message = str(info.value)
+    assert info.value.key == "tiers.embed.deployments[0]"
+    assert f"no shipped price for {model}" in message and f'[pricing."p:{model}"]' in message
+    with pytest.raises(ConfigError, match="no shipped price for"):
+        PriceBook().check_call_priced(ref)
+
+
+def test_embedding_figures_added_in_this_version_are_the_pages_figures():
+    table = load_price_table()
+    expect = {  # (kind, region, model): (input per million, currency, batch input, confirmed)
+        ("bailian", "cn-beijing", "text-embedding-v3"): ("0.5", "CNY", "0.25", True),
+        ("bailian", "cn-beijing", "text-embedding-v2"): ("0.7", "CNY", "0.35", True),
+        ("bailian", "cn-beijing", "text-embedding-v1"): ("0.7", "CNY", "0.35", True),
+        ("bailian", "singapore", "text-embedding-v3"): ("0.07", "USD", None, True),
+        ("together", None, "intfloat/multilingual-e5-large-instruct"): ("0.02", "USD", None, True),
+        ("siliconflow", "cn", "BAAI/bge-m3"): ("0", "CNY", None, False),
+        ("fireworks", None, "WhereIsAI/UAE-Large-V1"): ("0.016", "USD", None, False),
+        ("fireworks", None, "BAAI/bge-small-en-v1.5"): ("0.008", "USD", None, False),
+    }
+    for (kind, region, model), (rate, currency, batch, confirmed) in expect.items():
+        p = table.get(kind, region, model)
+        assert p is not None and p.region == region, model
+        assert (p.input_per_million, p.currency, p.confirmed) == (Decimal(rate), currency, confirmed), model
+        assert p.batch_input_per_million == (None if batch is None else Decimal(batch)), model
+
+
+def test_missing_models_must_name_a_list_and_never_a_priced_model():
+    base = ('version = "t"\n[[price]]\nkind = "together"\nmodel = "m"\nmode = "embedding"\n'
+            'input_per_million = 1\noutput_per_million = 0\ncurrency = "USD"\nsource = "p"\n')
+    with pytest.raises(ConfigError, match="both priced and listed"):
+        parse_price_table(base + '[[missing]]\nkind = "together"\nmodels = ["m"]\nreason = "r"\n')
+    with pytest.raises(ConfigError, match="models"):
+        parse_price_table(base + '[[missing]]\nkind = "together"\nmodels = "m2"\nreason = "r"\n')
+    t = parse_price_table(base + '[[missing]]\nkind = "together"\nmodels = ["m2"]\nreason = "no page"\n')
+    assert t.missing == {} and t.missing_models == {("together", None, "m2"): "no page"}
+
+
+def test_prices_command_says_which_embedding_models_do_not_ship_within_120_columns():
+    out = subprocess.run([sys.executable, "-m", "llmroute.cli", "prices", "siliconflow"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    text = out.stdout
+    assert max(len(line) for line in text.splitlines()) <= 120
+    assert "not shipped on siliconflow/cn" in text and "Pro/BAAI/bge-m3" in text
+    assert "not shipped on siliconflow/intl" in text

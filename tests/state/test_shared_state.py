@@ -85,6 +85,27 @@ def test_health_shows_a_breaker_another_process_opened(make_server, redis_server
     assert health_main(["--config", str(path), "--no-probe"]) == 1  # unhealthy: p:m is open
     out = capsys.readouterr().out
     assert "p:m" in out and "open" in out and "shared state: Redis answering" in out
+    # With shared state the default is the fleet's view: no probe is sent (a probe is a paid call).
+    assert health_main(["--config", str(path)]) == 1
+    out = capsys.readouterr().out
+    assert "open" in out and "nothing probed (--probe sends probes)" in out
+    assert len(bad.chat_requests()) == 2
+
+
+def test_health_with_shared_state_probes_only_when_asked(make_server, redis_server, tmp_path, capsys):
+    good = make_server("fault")
+    path = tmp_path / "llmroute.toml"
+    path.write_text(
+        f'[providers.p]\nkind = "vllm"\nbase_url = "{good.base_url}"\n'
+        f'[tiers.chat]\ndeployments = ["p:m"]\n'
+        f'[pricing."p:*"]\ninput_per_million = 0\noutput_per_million = 0\n'
+        f'[ledger]\nsink = "none"\n'
+        f'[state]\nbackend = "redis"\nurl = "{redis_server.url}"\nkey_prefix = "q:"\n')
+    assert health_main(["--config", str(path)]) == 0  # the fleet's view: closed, and nothing sent
+    assert "nothing probed" in capsys.readouterr().out and good.chat_requests() == []
+    assert health_main(["--config", str(path), "--probe"]) == 0
+    out = capsys.readouterr().out
+    assert "nothing probed" not in out and "1/1" in out and len(good.chat_requests()) == 1
 
 
 def test_half_open_probes_are_limited_across_processes(make_server, redis_server):
