@@ -44,6 +44,11 @@ class FitOptions:
     holdout: float = 0.1
     """Share of the training rows held out to choose the number of passes."""
     seed: int = 0
+    features: str = "heuristic"
+    """The dense features besides the n-grams (fitted.FEATURE_SETS): "heuristic" runs the heuristic
+    classifier and weighs its conclusions; "lean" reads only sizes and counts of the window."""
+    kinds: tuple[str, ...] = ("words", "pairs", "chars")
+    """The n-gram kinds the model may weigh (each kind left out is one less lookup pass per call)."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +62,14 @@ class Featurized:
     ngram_count: int
 
 
-def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None) -> list[Featurized]:
-    """Features of each conversation, computed once so that several fits can share them."""
+def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None,
+              *, features: str = "heuristic") -> list[Featurized]:
+    """Features of each conversation (of the `features` set), computed once so that several fits can
+    share them."""
     out = []
     for index, messages in enumerate(conversations):
         _, dense, (words, pairs, chars, count) = conversation_features(
-            messages, max_tokens=max_tokens[index] if max_tokens is not None else None
+            messages, max_tokens=max_tokens[index] if max_tokens is not None else None, features=features
         )
         out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars),
                               count))
@@ -77,7 +84,7 @@ def fit(
     meta: Mapping[str, Any] | None = None,
 ) -> FittedRouter:
     """Fit a model on conversations and their labels (1.0: needs the large tier, 0.0: does not)."""
-    return fit_featurized(featurize(conversations), labels, options, meta=meta)
+    return fit_featurized(featurize(conversations, features=options.features), labels, options, meta=meta)
 
 
 def _log_loss(weights: list[float], bias: float, rows: list[list[tuple[int, float]]], labels: Sequence[float], indices: Sequence[int]) -> float:
@@ -151,7 +158,8 @@ def fit_featurized(
     *,
     meta: Mapping[str, Any] | None = None,
 ) -> FittedRouter:
-    """`fit` on precomputed features (cross-validation featurizes once and fits many times)."""
+    """`fit` on precomputed features (cross-validation featurizes once and fits many times), which
+    must be of `options.features`' set."""
     if len(examples) != len(labels):
         raise ValueError(f"{len(examples)} examples but {len(labels)} labels")
     if len(examples) < 2:
@@ -159,10 +167,16 @@ def fit_featurized(
     for y in labels:
         if not 0.0 <= y <= 1.0:
             raise ValueError(f"labels must be in [0, 1], got {y!r}")
+    unknown = set(options.kinds) - set(_KINDS)
+    if unknown:
+        raise ValueError(f"unknown n-gram kinds {sorted(unknown)}; known: {', '.join(_KINDS)}")
+    weighed = [kind in options.kinds for kind in _KINDS]
     # Vocabulary: n-grams by the number of training conversations they occur in.
     counts: dict[tuple[int, str], int] = {}
     for example in examples:
         for kind, grams in enumerate((example.words, example.pairs, example.chars)):
+            if not weighed[kind]:
+                continue
             for gram in grams:
                 key = (kind, gram)
                 counts[key] = counts.get(key, 0) + 1
@@ -225,4 +239,4 @@ def fit_featurized(
         **(meta or {}),
     }
     return FittedRouter(bias=round(bias, 5), dense=dense, words=tables["words"], pairs=tables["pairs"],
-                        chars=tables["chars"], meta=info)
+                        chars=tables["chars"], meta=info, features=options.features)
