@@ -17,7 +17,9 @@ writes JSON.
 FitOptions). `--pin` times on one CPU (os.sched_setaffinity) with the garbage collector off during
 the timed loops (gc.collect() before each): on a shared machine this removes migrations between
 CPUs and collections triggered by other allocations in the process; preemption by other processes
-stays, and so does the reference loop's, timed the same way.
+stays, and so does the reference loop's, timed the same way. `--cpu-time` times each call's CPU
+time instead of wall time (time.thread_time_ns, CLOCK_THREAD_CPUTIME_ID): time spent waiting for a
+CPU is left out, the slowdown of a call whose caches another process emptied is not.
 """
 
 from __future__ import annotations
@@ -76,6 +78,7 @@ PROMPTS: dict[str, list[dict]] = {
 
 
 _PIN = False
+_CLOCK = time.perf_counter_ns  # --cpu-time: time.thread_time_ns
 
 
 @contextlib.contextmanager
@@ -109,7 +112,7 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
 
     On a shared machine the tail comes from preemption and cache pollution, which hit any code of
     that duration; the gap between this row and the classifier's is what the classifier adds."""
-    clock = time.perf_counter_ns
+    clock = _CLOCK
     n = 100
     for _ in range(8):  # size the loop: a few short calibration rounds
         sample = []
@@ -178,7 +181,7 @@ def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
 def _interleaved(scorers: dict, calls: int) -> int:
     """Time `scorers` on every prompt in one process, the order alternating per round; print p50/p90/p99."""
     timings: dict[str, list[int]] = {name: [] for name in scorers}
-    clock = time.perf_counter_ns
+    clock = _CLOCK
     for messages in PROMPTS.values():
         for _ in range(300):
             for fn in scorers.values():
@@ -232,10 +235,15 @@ def main(argv: list[str] | None = None) -> int:
                         help="with --fitted (the labelled prompts' fit): its dense feature set")
     parser.add_argument("--kinds", default="words,pairs,chars", help="with --fitted: its n-gram kinds, comma-separated")
     parser.add_argument("--pin", action="store_true", help="time on one CPU with the garbage collector off")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time each call's CPU time (time.thread_time_ns), not wall time: preemption excluded")
     parser.add_argument("--compare", action="store_true",
                         help="time the heuristic and the labelled prompts' fit in every feature set and kind, interleaved")
     args = parser.parse_args(argv)
-    global classify, _PIN
+    global classify, _PIN, _CLOCK
+    if args.cpu_time:
+        _CLOCK = time.thread_time_ns
+        print("timing CPU time of this thread (time.thread_time_ns): waiting for a CPU is not counted")
     if args.pin:
         cpu = max(os.sched_getaffinity(0))
         os.sched_setaffinity(0, {cpu})
@@ -263,7 +271,7 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(500):
             classify(messages)
     timings: dict[str, list[int]] = {kind: [] for kind in kinds}
-    clock = time.perf_counter_ns
+    clock = _CLOCK
     with _timing():
         for _ in range(args.calls):
             for kind in kinds:
@@ -301,7 +309,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     args.out.mkdir(parents=True, exist_ok=True)
     out_file = args.out / ("fitted_router_latency.json" if args.fitted else "classifier_latency.json")
-    out_file.write_text(json.dumps({"scorer": label, "pinned_gc_off": args.pin,
+    out_file.write_text(json.dumps({"scorer": label, "pinned_gc_off": args.pin, "cpu_time": args.cpu_time,
         "calls_per_kind": args.calls, "python": platform.python_version(), "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0], "rows": rows, "overall": overall, "reference_loop": reference, "p99_within_budget": budget_ok,
     }, indent=2))

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FittedRouter, _ngram_weight_of, conversation_features
+from .fitted import FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
 
-__all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized"]
+__all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized", "fit_options_check"]
 
 _KINDS = ("words", "pairs", "chars")
 
@@ -85,6 +85,16 @@ def fit(
 ) -> FittedRouter:
     """Fit a model on conversations and their labels (1.0: needs the large tier, 0.0: does not)."""
     return fit_featurized(featurize(conversations, features=options.features), labels, options, meta=meta)
+
+
+def fit_options_check(options: FitOptions) -> None:
+    """ValueError naming the field when `options.features` or `options.kinds` is unknown."""
+    if options.features not in FEATURE_SETS:
+        raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}, got {options.features!r}")
+    unknown = set(options.kinds) - set(_KINDS)
+    if unknown or not options.kinds:
+        raise ValueError(f"unknown n-gram kinds {sorted(unknown)} (known: {', '.join(_KINDS)})" if unknown
+                         else f"kinds: give at least one of {', '.join(_KINDS)}")
 
 
 def _log_loss(weights: list[float], bias: float, rows: list[list[tuple[int, float]]], labels: Sequence[float], indices: Sequence[int]) -> float:
@@ -167,9 +177,7 @@ def fit_featurized(
     for y in labels:
         if not 0.0 <= y <= 1.0:
             raise ValueError(f"labels must be in [0, 1], got {y!r}")
-    unknown = set(options.kinds) - set(_KINDS)
-    if unknown:
-        raise ValueError(f"unknown n-gram kinds {sorted(unknown)}; known: {', '.join(_KINDS)}")
+    fit_options_check(options)
     weighed = [kind in options.kinds for kind in _KINDS]
     # Vocabulary: n-grams by the number of training conversations they occur in.
     counts: dict[tuple[int, str], int] = {}

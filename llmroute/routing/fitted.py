@@ -52,7 +52,7 @@ _NON_ASCII_RUN_RE = re.compile(r"[^\x00-\x7f]+")
 _BMP_RE = re.compile(r"[\x80-\ud7ff\ue000-\uffff]+")  # non-ASCII characters that are one UTF-16 code unit
 
 
-def _pair_codes(text: str) -> tuple[memoryview, memoryview]:
+def _char_pair_codes(text: str) -> tuple[memoryview, memoryview]:
     """Every two adjacent UTF-16 code units of `text` as one 32-bit number: (the pairs starting at
     even units, those starting at odd ones). A pair of two non-ASCII BMP characters is a key of
     `FittedRouter._char_codes` only if those two characters are adjacent in `text`, so looking the
@@ -170,7 +170,7 @@ class FittedRouter:
     heuristic's. Not to be mutated after construction."""
 
     __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "features", "ngrams", "_keys", "_plan",
-                 "_category", "_char_codes", "_char_names")
+                 "_category", "_char_codes", "_char_names", "_pair_codes", "_pair_names")
 
     def __init__(
         self,
@@ -199,14 +199,26 @@ class FittedRouter:
         self.ngrams = {**self.words, **self.pairs, **self.chars}
         self._keys = self.ngrams.keys()
         # The character pairs keyed by their two UTF-16 code units read as one 32-bit number, the
-        # way `_add_ngrams` reads the window (`_pair_codes`): ints built and hashed in C instead of a
+        # way `_add_ngrams` reads the window (`_char_pair_codes`): ints built and hashed in C instead of a
         # new two-character string per pair. Only when every pair is two BMP characters (no
         # surrogates); otherwise, or without character pairs, None.
         self._char_codes: dict[int, float] | None = None
         self._char_names: dict[int, str] = {}
         if self.chars and all(len(gram) == 2 and _BMP_RE.fullmatch(gram) for gram in self.chars):
-            self._char_names = {_pair_codes(gram)[0][0]: gram for gram in self.chars}
+            self._char_names = {_char_pair_codes(gram)[0][0]: gram for gram in self.chars}
             self._char_codes = {code: self.chars[gram] for code, gram in self._char_names.items()}
+        # The word pairs keyed by the hash of their (first, second) tuple in this process, which
+        # `_add_ngrams` computes from the window's words without joining them into strings; each
+        # match is then checked against the words, so a hash collision never counts. Only when every
+        # pair is two words and no two pairs share a hash; otherwise, or without pairs, None.
+        self._pair_codes: dict[int, float] | None = None
+        self._pair_names: dict[int, str] = {}
+        if self.pairs:
+            split = {gram: tuple(gram.split(" ")) for gram in self.pairs}
+            names = {hash(parts): gram for gram, parts in split.items()}
+            if len(names) == len(split) and all(len(parts) == 2 and all(parts) for parts in split.values()):
+                self._pair_names = names
+                self._pair_codes = {code: self.pairs[gram] for code, gram in names.items()}
         # `classify`'s precompiled lookups: the weighted counts as (Classification field, name,
         # weight, scale of log2(1 + count)), in `_dense` order; the task types' weights by type.
         self._plan = tuple(
@@ -339,19 +351,29 @@ class FittedRouter:
         # `_ngrams`, building only the kinds this model has weights for (the count covers all).
         ngram_count = distinct
         pairs: Any = ()
-        if len(words) > 1:
-            ngram_count += len(words) - 1
-            if self.pairs:
-                pairs = list(map(" ".join, zip(words, words[1:])))
         found: list[Any] = []
         values: list[float] = []
+        if len(words) > 1:
+            ngram_count += len(words) - 1
+            pair_codes = self._pair_codes
+            if pair_codes is not None:
+                pair_hits = pair_codes.keys() & map(hash, zip(words, words[1:]))
+                if pair_hits:
+                    joined = " " + " ".join(words) + " "
+                    for code in pair_hits:
+                        gram = self._pair_names[code]
+                        if " " + gram + " " in joined:  # the two words are there, next to each other
+                            found.append(gram)
+                            values.append(pair_codes[code])
+            elif self.pairs:
+                pairs = list(map(" ".join, zip(words, words[1:])))
         codes = self._char_codes
         chars: Any = None
         if not window.isascii():
             runs = _NON_ASCII_RUN_RE.findall(window)
             ngram_count += sum(map(len, runs)) - len(runs)
-            if codes is not None:  # the same hits as `_ngrams`' pairs: see `_pair_codes`
-                even, odd = _pair_codes(window)
+            if codes is not None:  # the same hits as `_ngrams`' pairs: see `_char_pair_codes`
+                even, odd = _char_pair_codes(window)
                 code_hits = codes.keys() & even
                 code_hits |= codes.keys() & odd
                 found.extend(code_hits)

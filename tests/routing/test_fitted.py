@@ -244,6 +244,14 @@ def test_router_fit_and_eval_cli(tmp_path, capsys):
     assert "<svg" in html.read_text() and "APGR" in html.read_text()
     assert router_main(["fit", "--outcomes", str(_outcomes_file(tmp_path, rows[:5], "few.jsonl"))]) == 1
     assert "at least 20" in capsys.readouterr().err
+    for features, kinds in (("heuristic", "words,pairs,chars"), ("lean", "words,chars")):
+        assert router_main(["fit", "--outcomes", str(train), "--out", str(out), "--features", features,
+                            "--kinds", kinds]) == 0
+        written = json.loads(out.read_text())
+        assert written["features"] == features and written["meta"]["options"]["kinds"] == kinds.split(",")
+        assert f"{features} features" in capsys.readouterr().out
+    assert router_main(["fit", "--outcomes", str(train), "--out", str(out), "--kinds", "words,trigrams"]) == 2
+    assert "trigrams" in capsys.readouterr().err
 
 
 def test_calibrate_scores_with_the_configured_model(model, tmp_path, capsys):

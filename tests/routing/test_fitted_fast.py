@@ -55,6 +55,8 @@ def models() -> list[FittedRouter]:
                      words={}, pairs={}, chars={}),
         # the lean feature set (no heuristic underneath): every kind, and words and chars only
         lean,
+        # a word pair that is not two words: the string path instead of the pair hashes
+        FittedRouter(bias=0.0, dense={}, words={}, pairs={**everything.pairs, "a b c": 0.3}, chars={}, features="lean"),
         # pairs with a character outside the BMP: the string path instead of the pair codes
         FittedRouter(bias=0.0, dense={}, words={}, pairs={}, chars={**everything.chars, "😀😀": 0.4, "马😀": -0.2}),
         # every weight equal: the strongest n-grams named are chosen by name on both paths
@@ -92,3 +94,20 @@ def test_both_character_pair_paths_and_ties_are_covered(models):
     # ties among the strongest n-grams do occur: two equal weights named in one reason
     assert tied and any(m.classify(messages).reason.count(" +0.") + m.classify(messages).reason.count(" -0.") == 2
                         and m.classify(messages).reason.count("'") >= 4 for m in tied for messages in _conversations())
+
+
+def test_word_pair_hashes_and_a_collision_never_counts(models):
+    assert models[0]._pair_codes is not None
+    assert any(model.pairs and model._pair_codes is None for model in models)
+    model = models[0]
+    messages = [{"role": "user", "content": "Please summarize the zebra report in two lines."}]
+    before = model.classify(messages)
+    # a pair hash that the window's words "the zebra" produce, standing for a pair that is not there
+    code = hash(("the", "zebra"))
+    assert code not in model._pair_codes
+    model._pair_codes[code] = 9.0
+    model._pair_names[code] = "not there"
+    try:
+        assert model.classify(messages) == before
+    finally:
+        del model._pair_codes[code], model._pair_names[code]
