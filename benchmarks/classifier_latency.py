@@ -133,13 +133,14 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
             "p99_us": _percentile(ns, 0.99), "max_us": ns[-1] / 1000.0}
 
 
-def _labelled_model(features: str = "heuristic", kinds: tuple[str, ...] = ("words", "pairs", "chars")) -> FittedRouter:
+def _labelled_model(features: str = "heuristic", kinds: tuple[str, ...] = ("words", "pairs", "chars"),
+                    window: int = FitOptions.window) -> FittedRouter:
     """A model fitted on the labelled product prompts, every n-gram kept (min_count 1): the largest
     vocabulary those prompts give, so lookups are not flattered by a tiny table."""
     rows = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines() if line.strip()]
     return fit([[{"role": "user", "content": r["prompt"]}] for r in rows],
                [1.0 if r["tier"] == "large" else 0.0 for r in rows],
-               FitOptions(min_count=1, holdout=0.0, l2_grid=(), features=features, kinds=kinds))
+               FitOptions(min_count=1, holdout=0.0, l2_grid=(), features=features, kinds=kinds, window=window))
 
 
 def _module_at(rev: str, name: str):
@@ -234,6 +235,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", default="heuristic", choices=("heuristic", "lean"),
                         help="with --fitted (the labelled prompts' fit): its dense feature set")
     parser.add_argument("--kinds", default="words,pairs,chars", help="with --fitted: its n-gram kinds, comma-separated")
+    parser.add_argument("--window", type=int, default=FitOptions.window, help="with --fitted --features lean: its window")
     parser.add_argument("--pin", action="store_true", help="time on one CPU with the garbage collector off")
     parser.add_argument("--cpu-time", action="store_true",
                         help="time each call's CPU time (time.thread_time_ns), not wall time: preemption excluded")
@@ -252,11 +254,13 @@ def main(argv: list[str] | None = None) -> int:
     if args.compare:
         return _interleaved({"heuristic classify()": classify, **{
             f"fitted {features} {kinds}": _labelled_model(features, tuple(kinds.split(","))).classify
-            for features in ("heuristic", "lean") for kinds in ("words,pairs,chars", "words,chars")}}, args.calls)
+            for features in ("heuristic", "lean") for kinds in ("words,pairs,chars", "words,chars")},
+            **{f"fitted lean {kinds} window {window}": _labelled_model("lean", tuple(kinds.split(",")), window).classify
+               for kinds in ("words,pairs,chars", "words,chars") for window in (200,)}}, args.calls)
     label = "classify()"
     model = None
     if args.fitted:
-        model = (_labelled_model(args.features, tuple(args.kinds.split(","))) if args.fitted == "labelled"
+        model = (_labelled_model(args.features, tuple(args.kinds.split(",")), args.window) if args.fitted == "labelled"
                  else load_model(args.fitted))
     if args.against:
         return _against(args.against, args.calls, model)

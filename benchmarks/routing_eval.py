@@ -165,7 +165,8 @@ def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed:
     for name in ("mmlu", "gsm8k"):
         prompts, weak, strong, dropped = load_dataset(data / name)
         started = time.perf_counter()
-        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features)
+        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features,
+                              window=options.window)
         tables[name] = (prompts, weak, strong, dropped, features, time.perf_counter() - started)
     reports = []
     for name, (prompts, weak, strong, dropped, features, featurize_s) in tables.items():
@@ -223,9 +224,11 @@ def cross_study(data: Path, threshold: float, bins: int | None, folds: int, seed
     tables = {}
     for name in ("mmlu", "gsm8k"):
         prompts, weak, strong, dropped = load_dataset(data / name)
-        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features)
+        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features,
+                              window=options.window)
         tables[name] = (prompts, weak, strong, features)
-    dense_options = FitOptions(min_count=10**9, max_ngrams=0, features=options.features)
+    dense_options = FitOptions(min_count=10**9, max_ngrams=0, features=options.features,
+                              window=options.window)
     reports = []
     for train, (t_prompts, t_weak, t_strong, t_features) in tables.items():
         for test, (u_prompts, u_weak, u_strong, u_features) in tables.items():
@@ -329,6 +332,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--features", default="heuristic", choices=("heuristic", "lean"),
                         help="with --fitted: the dense feature set (fit.py's FitOptions.features)")
     parser.add_argument("--kinds", default="words,pairs,chars", help="with --fitted: the n-gram kinds, comma-separated")
+    parser.add_argument("--window", type=int, default=FitOptions.window,
+                        help="with --fitted --features lean: the instruction window's ASCII length (fit.py's FitOptions.window)")
     parser.add_argument("--cross-study", action="store_true",
                         help="instead: cross-domain remedies (blend with length, dense-only, fallback), chosen on the training table")
     args = parser.parse_args(argv)
@@ -336,11 +341,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"routing_eval: data folder not found: {args.data}", file=sys.stderr)
         return 2
     if args.cross_study or args.fitted:
-        options = FitOptions(features=args.features, kinds=tuple(args.kinds.split(",")))
+        options = FitOptions(features=args.features, kinds=tuple(args.kinds.split(",")), window=args.window)
         if args.dense_only:
-            options = FitOptions(min_count=10**9, max_ngrams=0, features=args.features)
+            options = FitOptions(min_count=10**9, max_ngrams=0, features=args.features, window=args.window)
         print(f"{'cross-domain study, ' if args.cross_study else ''}fit options: features {options.features}, "
-              f"kinds {','.join(options.kinds)}{', dense only' if args.dense_only else ''}")
+              f"kinds {','.join(options.kinds)}, window {options.window}{', dense only' if args.dense_only else ''}")
         study = cross_study if args.cross_study else run_fitted
         result = study(args.data, args.threshold, args.bins or None, args.folds, args.seed, options)
         for report in result["reports"]:
@@ -353,6 +358,7 @@ def main(argv: list[str] | None = None) -> int:
         args.out.mkdir(parents=True, exist_ok=True)
         suffix = "" if (options.features, options.kinds) == ("heuristic", FitOptions().kinds) else (
             f"_{options.features}_{'-'.join(options.kinds)}")
+        suffix += f"_window{options.window}" if options.window != FitOptions.window else ""
         suffix += f"_seed{args.seed}" if args.seed else ""
         kind = "cross" if args.cross_study else ("dense" if args.dense_only else "fitted")
         out_file = args.out / f"routing_eval_{kind}{suffix}.json"

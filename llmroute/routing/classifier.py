@@ -493,13 +493,16 @@ def _read_ask(messages: Sequence[Mapping[str, Any]]) -> tuple[str, float, float,
     return ask, ask_tokens, context_tokens, ask_share, user_turns
 
 
-def _instruction_window(ask: str, ask_share: float) -> str:
+def _instruction_window(ask: str, ask_share: float, sizes: tuple[int, int, int, int] | None = None) -> str:
     """The lower-cased instruction window: the whole ask when short, else its head and tail, sized
-    by script (mostly-CJK text is denser; a stray curly quote must not shrink it)."""
-    if ask_share >= 0.8:
-        head, tail = _WINDOW_ASCII
+    by script (mostly-CJK text is denser; a stray curly quote must not shrink it). `sizes`:
+    (head, tail) for mostly-ASCII text, then for the rest; default _WINDOW_ASCII and _WINDOW_CJK."""
+    if sizes is None:
+        head, tail = _WINDOW_ASCII if ask_share >= 0.8 else _WINDOW_CJK
+    elif ask_share >= 0.8:
+        head, tail = sizes[0], sizes[1]
     else:
-        head, tail = _WINDOW_CJK
+        head, tail = sizes[2], sizes[3]
     if len(ask) > head + tail:
         return (ask[:head] + "\n" + ask[-tail:]).lower()
     return ask.lower()

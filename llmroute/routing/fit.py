@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
+from .fitted import DEFAULT_WINDOW, FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
 
 __all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized", "fit_options_check"]
 
@@ -49,6 +49,9 @@ class FitOptions:
     classifier and weighs its conclusions; "lean" reads only sizes and counts of the window."""
     kinds: tuple[str, ...] = ("words", "pairs", "chars")
     """The n-gram kinds the model may weigh (each kind left out is one less lookup pass per call)."""
+    window: int = DEFAULT_WINDOW
+    """With the lean features: the instruction window's length for mostly-ASCII text, in characters
+    (fitted.window_sizes; shorter reads less per call). The heuristic features read the classifier's."""
 
 
 @dataclass(frozen=True)
@@ -63,13 +66,14 @@ class Featurized:
 
 
 def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None,
-              *, features: str = "heuristic") -> list[Featurized]:
+              *, features: str = "heuristic", window: int = DEFAULT_WINDOW) -> list[Featurized]:
     """Features of each conversation (of the `features` set), computed once so that several fits can
     share them."""
     out = []
     for index, messages in enumerate(conversations):
         _, dense, (words, pairs, chars, count) = conversation_features(
-            messages, max_tokens=max_tokens[index] if max_tokens is not None else None, features=features
+            messages, max_tokens=max_tokens[index] if max_tokens is not None else None, features=features,
+            window=window,
         )
         out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars),
                               count))
@@ -84,13 +88,17 @@ def fit(
     meta: Mapping[str, Any] | None = None,
 ) -> FittedRouter:
     """Fit a model on conversations and their labels (1.0: needs the large tier, 0.0: does not)."""
-    return fit_featurized(featurize(conversations, features=options.features), labels, options, meta=meta)
+    return fit_featurized(featurize(conversations, features=options.features, window=options.window), labels, options,
+                          meta=meta)
 
 
 def fit_options_check(options: FitOptions) -> None:
     """ValueError naming the field when `options.features` or `options.kinds` is unknown."""
     if options.features not in FEATURE_SETS:
         raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}, got {options.features!r}")
+    if options.window != DEFAULT_WINDOW and (options.features != "lean" or not 20 <= options.window <= 4000):
+        raise ValueError(f"window must be {DEFAULT_WINDOW} with the heuristic features and 20-4000 with the lean ones, "
+                         f"got {options.window!r}")
     unknown = set(options.kinds) - set(_KINDS)
     if unknown or not options.kinds:
         raise ValueError(f"unknown n-gram kinds {sorted(unknown)} (known: {', '.join(_KINDS)})" if unknown
@@ -247,4 +255,4 @@ def fit_featurized(
         **(meta or {}),
     }
     return FittedRouter(bias=round(bias, 5), dense=dense, words=tables["words"], pairs=tables["pairs"],
-                        chars=tables["chars"], meta=info, features=options.features)
+                        chars=tables["chars"], meta=info, features=options.features, window=options.window)

@@ -124,12 +124,26 @@ def _sigmoid(total: float) -> float:
 _NO_WORDS: frozenset[str] = frozenset()
 
 
-def _lean(messages: Sequence[Mapping[str, Any]], max_tokens: int | None) -> tuple[tuple[Any, ...], list[tuple[str, float]], str, list[str]]:
+DEFAULT_WINDOW = 400
+"""The instruction window's length for mostly-ASCII text, in characters (the classifier's)."""
+
+
+def window_sizes(window: int) -> tuple[int, int, int, int]:
+    """(head, tail) characters of the instruction window for mostly-ASCII text, then for the rest,
+    for a window of `window` ASCII characters: the classifier's proportions (240 + 160, and
+    110 + 70 for denser CJK text, at 400)."""
+    head = round(window * 0.6)
+    return head, window - head, round(window * 0.275), round(window * 0.175)
+
+
+def _lean(messages: Sequence[Mapping[str, Any]], max_tokens: int | None,
+          sizes: tuple[int, int, int, int] | None = None) -> tuple[tuple[Any, ...], list[tuple[str, float]], str, list[str]]:
     """The lean feature set, without the heuristic: (the Classification fields after score and
     reason, the dense features, the instruction window, its tokens in order). Sizes as the
-    heuristic estimates them; the rest are C-level counts on the window."""
+    heuristic estimates them; the rest are C-level counts on the window (`sizes`: see
+    `window_sizes`; None: the classifier's)."""
     ask, ask_tokens, context_tokens, ask_share, user_turns = _read_ask(messages)
-    window = _instruction_window(ask, ask_share)
+    window = _instruction_window(ask, ask_share, sizes)
     words = _window_tokens(window)
     input_tokens = int(context_tokens + 0.5)
     fences = window.count("```") // 2
@@ -150,14 +164,17 @@ def _lean(messages: Sequence[Mapping[str, Any]], max_tokens: int | None) -> tupl
 
 
 def conversation_features(
-    messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None, features: str = "heuristic"
+    messages: Sequence[Mapping[str, Any]], *, max_tokens: int | None = None, features: str = "heuristic",
+    window: int = DEFAULT_WINDOW,
 ) -> tuple[Classification, list[tuple[str, float]], tuple[list[str], list[str], list[str], int]]:
     """Everything a fitted model reads from one conversation: the result's fields (the heuristic's
     result; with the lean set, score 0.5 and no reason), the dense features and the window's
-    n-grams, from one read of the conversation. The fit (fit.py) and inference both go through here."""
+    n-grams, from one read of the conversation; `window` sizes the lean set's window (the heuristic
+    set reads the classifier's). The fit (fit.py) and inference both go through here."""
     if features == "lean":
-        fields, dense, window, words = _lean(messages, max_tokens)
-        return (_new_tuple(Classification, (0.5, "", *fields)), dense, _ngrams(words, len(words), window))
+        sizes = None if window == DEFAULT_WINDOW else window_sizes(window)
+        fields, dense, text, words = _lean(messages, max_tokens, sizes)
+        return (_new_tuple(Classification, (0.5, "", *fields)), dense, _ngrams(words, len(words), text))
     f = _features(messages)
     result = _classify(f, max_tokens)
     return result, _dense(result), _ngrams(f.words, len(f.tokens), f.window)
@@ -169,7 +186,8 @@ class FittedRouter:
     whose reason names the two features that weighed most, and whose other fields are the
     heuristic's. Not to be mutated after construction."""
 
-    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "features", "ngrams", "_keys", "_plan",
+    __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "features", "window", "_sizes", "ngrams",
+                 "_keys", "_plan",
                  "_category", "_char_codes", "_char_names", "_pair_codes", "_pair_names")
 
     def __init__(
@@ -183,11 +201,17 @@ class FittedRouter:
         meta: Mapping[str, Any] | None = None,
         name: str = "fitted",
         features: str = "heuristic",
+        window: int = DEFAULT_WINDOW,
     ) -> None:
         if features not in FEATURE_SETS:
             raise ValueError(f"features must be one of {FEATURE_SETS}, got {features!r}")
+        if window != DEFAULT_WINDOW and (features != "lean" or not 20 <= window <= 4000):
+            raise ValueError(f"window must be {DEFAULT_WINDOW} with the heuristic features and 20-4000 with the lean "
+                             f"ones, got {window!r}")
         self.name = name
         self.features = features
+        self.window = window
+        self._sizes = None if window == DEFAULT_WINDOW else window_sizes(window)
         self.bias = float(bias)
         self.dense = dict(dense)
         self.words = dict(words)
@@ -269,7 +293,7 @@ class FittedRouter:
         """(log-odds, the contributions that weighed most, the heuristic's result): every dense
         feature's, and the two n-grams that pushed hardest the way the log-odds ended up."""
         result, dense, (words, pairs, chars, count) = conversation_features(messages, max_tokens=max_tokens,
-                                                                             features=self.features)
+                                                                             features=self.features, window=self.window)
         total, named, hits, norm = self._sum(dense, words, pairs, chars, count)
         if hits:
             weight = self.ngrams.__getitem__
@@ -304,7 +328,7 @@ class FittedRouter:
         count without building the pair lists' totals twice (tests/routing/test_fitted_fast.py
         checks both give bit-identical results)."""
         if self.features == "lean":
-            fields, dense, window, words = _lean(messages, max_tokens)
+            fields, dense, window, words = _lean(messages, max_tokens, self._sizes)
             total, named = self._dense_sum(dense)
             total = self._add_ngrams(total, named, words, len(words), window)
             return _new_tuple(Classification, (_sigmoid(total), self._reason(total, named), *fields))
@@ -432,6 +456,7 @@ class FittedRouter:
             "format": MODEL_FORMAT,
             "version": MODEL_VERSION,
             "features": self.features,
+            "window": self.window,
             "meta": self.meta,
             "bias": self.bias,
             "dense": self.dense,
@@ -453,6 +478,10 @@ class FittedRouter:
         features = data.get("features", "heuristic") if version >= 2 else "heuristic"
         if features not in FEATURE_SETS:
             raise bad(f"\"features\" must be one of {', '.join(FEATURE_SETS)}, got {features!r}")
+        window = data.get("window", DEFAULT_WINDOW) if version >= 2 else DEFAULT_WINDOW
+        if isinstance(window, bool) or not isinstance(window, int) or (
+                window != DEFAULT_WINDOW and (features != "lean" or not 20 <= window <= 4000)):
+            raise bad(f"\"window\" must be {DEFAULT_WINDOW}, or 20-4000 with the lean features, got {window!r}")
         bias = data.get("bias")
         if isinstance(bias, bool) or not isinstance(bias, (int, float)) or not math.isfinite(bias):
             raise bad("\"bias\" must be a finite number")
@@ -470,7 +499,7 @@ class FittedRouter:
             tables[key] = {str(k): float(v) for k, v in table.items()}
         meta = data.get("meta") if isinstance(data.get("meta"), Mapping) else {}
         return cls(bias=float(bias), dense=tables["dense"], words=tables["words"], pairs=tables["word_pairs"],
-                   chars=tables["chars"], meta=meta, name=name, features=features)
+                   chars=tables["chars"], meta=meta, name=name, features=features, window=window)
 
 
 def _label(name: str) -> str:

@@ -68,7 +68,8 @@ def _fit(args: argparse.Namespace) -> int:
         raise ConfigError(f"only {len(outcomes)} outcomes; a router needs at least 20 to fit", path=", ".join(sources))
     kinds = tuple(kind.strip() for kind in args.kinds.split(",") if kind.strip())
     try:
-        options = FitOptions(max_ngrams=args.max_ngrams, seed=args.seed, features=args.features, kinds=kinds)
+        options = FitOptions(max_ngrams=args.max_ngrams, seed=args.seed, features=args.features, kinds=kinds,
+                             window=args.window)
         fit_options_check(options)
     except ValueError as exc:
         print(f"llmroute router fit: {exc}", file=sys.stderr)
@@ -145,6 +146,9 @@ def main(argv: list[str] | None = None) -> int:
     p_fit.add_argument("--seed", type=int, default=0)
     p_fit.add_argument("--features", choices=FEATURE_SETS, default=FitOptions.features,
                        help=f"dense features besides the n-grams (default {FitOptions.features}; docs/routing.md)")
+    p_fit.add_argument("--window", type=int, default=FitOptions.window,
+                       help=f"with --features lean: the instruction window's length in ASCII characters "
+                            f"(default {FitOptions.window})")
     p_fit.add_argument("--kinds", default=",".join(FitOptions.kinds),
                        help=f"n-gram kinds, comma-separated, of words, pairs, chars (default {','.join(FitOptions.kinds)})")
     p_eval = sub.add_parser("eval", help="APGR, cost saved and the curve of routers on an outcomes file")

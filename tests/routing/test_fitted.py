@@ -135,6 +135,17 @@ def test_feature_sets_round_trip_and_older_files(tmp_path):
         load_model(path)
     with pytest.raises(ValueError, match="kinds"):
         fit(conversations, labels, FitOptions(kinds=("words", "trigrams")))
+    # a shorter window reads less of a long prompt: a word past it no longer counts
+    short = fit(conversations, labels, FitOptions(**options, features="lean", window=60))
+    assert short.window == 60 and load_model(_write(tmp_path, short)).window == 60
+    long_prompt = [{"role": "user", "content": "tell me " + "x " * 20 + "about the zebra" + " x" * 100 + " please"}]
+    assert "'zebra'" in lean.classify(long_prompt).reason and "zebra" not in short.classify(long_prompt).reason
+    for bad in ({"features": "heuristic", "window": 60}, {"features": "lean", "window": 5}):
+        with pytest.raises(ValueError, match="window"):
+            fit(conversations, labels, FitOptions(**options, **bad))
+        path.write_text(json.dumps({**short.to_json(), **bad}), encoding="utf-8")
+        with pytest.raises(ConfigError, match="window"):
+            load_model(path)
     with pytest.raises(ValueError, match="features"):
         FittedRouter(bias=0.0, dense={}, words={}, pairs={}, chars={}, features="embeddings")
 
@@ -190,6 +201,12 @@ sink = "memory"
     with pytest.raises(ConfigError) as info:
         load_config(cfg)
     assert info.value.key == "routing.model" and "nope.json" in str(info.value)
+
+
+def _write(tmp_path, model: FittedRouter):
+    path = tmp_path / "written.json"
+    path.write_text(json.dumps(model.to_json()), encoding="utf-8")
+    return path
 
 
 def _outcomes_file(tmp_path, rows, name="outcomes.jsonl"):

@@ -55,6 +55,9 @@ def models() -> list[FittedRouter]:
                      words={}, pairs={}, chars={}),
         # the lean feature set (no heuristic underneath): every kind, and words and chars only
         lean,
+        # the lean set on a shorter window
+        fit(labelled, [1.0 if r["tier"] == "large" else 0.0 for r in LABELLED],
+            FitOptions(min_count=1, holdout=0.0, l2_grid=(), features="lean", window=120)),
         # a word pair that is not two words: the string path instead of the pair hashes
         FittedRouter(bias=0.0, dense={}, words={}, pairs={**everything.pairs, "a b c": 0.3}, chars={}, features="lean"),
         # pairs with a character outside the BMP: the string path instead of the pair codes
