@@ -231,18 +231,17 @@ class FittedRouter:
         if self.chars and all(len(gram) == 2 and _BMP_RE.fullmatch(gram) for gram in self.chars):
             self._char_names = {_char_pair_codes(gram)[0][0]: gram for gram in self.chars}
             self._char_codes = {code: self.chars[gram] for code, gram in self._char_names.items()}
-        # The word pairs keyed by the hash of their (first, second) tuple in this process, which
-        # `_add_ngrams` computes from the window's words without joining them into strings; each
-        # match is then checked against the words, so a hash collision never counts. Only when every
-        # pair is two words and no two pairs share a hash; otherwise, or without pairs, None.
-        self._pair_codes: dict[int, float] | None = None
-        self._pair_names: dict[int, str] = {}
+        # The word pairs keyed by their (first, second) tuple, the way `_add_ngrams` reads the
+        # window's words (`zip`): a tuple's hash combines its words' hashes, which the word lookups
+        # have already computed, so no pair is joined into a string. Only when every pair is two
+        # words; otherwise, or without pairs, None.
+        self._pair_codes: dict[tuple[str, ...], float] | None = None
+        self._pair_names: dict[tuple[str, ...], str] = {}
         if self.pairs:
             split = {gram: tuple(gram.split(" ")) for gram in self.pairs}
-            names = {hash(parts): gram for gram, parts in split.items()}
-            if len(names) == len(split) and all(len(parts) == 2 and all(parts) for parts in split.values()):
-                self._pair_names = names
-                self._pair_codes = {code: self.pairs[gram] for code, gram in names.items()}
+            if all(len(parts) == 2 and all(parts) for parts in split.values()):
+                self._pair_names = {parts: gram for gram, parts in split.items()}
+                self._pair_codes = {parts: self.pairs[gram] for gram, parts in split.items()}
         # `classify`'s precompiled lookups: the weighted counts as (Classification field, name,
         # weight, scale of log2(1 + count)), in `_dense` order; the task types' weights by type.
         self._plan = tuple(
@@ -381,14 +380,10 @@ class FittedRouter:
             ngram_count += len(words) - 1
             pair_codes = self._pair_codes
             if pair_codes is not None:
-                pair_hits = pair_codes.keys() & map(hash, zip(words, words[1:]))
+                pair_hits = pair_codes.keys() & zip(words, words[1:])
                 if pair_hits:
-                    joined = " " + " ".join(words) + " "
-                    for code in pair_hits:
-                        gram = self._pair_names[code]
-                        if " " + gram + " " in joined:  # the two words are there, next to each other
-                            found.append(gram)
-                            values.append(pair_codes[code])
+                    found.extend(map(self._pair_names.__getitem__, pair_hits))
+                    values.extend(map(pair_codes.__getitem__, pair_hits))
             elif self.pairs:
                 pairs = list(map(" ".join, zip(words, words[1:])))
         codes = self._char_codes

@@ -99,18 +99,13 @@ def test_both_character_pair_paths_and_ties_are_covered(models):
                         and m.classify(messages).reason.count("'") >= 4 for m in tied for messages in _conversations())
 
 
-def test_word_pair_hashes_and_a_collision_never_counts(models):
+def test_word_pairs_as_tuples_find_exactly_the_adjacent_pairs(models):
     assert models[0]._pair_codes is not None
     assert any(model.pairs and model._pair_codes is None for model in models)
-    model = models[0]
-    messages = [{"role": "user", "content": "Please summarize the zebra report in two lines."}]
-    before = model.classify(messages)
-    # a pair hash that the window's words "the zebra" produce, standing for a pair that is not there
-    code = hash(("the", "zebra"))
-    assert code not in model._pair_codes
-    model._pair_codes[code] = 9.0
-    model._pair_names[code] = "not there"
-    try:
-        assert model.classify(messages) == before
-    finally:
-        del model._pair_codes[code], model._pair_names[code]
+    model = FittedRouter(bias=0.0, dense={}, words={}, pairs={"the zebra": 1.0, "zebra the": 2.0, "report in": 4.0},
+                         chars={}, features="lean")
+    messages = [{"role": "user", "content": "Please summarize the zebra report, in two lines."}]
+    result = model.classify(messages)
+    assert result == model.classify_reference(messages)
+    # "the zebra" (1.0) is there; "zebra the" is not (order matters); "report in" is, punctuation dropped
+    assert "'report in' +" in result.reason and "'the zebra' +" in result.reason and "zebra the" not in result.reason
