@@ -133,7 +133,7 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
             "p99_us": _percentile(ns, 0.99), "max_us": ns[-1] / 1000.0}
 
 
-def _labelled_model(features: str = "heuristic", kinds: tuple[str, ...] = ("words", "pairs", "chars"),
+def _labelled_model(features: str = FitOptions.features, kinds: tuple[str, ...] = FitOptions.kinds,
                     window: int = FitOptions.window) -> FittedRouter:
     """A model fitted on the labelled product prompts, every n-gram kept (min_count 1): the largest
     vocabulary those prompts give, so lookups are not flattered by a tiny table."""
@@ -213,7 +213,7 @@ def _breakdown(model: FittedRouter, calls: int) -> int:
         def _reason(self, total: float, named: list) -> str:
             return "-"
 
-    parts = dict(bias=model.bias, dense=model.dense)
+    parts = dict(bias=model.bias, dense=model.dense, features=model.features, window=model.window)
     scorers = {
         "heuristic classify()": classify,
         "fitted, dense only": FittedRouter(**parts, words={}, pairs={}, chars={}).classify,
@@ -232,9 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="REV", help="time classify() (with --fitted: the fitted decision) at this git revision and now, interleaved")
     parser.add_argument("--breakdown", action="store_true",
                         help="with --fitted: the heuristic, the model without n-grams, without its reason, whole")
-    parser.add_argument("--features", default="heuristic", choices=("heuristic", "lean"),
+    parser.add_argument("--features", default=FitOptions.features, choices=("heuristic", "lean"),
                         help="with --fitted (the labelled prompts' fit): its dense feature set")
-    parser.add_argument("--kinds", default="words,pairs,chars", help="with --fitted: its n-gram kinds, comma-separated")
+    parser.add_argument("--kinds", default=",".join(FitOptions.kinds), help="with --fitted: its n-gram kinds, comma-separated")
     parser.add_argument("--window", type=int, default=FitOptions.window, help="with --fitted --features lean: its window")
     parser.add_argument("--pin", action="store_true", help="time on one CPU with the garbage collector off")
     parser.add_argument("--cpu-time", action="store_true",

@@ -329,9 +329,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="fold assignment seed")
     parser.add_argument("--dense-only", action="store_true",
                         help="with --fitted: no n-grams, only the heuristic's features (what transfers across domains)")
-    parser.add_argument("--features", default="heuristic", choices=("heuristic", "lean"),
+    parser.add_argument("--features", default=FitOptions.features, choices=("heuristic", "lean"),
                         help="with --fitted: the dense feature set (fit.py's FitOptions.features)")
-    parser.add_argument("--kinds", default="words,pairs,chars", help="with --fitted: the n-gram kinds, comma-separated")
+    parser.add_argument("--kinds", default=",".join(FitOptions.kinds), help="with --fitted: the n-gram kinds, comma-separated")
     parser.add_argument("--window", type=int, default=FitOptions.window,
                         help="with --fitted --features lean: the instruction window's ASCII length (fit.py's FitOptions.window)")
     parser.add_argument("--cross-study", action="store_true",
@@ -356,7 +356,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"fits: {report['fits']}; featurize {report['featurize_seconds']:.1f} s, CV {report['cv_seconds']:.1f} s")
             print()
         args.out.mkdir(parents=True, exist_ok=True)
-        suffix = "" if (options.features, options.kinds) == ("heuristic", FitOptions().kinds) else (
+        suffix = "" if (options.features, options.kinds) == (FitOptions.features, FitOptions.kinds) else (
             f"_{options.features}_{'-'.join(options.kinds)}")
         suffix += f"_window{options.window}" if options.window != FitOptions.window else ""
         suffix += f"_seed{args.seed}" if args.seed else ""

@@ -44,9 +44,11 @@ class FitOptions:
     holdout: float = 0.1
     """Share of the training rows held out to choose the number of passes."""
     seed: int = 0
-    features: str = "heuristic"
-    """The dense features besides the n-grams (fitted.FEATURE_SETS): "heuristic" runs the heuristic
-    classifier and weighs its conclusions; "lean" reads only sizes and counts of the window."""
+    features: str = "lean"
+    """The dense features besides the n-grams (fitted.FEATURE_SETS): "lean" reads only sizes and
+    counts of the window; "heuristic" runs the heuristic classifier and weighs its conclusions, at
+    about twice the cost per call and, in cross-validation on RouteLLM's tables, no better
+    (benchmarks/RESULTS.md)."""
     kinds: tuple[str, ...] = ("words", "pairs", "chars")
     """The n-gram kinds the model may weigh (each kind left out is one less lookup pass per call)."""
     window: int = DEFAULT_WINDOW
@@ -66,7 +68,7 @@ class Featurized:
 
 
 def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None,
-              *, features: str = "heuristic", window: int = DEFAULT_WINDOW) -> list[Featurized]:
+              *, features: str = FitOptions.features, window: int = DEFAULT_WINDOW) -> list[Featurized]:
     """Features of each conversation (of the `features` set), computed once so that several fits can
     share them."""
     out = []
