@@ -2,12 +2,14 @@
 
 The score is a logistic model over two kinds of features of a conversation:
 
-* what the heuristic classifier already computes (`classifier.classify`): its log-odds, its task
-  type, and its counts (input and requested output tokens, code blocks, formula symbols,
-  quantities, constraints, questions, conversation depth), each on a log scale;
-* the n-grams of the instruction window (the start and end of the last user message, the same
-  window the classifier reads): lower-cased words and word pairs, and for non-ASCII text (Chinese
-  has no spaces) its character pairs.
+* dense features, one of two sets (`FEATURE_SETS`, the model file's "features"): "lean", the
+  conversation's sizes and C-level counts of the instruction window (`_lean`), or "heuristic",
+  what the heuristic classifier computes (`classifier.classify`): its log-odds, its task type, and
+  its counts (input and requested output tokens, code blocks, formula symbols, quantities,
+  constraints, questions, conversation depth); each on a log scale;
+* the n-grams of the instruction window (the start and end of the last user message, the window
+  the classifier reads, or with the lean set one of the model's own length): lower-cased words and
+  word pairs, and for non-ASCII text (Chinese has no spaces) its character pairs.
 
 The score estimates the large tier's expected gain on a 0-1 scale (fit.py's label: 1 only the large
 answers well, 0.5 no difference, 0 only the small does), so above 0.5 the large tier is expected
