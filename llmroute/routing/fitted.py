@@ -44,7 +44,8 @@ __all__ = ["FittedRouter", "load_model", "conversation_features", "FEATURE_SETS"
 
 MODEL_FORMAT = "llmroute.router"
 MODEL_VERSION = 2
-"""Version 2 added the "features" key (the lean feature set); version 1 files (heuristic features) still load."""
+"""Version 2 added the "features" and "window" keys (the lean feature set); version 1 files (heuristic
+features) still load."""
 FEATURE_SETS = ("heuristic", "lean")
 """What a model reads besides the n-grams: "heuristic", the whole heuristic classifier's conclusions
 (its log-odds, task type and counts); "lean", only sizes and C-level counts of the instruction
@@ -62,6 +63,8 @@ def _char_pair_codes(text: str) -> tuple[memoryview, memoryview]:
     data = text.encode("utf-16-le")
     size = len(data)
     return memoryview(data[:size - size % 4]).cast("I"), memoryview(data[2:size - (size - 2) % 4]).cast("I")
+
+
 _new_tuple = tuple.__new__
 
 
@@ -186,11 +189,11 @@ class FittedRouter:
     """A loaded model file: `classify(messages, max_tokens=)` gives a `Classification` whose score is
     the fitted estimate of the large tier's gain (above 0.5: the large tier expected to do better),
     whose reason names the two features that weighed most, and whose other fields are the
-    heuristic's. Not to be mutated after construction."""
+    heuristic's (with the lean features: category "fitted", the sizes and the window's counts it
+    read, constraints 0). Not to be mutated after construction."""
 
     __slots__ = ("name", "bias", "dense", "words", "pairs", "chars", "meta", "features", "window", "_sizes", "ngrams",
-                 "_keys", "_plan",
-                 "_category", "_char_codes", "_char_names", "_pair_codes", "_pair_names")
+                 "_keys", "_plan", "_category", "_char_codes", "_char_names", "_pair_codes", "_pair_names")
 
     def __init__(
         self,
@@ -225,8 +228,8 @@ class FittedRouter:
         self.ngrams = {**self.words, **self.pairs, **self.chars}
         self._keys = self.ngrams.keys()
         # The character pairs keyed by their two UTF-16 code units read as one 32-bit number, the
-        # way `_add_ngrams` reads the window (`_char_pair_codes`): ints built and hashed in C instead of a
-        # new two-character string per pair. Only when every pair is two BMP characters (no
+        # way `_add_ngrams` reads the window (`_char_pair_codes`): ints built and hashed in C instead
+        # of a new two-character string per pair. Only when every pair is two BMP characters (no
         # surrogates); otherwise, or without character pairs, None.
         self._char_codes: dict[int, float] | None = None
         self._char_names: dict[int, str] = {}
