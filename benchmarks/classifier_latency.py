@@ -11,11 +11,22 @@ writes JSON.
     python benchmarks/classifier_latency.py --against d38ce33 --calls 3000   # before/after a change
     python benchmarks/classifier_latency.py --fitted --against a2aee8a --calls 3000   # the fitted decision, before/after
     python benchmarks/classifier_latency.py --fitted --breakdown --calls 2500   # where its time goes
+    python benchmarks/classifier_latency.py --fitted --features lean --kinds words,chars --pin --calls 3000
+
+`--features` / `--kinds` choose the labelled prompts' model's feature set and n-gram kinds (fit.py's
+FitOptions). `--pin` times on one CPU (os.sched_setaffinity) with the garbage collector off during
+the timed loops (gc.collect() before each): on a shared machine this removes migrations between
+CPUs and collections triggered by other allocations in the process; preemption by other processes
+stays, and so does the reference loop's, timed the same way. `--cpu-time` times each call's CPU
+time instead of wall time (time.thread_time_ns, CLOCK_THREAD_CPUTIME_ID): time spent waiting for a
+CPU is left out, the slowdown of a call whose caches another process emptied is not.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
 import os
 import platform
@@ -66,6 +77,24 @@ PROMPTS: dict[str, list[dict]] = {
 }
 
 
+_PIN = False
+_CLOCK = time.perf_counter_ns  # --cpu-time: time.thread_time_ns
+
+
+@contextlib.contextmanager
+def _timing():
+    """With --pin: the garbage collector off (collected first) while the block runs."""
+    if not _PIN:
+        yield
+        return
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
 def _percentile(sorted_ns: list[int], q: float) -> float:
     index = min(len(sorted_ns) - 1, max(0, int(round(q * (len(sorted_ns) - 1)))))
     return sorted_ns[index] / 1000.0
@@ -83,7 +112,7 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
 
     On a shared machine the tail comes from preemption and cache pollution, which hit any code of
     that duration; the gap between this row and the classifier's is what the classifier adds."""
-    clock = time.perf_counter_ns
+    clock = _CLOCK
     n = 100
     for _ in range(8):  # size the loop: a few short calibration rounds
         sample = []
@@ -94,21 +123,24 @@ def _reference_loop(target_p50_us: float, calls: int) -> dict:
         sample.sort()
         n = max(10, int(n * target_p50_us * 1000.0 / max(1, sample[len(sample) // 2])))
     ns = []
-    for _ in range(calls):
-        started = clock()
-        _busy(n)
-        ns.append(clock() - started)
+    with _timing():
+        for _ in range(calls):
+            started = clock()
+            _busy(n)
+            ns.append(clock() - started)
     ns.sort()
     return {"loop_iterations": n, "p50_us": _percentile(ns, 0.5), "p90_us": _percentile(ns, 0.9),
             "p99_us": _percentile(ns, 0.99), "max_us": ns[-1] / 1000.0}
 
 
-def _labelled_model() -> FittedRouter:
+def _labelled_model(features: str = FitOptions.features, kinds: tuple[str, ...] = FitOptions.kinds,
+                    window: int = FitOptions.window) -> FittedRouter:
     """A model fitted on the labelled product prompts, every n-gram kept (min_count 1): the largest
     vocabulary those prompts give, so lookups are not flattered by a tiny table."""
     rows = [json.loads(line) for line in LABELLED.read_text(encoding="utf-8").splitlines() if line.strip()]
     return fit([[{"role": "user", "content": r["prompt"]}] for r in rows],
-               [1.0 if r["tier"] == "large" else 0.0 for r in rows], FitOptions(min_count=1, holdout=0.0, l2_grid=()))
+               [1.0 if r["tier"] == "large" else 0.0 for r in rows],
+               FitOptions(min_count=1, holdout=0.0, l2_grid=(), features=features, kinds=kinds, window=window))
 
 
 def _module_at(rev: str, name: str):
@@ -150,18 +182,19 @@ def _against(rev: str, calls: int, fitted: FittedRouter | None = None) -> int:
 def _interleaved(scorers: dict, calls: int) -> int:
     """Time `scorers` on every prompt in one process, the order alternating per round; print p50/p90/p99."""
     timings: dict[str, list[int]] = {name: [] for name in scorers}
-    clock = time.perf_counter_ns
+    clock = _CLOCK
     for messages in PROMPTS.values():
         for _ in range(300):
             for fn in scorers.values():
                 fn(messages)
     order = list(scorers.items())
-    for round_ in range(calls):
-        for messages in PROMPTS.values():
-            for name, fn in (order if round_ % 2 else order[::-1]):
-                started = clock()
-                fn(messages)
-                timings[name].append(clock() - started)
+    with _timing():
+        for round_ in range(calls):
+            for messages in PROMPTS.values():
+                for name, fn in (order if round_ % 2 else order[::-1]):
+                    started = clock()
+                    fn(messages)
+                    timings[name].append(clock() - started)
     for name, ns in timings.items():
         ns.sort()
         print(f"{name:22s} p50 {_percentile(ns, 0.5):6.1f} us  p90 {_percentile(ns, 0.9):6.1f}  "
@@ -180,7 +213,7 @@ def _breakdown(model: FittedRouter, calls: int) -> int:
         def _reason(self, total: float, named: list) -> str:
             return "-"
 
-    parts = dict(bias=model.bias, dense=model.dense)
+    parts = dict(bias=model.bias, dense=model.dense, features=model.features, window=model.window)
     scorers = {
         "heuristic classify()": classify,
         "fitted, dense only": FittedRouter(**parts, words={}, pairs={}, chars={}).classify,
@@ -199,32 +232,57 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--against", metavar="REV", help="time classify() (with --fitted: the fitted decision) at this git revision and now, interleaved")
     parser.add_argument("--breakdown", action="store_true",
                         help="with --fitted: the heuristic, the model without n-grams, without its reason, whole")
+    parser.add_argument("--features", default=FitOptions.features, choices=("heuristic", "lean"),
+                        help="with --fitted (the labelled prompts' fit): its dense feature set")
+    parser.add_argument("--kinds", default=",".join(FitOptions.kinds), help="with --fitted: its n-gram kinds, comma-separated")
+    parser.add_argument("--window", type=int, default=FitOptions.window, help="with --fitted --features lean: its window")
+    parser.add_argument("--pin", action="store_true", help="time on one CPU with the garbage collector off")
+    parser.add_argument("--cpu-time", action="store_true",
+                        help="time each call's CPU time (time.thread_time_ns), not wall time: preemption excluded")
+    parser.add_argument("--compare", action="store_true",
+                        help="time the heuristic and the labelled prompts' fit in every feature set and kind, interleaved")
     args = parser.parse_args(argv)
-    global classify
+    global classify, _PIN, _CLOCK
+    if args.cpu_time:
+        _CLOCK = time.thread_time_ns
+        print("timing CPU time of this thread (time.thread_time_ns): waiting for a CPU is not counted")
+    if args.pin:
+        cpu = max(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cpu})
+        _PIN = True
+        print(f"pinned to CPU {cpu}; garbage collector off while timing")
+    if args.compare:
+        return _interleaved({"heuristic classify()": classify, **{
+            f"fitted {features} {kinds}": _labelled_model(features, tuple(kinds.split(","))).classify
+            for features in ("heuristic", "lean") for kinds in ("words,pairs,chars", "words,chars")},
+            **{f"fitted lean {kinds} window {window}": _labelled_model("lean", tuple(kinds.split(",")), window).classify
+               for kinds in ("words,pairs,chars", "words,chars") for window in (200,)}}, args.calls)
     label = "classify()"
     model = None
     if args.fitted:
-        model = _labelled_model() if args.fitted == "labelled" else load_model(args.fitted)
+        model = (_labelled_model(args.features, tuple(args.kinds.split(",")), args.window) if args.fitted == "labelled"
+                 else load_model(args.fitted))
     if args.against:
         return _against(args.against, args.calls, model)
     if args.breakdown and model is not None:
         return _breakdown(model, args.calls)
     if model is not None:
         classify = model.classify
-        label = f"fitted router ({args.fitted}: {len(model.ngrams)} n-grams)"
+        label = f"fitted router ({args.fitted}: {model.features} features, {len(model.ngrams)} n-grams)"
         print(label)
     kinds = list(PROMPTS)
     for messages in PROMPTS.values():
         for _ in range(500):
             classify(messages)
     timings: dict[str, list[int]] = {kind: [] for kind in kinds}
-    clock = time.perf_counter_ns
-    for _ in range(args.calls):
-        for kind in kinds:
-            messages = PROMPTS[kind]
-            started = clock()
-            classify(messages)
-            timings[kind].append(clock() - started)
+    clock = _CLOCK
+    with _timing():
+        for _ in range(args.calls):
+            for kind in kinds:
+                messages = PROMPTS[kind]
+                started = clock()
+                classify(messages)
+                timings[kind].append(clock() - started)
     rows = []
     everything: list[int] = []
     for kind in kinds:
@@ -255,7 +313,7 @@ def main(argv: list[str] | None = None) -> int:
           f"load average {os.getloadavg()[0]:.2f} on {os.cpu_count()} cores")
     args.out.mkdir(parents=True, exist_ok=True)
     out_file = args.out / ("fitted_router_latency.json" if args.fitted else "classifier_latency.json")
-    out_file.write_text(json.dumps({"scorer": label,
+    out_file.write_text(json.dumps({"scorer": label, "pinned_gc_off": args.pin, "cpu_time": args.cpu_time,
         "calls_per_kind": args.calls, "python": platform.python_version(), "cpus": os.cpu_count(),
         "load_average_1m": os.getloadavg()[0], "rows": rows, "overall": overall, "reference_loop": reference, "p99_within_budget": budget_ok,
     }, indent=2))

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import csv
 import json
+import math
 import random
 import sys
 import time
@@ -164,7 +165,8 @@ def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed:
     for name in ("mmlu", "gsm8k"):
         prompts, weak, strong, dropped = load_dataset(data / name)
         started = time.perf_counter()
-        features = featurize([[{"role": "user", "content": p}] for p in prompts])
+        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features,
+                              window=options.window)
         tables[name] = (prompts, weak, strong, dropped, features, time.perf_counter() - started)
     reports = []
     for name, (prompts, weak, strong, dropped, features, featurize_s) in tables.items():
@@ -194,6 +196,106 @@ def run_fitted(data: Path, threshold: float, bins: int | None, folds: int, seed:
             "featurize_seconds": featurize_s, "cv_seconds": cv_seconds, "fits": fits, "routers": routers,
         })
     return {"reports": reports, "weak_cost": WEAK_COST}
+
+
+BLEND_WEIGHTS = (0.0, 0.25, 0.5, 1.0, 2.0, 4.0)
+
+
+def _standardize(values: Sequence[float], reference: Sequence[float]) -> list[float]:
+    """`values` centred and scaled by the mean and standard deviation of `reference`."""
+    mean = sum(reference) / len(reference)
+    sd = (sum((v - mean) ** 2 for v in reference) / len(reference)) ** 0.5 or 1.0
+    return [(v - mean) / sd for v in values]
+
+
+def _log_length(prompts: Sequence[str]) -> list[float]:
+    return [math.log2(1.0 + len(p)) for p in prompts]
+
+
+def cross_study(data: Path, threshold: float, bins: int | None, folds: int, seed: int, options: FitOptions) -> dict:
+    """Cross-domain remedies, each decided on the training table only: fit on table T, score table U.
+
+    * `fitted`: the model as fitted; `dense-only`: the same fit without n-grams;
+    * `blend a=X`: the model's log-odds and the log prompt length, each standardized on T, summed
+      with weight X on the length; every X of BLEND_WEIGHTS is reported, and `blend a=cv` is the X
+      with the best APGR on T's own out-of-fold scores (`folds`-fold CV inside T);
+    * `fallback`: prompts whose share of weighed n-grams is below T's 10th percentile are scored by
+      the dense-only model (both standardized on T) instead."""
+    tables = {}
+    for name in ("mmlu", "gsm8k"):
+        prompts, weak, strong, dropped = load_dataset(data / name)
+        features = featurize([[{"role": "user", "content": p}] for p in prompts], features=options.features,
+                              window=options.window)
+        tables[name] = (prompts, weak, strong, features)
+    dense_options = FitOptions(min_count=10**9, max_ngrams=0, features=options.features,
+                              window=options.window)
+    reports = []
+    for train, (t_prompts, t_weak, t_strong, t_features) in tables.items():
+        for test, (u_prompts, u_weak, u_strong, u_features) in tables.items():
+            if test == train:
+                continue
+            labels = _gain(t_weak, t_strong)
+            model = fit_featurized(t_features, labels, options)
+            dense = fit_featurized(t_features, labels, dense_options)
+            t_logits = [model.logit_features(f) for f in t_features]
+            u_logits = [model.logit_features(f) for f in u_features]
+            t_len, u_len = _log_length(t_prompts), _log_length(u_prompts)
+            z_u = _standardize(u_logits, t_logits)
+            zl_u = _standardize(u_len, t_len)
+            # α chosen on T: out-of-fold log-odds inside T, standardized, blended, scored on T's outcomes.
+            oof = _out_of_fold_logits(t_features, labels, folds, seed, options)
+            z_oof, zl_t = _standardize(oof, oof), _standardize(t_len, t_len)
+            inner = {}
+            for a in BLEND_WEIGHTS:
+                inner[a] = evaluate_router("x", [z + a * zl for z, zl in zip(z_oof, zl_t)], t_weak, t_strong, None, None)["apgr"]
+            chosen = max(BLEND_WEIGHTS, key=lambda a: (inner[a], -a))
+            routers = [evaluate_router("fitted", u_logits, u_weak, u_strong, None, bins)]
+            routers.append(evaluate_router("dense-only", [dense.logit_features(f) for f in u_features],
+                                           u_weak, u_strong, None, bins))
+            for a in BLEND_WEIGHTS[1:]:
+                routers.append(evaluate_router(f"blend a={a:g}", [z + a * zl for z, zl in zip(z_u, zl_u)],
+                                               u_weak, u_strong, None, bins))
+            routers.append(evaluate_router(f"blend a=cv ({chosen:g})", [z + chosen * zl for z, zl in zip(z_u, zl_u)],
+                                           u_weak, u_strong, None, bins))
+            t_cover = sorted(model.coverage_features(f) for f in t_features)
+            floor = t_cover[len(t_cover) // 10]
+            zd_u = _standardize([dense.logit_features(f) for f in u_features],
+                                [dense.logit_features(f) for f in t_features])
+            fell = [model.coverage_features(f) < floor for f in u_features]
+            routers.append(evaluate_router(f"fallback ({sum(fell) / len(fell):.0%} of U)",
+                                           [zd if low else z for z, zd, low in zip(z_u, zd_u, fell)],
+                                           u_weak, u_strong, None, bins))
+            routers.append(evaluate_router("heuristic", [classify([{"role": "user", "content": p}]).score
+                                                         for p in u_prompts], u_weak, u_strong, None, bins))
+            routers.append(evaluate_router("length-only", [float(len(p)) for p in u_prompts], u_weak, u_strong, None, bins))
+            randoms = []
+            for s in range(RANDOM_SEEDS):
+                rng = random.Random(s)
+                randoms.append(evaluate_router("random", [rng.random() for _ in u_prompts], u_weak, u_strong, None, bins))
+            routers.append(_mean(randoms))
+            needs = [s and not w for w, s in zip(u_weak, u_strong)]
+            reports.append({
+                "dataset": f"{test} (fit on {train})", "prompts": len(u_prompts), "dropped_contaminated": 0,
+                "weak_accuracy": sum(u_weak) / len(u_weak), "strong_accuracy": sum(u_strong) / len(u_strong),
+                "needs_strong_share": sum(needs) / len(needs), "inner_cv_apgr_by_blend": inner,
+                "coverage_floor": floor, "routers": routers,
+            })
+    return {"reports": reports, "weak_cost": WEAK_COST}
+
+
+def _out_of_fold_logits(features: list, labels: list[float], folds: int, seed: int, options: FitOptions) -> list[float]:
+    """Each row's log-odds under the model fitted on the other folds (as cross_validated_scores)."""
+    order = list(range(len(features)))
+    random.Random(seed).shuffle(order)
+    fold_of = {index: position % folds for position, index in enumerate(order)}
+    logits = [0.0] * len(features)
+    for fold in range(folds):
+        train = [i for i in range(len(features)) if fold_of[i] != fold]
+        model = fit_featurized([features[i] for i in train], [labels[i] for i in train], options)
+        for i in range(len(features)):
+            if fold_of[i] == fold:
+                logits[i] = model.logit_features(features[i])
+    return logits
 
 
 def _table(report: dict) -> str:
@@ -227,19 +329,39 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="fold assignment seed")
     parser.add_argument("--dense-only", action="store_true",
                         help="with --fitted: no n-grams, only the heuristic's features (what transfers across domains)")
+    parser.add_argument("--features", default=FitOptions.features, choices=("heuristic", "lean"),
+                        help="with --fitted: the dense feature set (fit.py's FitOptions.features)")
+    parser.add_argument("--kinds", default=",".join(FitOptions.kinds), help="with --fitted: the n-gram kinds, comma-separated")
+    parser.add_argument("--window", type=int, default=FitOptions.window,
+                        help="with --fitted --features lean: the instruction window's ASCII length (fit.py's FitOptions.window)")
+    parser.add_argument("--cross-study", action="store_true",
+                        help="instead: cross-domain remedies (blend with length, dense-only, fallback), chosen on the training table")
     args = parser.parse_args(argv)
     if not args.data.is_dir():
         print(f"routing_eval: data folder not found: {args.data}", file=sys.stderr)
         return 2
-    if args.fitted:
-        options = FitOptions(min_count=10**9, max_ngrams=0) if args.dense_only else FitOptions()
-        result = run_fitted(args.data, args.threshold, args.bins or None, args.folds, args.seed, options)
+    if args.cross_study or args.fitted:
+        options = FitOptions(features=args.features, kinds=tuple(args.kinds.split(",")), window=args.window)
+        if args.dense_only:
+            options = FitOptions(min_count=10**9, max_ngrams=0, features=args.features, window=args.window)
+        print(f"{'cross-domain study, ' if args.cross_study else ''}fit options: features {options.features}, "
+              f"kinds {','.join(options.kinds)}, window {options.window}{', dense only' if args.dense_only else ''}")
+        study = cross_study if args.cross_study else run_fitted
+        result = study(args.data, args.threshold, args.bins or None, args.folds, args.seed, options)
         for report in result["reports"]:
             print(_table(report))
-            print(f"fits: {report['fits']}; featurize {report['featurize_seconds']:.1f} s, CV {report['cv_seconds']:.1f} s")
+            if args.cross_study:
+                print(f"inner CV APGR on the training table by blend weight: {report['inner_cv_apgr_by_blend']}")
+            else:
+                print(f"fits: {report['fits']}; featurize {report['featurize_seconds']:.1f} s, CV {report['cv_seconds']:.1f} s")
             print()
         args.out.mkdir(parents=True, exist_ok=True)
-        out_file = args.out / ("routing_eval_dense.json" if args.dense_only else "routing_eval_fitted.json")
+        suffix = "" if (options.features, options.kinds) == (FitOptions.features, FitOptions.kinds) else (
+            f"_{options.features}_{'-'.join(options.kinds)}")
+        suffix += f"_window{options.window}" if options.window != FitOptions.window else ""
+        suffix += f"_seed{args.seed}" if args.seed else ""
+        kind = "cross" if args.cross_study else ("dense" if args.dense_only else "fitted")
+        out_file = args.out / f"routing_eval_{kind}{suffix}.json"
         out_file.write_text(json.dumps(result, indent=2))
         print(f"wrote {out_file}")
         return 0

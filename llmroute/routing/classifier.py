@@ -378,6 +378,13 @@ def _logit(p: float) -> float:
 _LOGIT = {name: _logit(prior) for name, (prior, _) in _CATEGORIES.items()}
 
 
+def _window_tokens(window: str) -> list[str]:
+    """The window's tokens in order: bytes are the fast path, so non-ASCII becomes "?" and
+    punctuation (with "." and ",": numbers are counted by _numbers) a space (bytes.translate is a
+    table lookup), then split on whitespace."""
+    return window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
+
+
 def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str], list[str]]:
     """Cue kinds in the window: (first position of each kind, count of each kind, distinct tokens,
     the tokens in order).
@@ -388,9 +395,7 @@ def _scan(window: str) -> tuple[dict[str, float], dict[str, int], set[str], list
     """
     first: dict[str, float] = {}
     count: dict[str, int] = {}
-    # Bytes are the fast path: non-ASCII becomes "?", punctuation (with "." and ",": numbers are
-    # counted by _numbers) a space; bytes.translate is a table lookup.
-    tokens = window.encode("ascii", "replace").translate(_PUNCT_TO_SPACE).decode("ascii").split()
+    tokens = _window_tokens(window)
     if not window.isascii():
         for match in _ZH_RE.finditer(window):
             for kind in _ZH_LITERALS[match.group()]:
@@ -456,9 +461,9 @@ class _Features:
                  "text_length", "choice", "words")
 
 
-def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
-    """Phase 1: the conversation's sizes, the instruction window and wide view, and every cue and
-    count read from them."""
+def _read_ask(messages: Sequence[Mapping[str, Any]]) -> tuple[str, float, float, float, int]:
+    """(the last user message's text, or the last text when no user turn has one; its estimated
+    tokens; the conversation's estimated tokens; its ASCII share; the user turns with text)."""
     ask = ""
     user_turns = 0
     context_tokens = 0.0
@@ -485,18 +490,31 @@ def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
     if not ask:
         # No user turn: judge the last message that has text.
         ask, ask_tokens, ask_share = fallback, fallback_tokens, fallback_share
-    input_tokens = int(context_tokens + 0.5)
+    return ask, ask_tokens, context_tokens, ask_share, user_turns
 
-    # Window size by script: mostly-CJK text is denser. A stray curly quote must not shrink it.
-    ascii_ask = ask_share == 1.0 and ask.isascii()
-    if ask_share >= 0.8:
-        head, tail = _WINDOW_ASCII
+
+def _instruction_window(ask: str, ask_share: float, sizes: tuple[int, int, int, int] | None = None) -> str:
+    """The lower-cased instruction window: the whole ask when short, else its head and tail, sized
+    by script (mostly-CJK text is denser; a stray curly quote must not shrink it). `sizes`:
+    (head, tail) for mostly-ASCII text, then for the rest; default _WINDOW_ASCII and _WINDOW_CJK."""
+    if sizes is None:
+        head, tail = _WINDOW_ASCII if ask_share >= 0.8 else _WINDOW_CJK
+    elif ask_share >= 0.8:
+        head, tail = sizes[0], sizes[1]
     else:
-        head, tail = _WINDOW_CJK
+        head, tail = sizes[2], sizes[3]
     if len(ask) > head + tail:
-        window = (ask[:head] + "\n" + ask[-tail:]).lower()
-    else:
-        window = ask.lower()
+        return (ask[:head] + "\n" + ask[-tail:]).lower()
+    return ask.lower()
+
+
+def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
+    """Phase 1: the conversation's sizes, the instruction window and wide view, and every cue and
+    count read from them."""
+    ask, ask_tokens, context_tokens, ask_share, user_turns = _read_ask(messages)
+    input_tokens = int(context_tokens + 0.5)
+    ascii_ask = ask_share == 1.0 and ask.isascii()
+    window = _instruction_window(ask, ask_share)
 
     # A wider, still bounded view for C-level counts that must not depend on where the narrow
     # window cuts: code fences, the options of a multiple-choice question, a problem's quantities.

@@ -20,9 +20,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import FittedRouter, _ngram_weight_of, conversation_features
+from .fitted import DEFAULT_WINDOW, FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
 
-__all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized"]
+__all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized", "fit_options_check"]
 
 _KINDS = ("words", "pairs", "chars")
 
@@ -44,6 +44,16 @@ class FitOptions:
     holdout: float = 0.1
     """Share of the training rows held out to choose the number of passes."""
     seed: int = 0
+    features: str = "lean"
+    """The dense features besides the n-grams (fitted.FEATURE_SETS): "lean" reads only sizes and
+    counts of the window; "heuristic" runs the heuristic classifier and weighs its conclusions, at
+    about twice the cost per call and, in cross-validation on RouteLLM's tables, no better
+    (benchmarks/RESULTS.md)."""
+    kinds: tuple[str, ...] = ("words", "pairs", "chars")
+    """The n-gram kinds the model may weigh (each kind left out is one less lookup pass per call)."""
+    window: int = DEFAULT_WINDOW
+    """With the lean features: the instruction window's length for mostly-ASCII text, in characters
+    (fitted.window_sizes; shorter reads less per call). The heuristic features read the classifier's."""
 
 
 @dataclass(frozen=True)
@@ -57,12 +67,15 @@ class Featurized:
     ngram_count: int
 
 
-def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None) -> list[Featurized]:
-    """Features of each conversation, computed once so that several fits can share them."""
+def featurize(conversations: Sequence[Sequence[Mapping[str, Any]]], max_tokens: Sequence[int | None] | None = None,
+              *, features: str = FitOptions.features, window: int = DEFAULT_WINDOW) -> list[Featurized]:
+    """Features of each conversation (of the `features` set), computed once so that several fits can
+    share them."""
     out = []
     for index, messages in enumerate(conversations):
         _, dense, (words, pairs, chars, count) = conversation_features(
-            messages, max_tokens=max_tokens[index] if max_tokens is not None else None
+            messages, max_tokens=max_tokens[index] if max_tokens is not None else None, features=features,
+            window=window,
         )
         out.append(Featurized(tuple(dense), frozenset(words), frozenset(pairs), frozenset(chars),
                               count))
@@ -77,7 +90,21 @@ def fit(
     meta: Mapping[str, Any] | None = None,
 ) -> FittedRouter:
     """Fit a model on conversations and their labels (1.0: needs the large tier, 0.0: does not)."""
-    return fit_featurized(featurize(conversations), labels, options, meta=meta)
+    return fit_featurized(featurize(conversations, features=options.features, window=options.window), labels, options,
+                          meta=meta)
+
+
+def fit_options_check(options: FitOptions) -> None:
+    """ValueError naming the field when `options.features` or `options.kinds` is unknown."""
+    if options.features not in FEATURE_SETS:
+        raise ValueError(f"features must be one of {', '.join(FEATURE_SETS)}, got {options.features!r}")
+    if options.window != DEFAULT_WINDOW and (options.features != "lean" or not 20 <= options.window <= 4000):
+        raise ValueError(f"window must be {DEFAULT_WINDOW} with the heuristic features and 20-4000 with the lean ones, "
+                         f"got {options.window!r}")
+    unknown = set(options.kinds) - set(_KINDS)
+    if unknown or not options.kinds:
+        raise ValueError(f"unknown n-gram kinds {sorted(unknown)} (known: {', '.join(_KINDS)})" if unknown
+                         else f"kinds: give at least one of {', '.join(_KINDS)}")
 
 
 def _log_loss(weights: list[float], bias: float, rows: list[list[tuple[int, float]]], labels: Sequence[float], indices: Sequence[int]) -> float:
@@ -151,7 +178,8 @@ def fit_featurized(
     *,
     meta: Mapping[str, Any] | None = None,
 ) -> FittedRouter:
-    """`fit` on precomputed features (cross-validation featurizes once and fits many times)."""
+    """`fit` on precomputed features (cross-validation featurizes once and fits many times), which
+    must be of `options.features`' set."""
     if len(examples) != len(labels):
         raise ValueError(f"{len(examples)} examples but {len(labels)} labels")
     if len(examples) < 2:
@@ -159,10 +187,14 @@ def fit_featurized(
     for y in labels:
         if not 0.0 <= y <= 1.0:
             raise ValueError(f"labels must be in [0, 1], got {y!r}")
+    fit_options_check(options)
+    weighed = [kind in options.kinds for kind in _KINDS]
     # Vocabulary: n-grams by the number of training conversations they occur in.
     counts: dict[tuple[int, str], int] = {}
     for example in examples:
         for kind, grams in enumerate((example.words, example.pairs, example.chars)):
+            if not weighed[kind]:
+                continue
             for gram in grams:
                 key = (kind, gram)
                 counts[key] = counts.get(key, 0) + 1
@@ -225,4 +257,4 @@ def fit_featurized(
         **(meta or {}),
     }
     return FittedRouter(bias=round(bias, 5), dense=dense, words=tables["words"], pairs=tables["pairs"],
-                        chars=tables["chars"], meta=info)
+                        chars=tables["chars"], meta=info, features=options.features, window=options.window)

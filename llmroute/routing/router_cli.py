@@ -24,9 +24,9 @@ from typing import Any
 from ..errors import ConfigError
 from .classifier import classify
 from .evaluate import DEFAULT_SMALL_COST, curve_html, evaluate_scores
-from .fit import FitOptions, fit
+from .fit import FitOptions, fit, fit_options_check
 from .configured import scorer_from_config
-from .fitted import FittedRouter, load_model
+from .fitted import FEATURE_SETS, FittedRouter, load_model
 from .outcomes import Outcome, gain_label, load_outcomes, outcomes_from_ledger
 
 __all__ = ["main"]
@@ -49,14 +49,22 @@ def _fit(args: argparse.Namespace) -> int:
         return 2
     if len(outcomes) < 20:
         raise ConfigError(f"only {len(outcomes)} outcomes; a router needs at least 20 to fit", path=", ".join(sources))
-    options = FitOptions(max_ngrams=args.max_ngrams, seed=args.seed)
+    kinds = tuple(kind.strip() for kind in args.kinds.split(",") if kind.strip())
+    try:
+        options = FitOptions(max_ngrams=args.max_ngrams, seed=args.seed, features=args.features, kinds=kinds,
+                             window=args.window)
+        fit_options_check(options)
+    except ValueError as exc:
+        print(f"llmroute router fit: {exc}", file=sys.stderr)
+        return 2
     labels = [gain_label(o) for o in outcomes]
     model = fit([o.messages for o in outcomes], labels, options,
                 meta={"sources": sources, "label": "(large - small + 1) / 2"})
     out = Path(args.out)
     out.write_text(json.dumps(model.to_json(), ensure_ascii=False, separators=(",", ":")) + "\n", encoding="utf-8")
     meta = model.meta
-    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {meta['rows']} outcomes, {meta['ngrams_kept']} n-grams, "
+    print(f"wrote {out} ({out.stat().st_size / 1024:.0f} KiB): {meta['rows']} outcomes, {model.features} features, "
+          f"{meta['ngrams_kept']} n-grams ({','.join(options.kinds)}), "
           f"l2 {meta['l2']}, {meta['epochs']} passes, held-out log loss {meta['holdout_log_loss']}")
     print(f"# set [routing] model = \"{out.name}\", then `llmroute router eval` on outcomes it was not fitted on "
           f"and `llmroute calibrate --config ...` for the threshold", file=sys.stderr)
@@ -119,6 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     p_fit.add_argument("--out", default="router.json", help="model file to write (default router.json)")
     p_fit.add_argument("--max-ngrams", type=int, default=FitOptions.max_ngrams, help="n-grams kept in the file")
     p_fit.add_argument("--seed", type=int, default=0)
+    p_fit.add_argument("--features", choices=FEATURE_SETS, default=FitOptions.features,
+                       help=f"dense features besides the n-grams (default {FitOptions.features}; docs/routing.md)")
+    p_fit.add_argument("--window", type=int, default=FitOptions.window,
+                       help=f"with --features lean: the instruction window's length in ASCII characters "
+                            f"(default {FitOptions.window})")
+    p_fit.add_argument("--kinds", default=",".join(FitOptions.kinds),
+                       help=f"n-gram kinds, comma-separated, of words, pairs, chars (default {','.join(FitOptions.kinds)})")
     p_eval = sub.add_parser("eval", help="APGR, cost saved and the curve of routers on an outcomes file")
     p_eval.add_argument("--outcomes", required=True, help="outcomes JSONL to evaluate on")
     p_eval.add_argument("--model", help="a fitted router file (default: the config's [routing] model, if any)")

@@ -75,7 +75,7 @@ def test_fit_is_deterministic_and_respects_max_ngrams():
 
 def test_score_features_equals_classify(model):
     texts = ["hi zebra", "请介绍一下斑马的习性", "Summarize the meeting notes.\n```py\nx = 1\n```"]
-    feats = featurize([[{"role": "user", "content": t}] for t in texts])
+    feats = featurize([[{"role": "user", "content": t}] for t in texts], features=model.features)
     for text, f in zip(texts, feats):
         assert model.score_features(f) == pytest.approx(_score(model, text), abs=1e-12)
 
@@ -100,6 +100,54 @@ def test_model_file_round_trip_and_errors(model, tmp_path):
         load_model(path)
     with pytest.raises(ConfigError, match="cannot read"):
         load_model(tmp_path / "missing.json")
+
+
+def test_feature_sets_round_trip_and_older_files(tmp_path):
+    rows = _rows()
+    conversations = [[{"role": "user", "content": p}] for p, _ in rows]
+    labels = [y for _, y in rows]
+    options = {"min_count": 2, "holdout": 0.0, "l2_grid": (), "l2": 1e-3, "max_epochs": 30}
+    lean = fit(conversations, labels, FitOptions(**options, features="lean", kinds=("words", "chars")))
+    heuristic = fit(conversations, labels, FitOptions(**options, features="heuristic"))
+    assert lean.features == "lean" and not lean.pairs and "heuristic" not in lean.dense
+    assert heuristic.features == "heuristic" and "heuristic" in heuristic.dense
+    for model in (lean, heuristic):  # both learn the team's signal, in both scripts
+        assert _score(model, "hi, what about the zebra?") > 0.7 > 0.3 > _score(model, "and the horse?")
+        assert _score(model, "请介绍一下斑马") > _score(model, "请介绍一下马匹")
+    # the lean set does not run the heuristic: its task type is "fitted", its sizes are the heuristic's
+    result = lean.classify([{"role": "user", "content": "hi zebra?"}], max_tokens=300)
+    reference = heuristic.classify([{"role": "user", "content": "hi zebra?"}], max_tokens=300)
+    assert result.category == "fitted" and reference.category != "fitted"
+    assert (result.input_tokens, result.requested_output_tokens, result.questions, result.user_turns) == (
+        reference.input_tokens, 300, 1, 1)
+    path = tmp_path / "router.json"
+    path.write_text(json.dumps(lean.to_json()), encoding="utf-8")
+    loaded = load_model(path)
+    assert loaded.features == "lean" and loaded.classify(conversations[1])[:1] + loaded.classify(conversations[1])[2:] == (
+        lean.classify(conversations[1])[:1] + lean.classify(conversations[1])[2:])  # all but the reason, which names the file
+    # a version 1 file (before the feature sets) reads as the heuristic set, whatever else it says
+    old = {**heuristic.to_json(), "version": 1}
+    del old["features"]
+    path.write_text(json.dumps(old), encoding="utf-8")
+    assert load_model(path).classify(conversations[1]).score == heuristic.classify(conversations[1]).score
+    path.write_text(json.dumps({**lean.to_json(), "features": "embeddings"}), encoding="utf-8")
+    with pytest.raises(ConfigError, match="features"):
+        load_model(path)
+    with pytest.raises(ValueError, match="kinds"):
+        fit(conversations, labels, FitOptions(kinds=("words", "trigrams")))
+    # a shorter window reads less of a long prompt: a word past it no longer counts
+    short = fit(conversations, labels, FitOptions(**options, features="lean", window=60))
+    assert short.window == 60 and load_model(_write(tmp_path, short)).window == 60
+    long_prompt = [{"role": "user", "content": "tell me " + "x " * 20 + "about the zebra" + " x" * 100 + " please"}]
+    assert "'zebra'" in lean.classify(long_prompt).reason and "zebra" not in short.classify(long_prompt).reason
+    for bad in ({"features": "heuristic", "window": 60}, {"features": "lean", "window": 5}):
+        with pytest.raises(ValueError, match="window"):
+            fit(conversations, labels, FitOptions(**options, **bad))
+        path.write_text(json.dumps({**short.to_json(), **bad}), encoding="utf-8")
+        with pytest.raises(ConfigError, match="window"):
+            load_model(path)
+    with pytest.raises(ValueError, match="features"):
+        FittedRouter(bias=0.0, dense={}, words={}, pairs={}, chars={}, features="embeddings")
 
 
 def test_decide_uses_the_model_and_keeps_the_threshold(model, tmp_path):
@@ -155,6 +203,12 @@ sink = "memory"
     assert info.value.key == "routing.model" and "nope.json" in str(info.value)
 
 
+def _write(tmp_path, model: FittedRouter):
+    path = tmp_path / "written.json"
+    path.write_text(json.dumps(model.to_json()), encoding="utf-8")
+    return path
+
+
 def _outcomes_file(tmp_path, rows, name="outcomes.jsonl"):
     path = tmp_path / name
     path.write_text("\n".join(json.dumps(r, ensure_ascii=False) for r in rows) + "\n", encoding="utf-8")
@@ -207,6 +261,14 @@ def test_router_fit_and_eval_cli(tmp_path, capsys):
     assert "<svg" in html.read_text() and "APGR" in html.read_text()
     assert router_main(["fit", "--outcomes", str(_outcomes_file(tmp_path, rows[:5], "few.jsonl"))]) == 1
     assert "at least 20" in capsys.readouterr().err
+    for features, kinds in (("heuristic", "words,pairs,chars"), ("lean", "words,chars")):
+        assert router_main(["fit", "--outcomes", str(train), "--out", str(out), "--features", features,
+                            "--kinds", kinds]) == 0
+        written = json.loads(out.read_text())
+        assert written["features"] == features and written["meta"]["options"]["kinds"] == kinds.split(",")
+        assert f"{features} features" in capsys.readouterr().out
+    assert router_main(["fit", "--outcomes", str(train), "--out", str(out), "--kinds", "words,trigrams"]) == 2
+    assert "trigrams" in capsys.readouterr().err
 
 
 def test_calibrate_scores_with_the_configured_model(model, tmp_path, capsys):
