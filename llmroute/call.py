@@ -17,7 +17,7 @@ changes the run.
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -41,6 +41,22 @@ logger = logging.getLogger("llmroute.call")
 if TYPE_CHECKING:
     from .accounting.cost import Cost
     from .engine import Admission, Engine
+
+# Modules the call path uses on every call but `import llmroute` does not load (the resilience package
+# loads with the first client, the router's estimate with the first call): bound once by the first
+# `CallRun`, so a call does not pay a function-local import each time.
+_plan_steps: Any = None  # llmroute.resilience.failover
+_classifier: Any = None  # llmroute.routing.classifier
+
+
+def _bind_lazy_modules() -> None:
+    global _plan_steps, _classifier
+    if _classifier is None:
+        from .resilience import failover  # loaded with the first client
+        from .routing import classifier  # loaded with the first call
+
+        _plan_steps, _classifier = failover, classifier
+
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
 
@@ -76,7 +92,7 @@ def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
         metadata=args.metadata,
         pool=args.pool,
         timeout_s=args.timeout_s,
-        request_id=uuid.uuid4().hex,
+        request_id=os.urandom(16).hex(),
     )
 
 
@@ -137,6 +153,7 @@ class CallRun:
         self.deadline = now + budget
         self.admission.target = target
         self.plan = engine.plan_for(prepared, self.admission, self.input_tokens, self.deadline, now)
+        _bind_lazy_modules()
         self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
         self.trace = self.recorder.call_started(self, now)
         self.costs: List["Cost"] = []  # billed attempts' costs
@@ -160,14 +177,11 @@ class CallRun:
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
-        # the resilience package loads with the first client, not at import
-        from .resilience.failover import Exhausted, Wait as PlanWait
-
         step = self.plan.next_step(now)
         self._sync_skips()
-        if isinstance(step, PlanWait):
+        if isinstance(step, _plan_steps.Wait):
             return Wait(step.seconds, step.deployment_id)
-        if isinstance(step, Exhausted):
+        if isinstance(step, _plan_steps.Exhausted):
             raise self._exhausted(step, now)
         return Send(self._begin(step, now))
 
@@ -444,9 +458,7 @@ class CallRun:
         estimate from characters (no tokenizer on the hot path)."""
         if self.prepared.input_tokens is not None:
             return self.prepared.input_tokens
-        from .routing.classifier import estimate_tokens  # imported on first use: import llmroute stays light
-
-        return estimate_tokens(self.prepared.messages)
+        return _classifier.estimate_tokens(self.prepared.messages)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:

@@ -145,14 +145,13 @@ class Stream(_Ends):
         self._switch(opened)
 
     def _switch(self, opened: _Opened) -> None:
+        self._bytes: Optional[Iterator[bytes]] = opened.chunks
         if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            self._bytes = None
             completion, reported = opened.parsed  # type: ignore[misc]
             self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
             return
         self._state: StreamState = opened.state
         self._response = opened.response
-        self._bytes: Optional[Iterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
             self._record_final(self._state.finish(_now()))
@@ -579,14 +578,13 @@ class AsyncStream(_Ends):
         self._switch(opened)
 
     def _switch(self, opened: _Opened) -> None:
+        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            self._bytes = None
             completion, reported = opened.parsed  # type: ignore[misc]
             self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
             return
         self._state: StreamState = opened.state
         self._response = opened.response
-        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
             self._record_final(self._state.finish(_now()))

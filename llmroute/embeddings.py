@@ -14,8 +14,8 @@ thin shells that move bytes; the rest is sans-I/O.
 
 from __future__ import annotations
 
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 
@@ -143,7 +143,7 @@ def prepare_embedding(config: "Config", kwargs: Mapping[str, Any]) -> PreparedEm
     return PreparedEmbedding(
         model=model, call=EmbeddingInput(value, params, dict(extra_body), dict(extra_headers)), feature=feature,
         metadata=dict(metadata), pool=pool, timeout_s=float(timeout) if timeout is not None else None,
-        request_id=uuid.uuid4().hex,
+        request_id=os.urandom(16).hex(),
     )
 
 

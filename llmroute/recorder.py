@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Optional
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -25,10 +26,20 @@ __all__ = ["CallRecorder", "LEDGER_STATUSES"]
 LEDGER_STATUSES = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cancelled", "abandoned": "abandoned"}
 
 
+@lru_cache(maxsize=256)
+def _server(url: str) -> Tuple[Optional[str], Optional[int]]:
+    """A request URL's host and port, for the spans (a deployment's URLs repeat: split once)."""
+    parts = urlsplit(url)
+    return parts.hostname, parts.port
+
+
 class CallRecorder:
     """The ledger sink, the budget book's spend and the telemetry spans, fed from calls' events."""
 
     def __init__(self, *, ledger: Any, budget_book: Any, telemetry: Any, breakers: Any) -> None:
+        from .accounting.ledger import LedgerRecord  # loaded with the first client: import llmroute stays light
+
+        self._record = LedgerRecord
         self.ledger = ledger
         self.budget_book = budget_book
         self.telemetry = telemetry
@@ -60,11 +71,11 @@ class CallRecorder:
 
     def attempt_started(self, run: "CallRun", ctx: "AttemptContext", now: float, kind: str) -> Any:
         """Open the attempt's span (returned; the attempt keeps it)."""
-        url = urlsplit(ctx.request.url)
+        host, port = _server(ctx.request.url)
         return run.trace.start_attempt(
             now=now, attempt_number=ctx.record.number, provider_name=ctx.deployment.provider.kind,
-            deployment=ctx.deployment.id, request_model=ctx.deployment.model, server_address=url.hostname,
-            server_port=url.port, breaker_state=self.breakers.breaker(ctx.deployment.id).state, kind=kind,
+            deployment=ctx.deployment.id, request_model=ctx.deployment.model, server_address=host,
+            server_port=port, breaker_state=self.breakers.breaker(ctx.deployment.id).state, kind=kind,
         )
 
     def first_chunk(self, ctx: "AttemptContext", now: float) -> None:
@@ -73,11 +84,9 @@ class CallRecorder:
 
     def attempt_ended(self, run: "CallRun", ctx: "AttemptContext", error: Optional[BaseException], now: float) -> None:
         """The attempt's ledger record (priced: `ctx.record.cost`), its budget spend, its span's end."""
-        from .accounting.ledger import LedgerRecord  # imported on first call: import llmroute stays light
-
         rec = ctx.record
         usage = rec.usage if rec.billed else None
-        record = LedgerRecord.from_cost(
+        record = self._record.from_cost(
             rec.cost,
             ts=time.time(),
             request_id=run.prepared.request_id,
@@ -111,13 +120,11 @@ class CallRecorder:
     def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: str,
                   similarity: Optional[float], started_at: float, now: float) -> None:
         """A call answered from the response cache: one ledger row (cost 0, `cost_saved`) and one span."""
-        from .accounting.ledger import LedgerRecord  # imported on first call: import llmroute stays light
-
         latency_s = now - started_at
         priced = entry.cost is not None
         zero = Decimal(0) if priced else None
         if self.ledger is not None:
-            self.ledger.write(LedgerRecord(
+            self.ledger.write(self._record(
                 ts=time.time(), request_id=prepared.request_id, attempt=1, feature=prepared.feature,
                 metadata=dict(prepared.metadata), tier=route.tier, pool=route.pool, provider=entry.provider,
                 provider_kind=entry.provider_kind, deployment=entry.deployment, model=entry.model,
