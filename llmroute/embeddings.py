@@ -63,7 +63,7 @@ class CreateEmbeddingResponse(_OpenAIModel):
 
 @dataclass
 class PreparedEmbedding:
-    """A validated `embeddings.create()` call, in the shape the engine reads a chat call in."""
+    """A validated `embeddings.create()` call, in the shape `CallRun` reads a chat call in."""
 
     model: str
     call: EmbeddingInput
@@ -187,7 +187,7 @@ def count_input_tokens(call: EmbeddingInput) -> int:
 
 @dataclass
 class _Finished:
-    """What `CallRun.succeeded` and the engine read of a finished call (an embedding has no choices)."""
+    """What `CallRun.succeeded` and the recorder read of a finished call (an embedding has no choices)."""
 
     id: str
     usage: Usage
