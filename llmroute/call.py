@@ -114,6 +114,23 @@ class AttemptContext:
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
 
+    def not_sent(self) -> None:
+        """The transport refused the request before sending it: nothing reached the platform."""
+        self.unsent = True
+
+    def connected(self, connect_s: Optional[float]) -> None:
+        """The transport's connect time for this attempt (None: a pooled connection was reused)."""
+        self.record.connect_s = connect_s
+
+    def correct_request(self, error: E.ProviderError) -> bool:
+        """The platform refused a parameter its adapter can drop or rename (`request_after_error`):
+        the attempt's request becomes the corrected one (True), to be sent once more."""
+        corrected = self.adapter.request_after_error(error, self.request)
+        if corrected is None:
+            return False
+        self.request = corrected
+        return True
+
 
 @dataclass(frozen=True)
 class Send:
@@ -388,6 +405,16 @@ class CallRun:
         rec.billed = not ctx.unsent
         self._attempt_ended(ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
+
+    def caller_closed(self, state: "StreamState", now: float) -> None:
+        """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
+        it produced."""
+        state.ctx.record.status = "cancelled"
+        error = E.StreamInterruptedError(
+            "closed by the caller before the end", partial_text=state.assembler.all_text(),
+            deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
+        )
+        self.failed(state.ctx, error, now, content_started=True, partial=state, recover=False)
 
     def abandon(self, now: float, error: BaseException) -> None:
         """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it

@@ -223,7 +223,7 @@ class Stream(_Ends):
         self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            _caller_closed(self._run, self._state)
+            self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
     def _end(self, status: str, error: Optional[BaseException]) -> None:
@@ -257,16 +257,6 @@ def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
     raise E.StreamNotFinishedError(
         "stream.response is ready once the stream has ended: iterate it to the end first, or call "
         "stream.get_final_completion() (await it on AsyncStream) to read the rest")
-
-
-def _caller_closed(run: CallRun, state: StreamState) -> None:
-    """The caller stopped reading a stream early: the attempt was billed for what it produced."""
-    state.ctx.record.status = "cancelled"
-    error = E.StreamInterruptedError(
-        "closed by the caller before the end", partial_text=state.assembler.all_text(),
-        deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
-    )
-    run.failed(state.ctx, error, _now(), content_started=True, partial=state, recover=False)
 
 
 def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
@@ -358,10 +348,10 @@ class Client(_ClientSurface):
             response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                             max_connections=provider.max_connections, timer=timer)
         except E.InvalidRequestError:
-            ctx.unsent = True
+            ctx.not_sent()
             raise
         finally:
-            ctx.record.connect_s = timer.connect_s
+            ctx.connected(timer.connect_s)
         if response.status_code >= 300:
             try:
                 content = read_body(response, self.read_limits, **_body_args(ctx))
@@ -379,10 +369,8 @@ class Client(_ClientSurface):
             try:
                 op.response = self._send(ctx)
             except E.ProviderError as error:
-                corrected = ctx.adapter.request_after_error(error, ctx.request)
-                if corrected is None:
+                if not ctx.correct_request(error):
                     raise
-                ctx.request = corrected
                 op.response = self._send(ctx)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
@@ -661,7 +649,7 @@ class AsyncStream(_Ends):
         await self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            _caller_closed(self._run, self._state)
+            self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
     close = aclose
@@ -731,10 +719,10 @@ class AsyncClient(_ClientSurface):
             response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                                   max_connections=provider.max_connections, timer=timer)
         except E.InvalidRequestError:
-            ctx.unsent = True
+            ctx.not_sent()
             raise
         finally:
-            ctx.record.connect_s = timer.connect_s
+            ctx.connected(timer.connect_s)
         if response.status_code >= 300:
             try:
                 content = await aread_body(response, self.read_limits, **_body_args(ctx))
@@ -753,10 +741,8 @@ class AsyncClient(_ClientSurface):
             try:
                 op.response = await self._send(ctx)
             except E.ProviderError as error:
-                corrected = ctx.adapter.request_after_error(error, ctx.request)
-                if corrected is None:
+                if not ctx.correct_request(error):
                     raise
-                ctx.request = corrected
                 op.response = await self._send(ctx)
             if state is None or _plain_answer(state, op.response):
                 op.state = None
