@@ -181,8 +181,10 @@ class CallRun:
         self.answer = StreamAssembler()
         self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
 
-        if prepared.cache is not None:
-            prepared.cache.started(self)
+        if prepared.cache is not None:  # the route (and the span) say what the cache did
+            self.route.cache = prepared.cache.outcome
+            self.route.cache_similarity = prepared.cache.similarity  # a semantic lookup's best, under the threshold
+            self.recorder.cache_outcome(self, prepared.cache.outcome, prepared.cache.similarity)
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """The target the call goes to after admission (a budget's downgrade, when it made one)."""

@@ -1,10 +1,11 @@
 """What a client writes down about its calls: one ledger record per attempt, budget spend, spans.
 
 `CallRecorder` observes a call through its events (`call_started`, `attempt_skipped`,
-`attempt_started`, `first_chunk`, `attempt_ended`, `call_ended`, or `cache_hit` for a call the
-response cache answered). It reads the run's state and never changes it: the run owns its route,
-attempts and costs, and hands over what it decided (the attempt's priced `Cost` is already on its
-record). The ledger sink does its file and network writes on its own thread, off the request path.
+`attempt_started`, `first_chunk`, `attempt_ended`, `call_ended`; `cache_outcome` when the response
+cache was in play, `cache_hit` for a call it answered). It reads the run's state and never changes
+it: the run owns its route, attempts and costs, and hands over what it decided (the attempt's priced
+`Cost` is already on its record). The ledger sink does its file and network writes on its own
+thread, off the request path.
 """
 
 from __future__ import annotations
@@ -64,6 +65,11 @@ class CallRecorder:
             messages=prepared.messages,
             operation=getattr(prepared, "operation", "chat"),
         )
+
+    def cache_outcome(self, run: "CallRun", outcome: str, similarity: Optional[float]) -> None:
+        """The response cache was in play and missed (or was bypassed): the call's span says so."""
+        if hasattr(run.trace, "set_cache"):
+            run.trace.set_cache(outcome, similarity)
 
     def attempt_skipped(self, run: "CallRun", attempt: "Attempt", provider_kind: Optional[str]) -> None:
         run.trace.skip(deployment=attempt.deployment, reason=attempt.note or "skipped", provider_name=provider_kind,
