@@ -230,6 +230,11 @@ class EmbeddingRun(CallRun):
             self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]
         return self.prepared.input_tokens
 
+    def billed_before_failing(self, ctx: Any, usage: Usage, *, estimated: bool) -> None:
+        """Parts of the attempt's input were answered (and billed) before a later request failed."""
+        rec = ctx.record
+        rec.usage, rec.usage_estimated, rec.billed = usage, estimated, True
+
     def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
@@ -282,9 +287,8 @@ class AttemptBatches:
         if self.bodies:
             tokens = sum(u.prompt_tokens if u is not None else count_input_tokens(p)
                          for u, p in zip(self.usages, self.parts))
-            rec = self.ctx.record
-            rec.usage, rec.usage_estimated, rec.billed = (
-                Usage(prompt_tokens=tokens, total_tokens=tokens), any(u is None for u in self.usages), True)
+            run.billed_before_failing(self.ctx, Usage(prompt_tokens=tokens, total_tokens=tokens),
+                                      estimated=any(u is None for u in self.usages))
         run.failed(self.ctx, error, now)
 
 
