@@ -4,10 +4,11 @@ An `Engine` holds what outlives one call: every deployment's breaker and retry b
 limits, the price book, the budget book, and the `CallRecorder` that writes the ledger and the
 spans. A call (`call.CallRun`) asks it questions and keeps the answers: `admit` (guards and
 budgets: an `Admission`), `plan_for` (the call's failover plan), `price` and `total_cost`, `settle`
-(give back what `admit` reserved). The engine never changes a call's state. Nothing here opens a
-socket itself: the ledger's own writer thread does the ledger's writes, off the request path, and
+(give back what `admit` reserved). The engine never changes a call's state. On the request path
+nothing here opens a socket itself: the ledger's own writer thread does the ledger's writes, and
 with `[state] backend = "redis"` the breakers, limits and budgets it holds share their state through
-the Redis client they were given.
+the Redis client they were given. Building an engine with budgets reloads today's spend from the
+ledger (a file read, or one PostgreSQL query).
 """
 
 from __future__ import annotations
