@@ -233,15 +233,24 @@ def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
 
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
-    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`."""
+    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
+
+    On aiohttp, a wait for bytes is also bounded by the request's `sock_read` limit (`read_s`), which
+    fires at most `read_s` after the last bytes came: while more than that is left before the
+    deadline, the deadline cannot pass during the wait, and no timer is set for it."""
     import asyncio
 
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
     raw = response.aiter_raw().__aiter__()
+    read_s = getattr(response, "read_s", None)  # AiohttpResponse: its sock_read limit
     while True:
+        left = deadline - time.monotonic()
         try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            if read_s is not None and left > read_s:
                 data = await raw.__anext__()
+            else:
+                async with asyncio.timeout(max(0.0, left)):
+                    data = await raw.__anext__()
         except StopAsyncIteration:
             break
         except E.BuiltinTimeoutError:
@@ -346,14 +355,16 @@ def _aiohttp_session(max_connections: int) -> Any:
 
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
-    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`."""
+    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
 
-    __slots__ = ("_response", "status_code", "headers")
+    __slots__ = ("_response", "status_code", "headers", "read_s")
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, read_s: Optional[float] = None) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
+        self.read_s = read_s
 
     async def aread(self) -> bytes:
         return await self._response.read()
@@ -695,7 +706,7 @@ class AsyncTransport:
                     request.method, request.url, headers=headers, data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
-            return AiohttpResponse(response)
+            return AiohttpResponse(response, timeouts.read_s)
         req = _build(client, request, timeouts, timer)
         async with asyncio.timeout(timeouts.total_s):
             return await client.send(req, stream=True)
@@ -710,11 +721,21 @@ class AsyncTransport:
                 await client.close()
 
 
+_AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}
+
+
 def _aiohttp_timeout(timeouts: Timeouts) -> Any:
     """aiohttp's timeouts for one attempt's limits. `connect` covers
     waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
-    `sock_read` bounds each wait for bytes; the total is checked between reads by the call."""
-    import aiohttp
+    `sock_read` bounds each wait for bytes; the total is checked between reads by the call.
+    Made once per pair of limits (a call's limits shrink with its deadline: a few hundred kept)."""
+    key = (timeouts.connect_s, timeouts.read_s)
+    timeout = _AIOHTTP_TIMEOUTS.get(key)
+    if timeout is None:
+        import aiohttp
 
-    return aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
-                                 sock_read=timeouts.read_s)
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                        sock_read=timeouts.read_s)
+        if len(_AIOHTTP_TIMEOUTS) < 256:
+            _AIOHTTP_TIMEOUTS[key] = timeout
+    return timeout
