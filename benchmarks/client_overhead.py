@@ -522,17 +522,20 @@ def rss_rows(url: str, calls: int) -> Dict[str, Dict[str, float]]:
             cfg = _full_config(url, RSS_CONCURRENCY, {"sink": "sqlite", "path": str(Path(folder) / "async.db")})
             out: Dict[str, float] = {}
             async with llmroute.AsyncClient(config=cfg, transport="aiohttp") as c:
-                sem = asyncio.Semaphore(RSS_CONCURRENCY)
-
-                async def one() -> None:
-                    async with sem:
-                        await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
-                await asyncio.gather(*[one() for _ in range(RSS_WARM)])  # lazy imports, pools, caches
+                async def calls(count: int) -> None:
+                    """`count` calls by RSS_CONCURRENCY workers (not `count` tasks at once: their frames
+                    would raise the RSS this measures)."""
+                    async def worker(share: int) -> None:
+                        for _ in range(share):
+                            await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+                    shares = [count // RSS_CONCURRENCY + (i < count % RSS_CONCURRENCY) for i in range(RSS_CONCURRENCY)]
+                    await asyncio.gather(*[worker(share) for share in shares])
+                await calls(RSS_WARM)  # lazy imports, pools, caches
                 await asettle()
                 done = 0
                 out["start"] = _rss_mib()
                 for mark in marks:
-                    await asyncio.gather(*[one() for _ in range(mark - done)])
+                    await calls(mark - done)
                     done = mark
                     await asettle()
                     out[str(mark)] = _rss_mib()

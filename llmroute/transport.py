@@ -3,10 +3,11 @@
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
 connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
-side runs on httpcore's connection pool, built as `httpx.Client` builds it (its limits, TLS context
-and default headers) and raising httpx's exceptions, without httpx's per-request models: a request
-costs about half the CPU of `httpx.Client.send`. The async side runs on aiohttp by default (`transport="aiohttp"`, or "auto"): it
-costs several times less CPU per request than httpx's async pool and holds up at high concurrency
+side runs on httpcore's connection pool, set up as `httpx.Client` sets it up (its limits, TLS context,
+default headers and cookie jar) and raising httpx's exceptions, without httpx's per-request models
+(about 0.6x the CPU of `httpx.Client.send` per request). The async side runs on aiohttp by default
+(`transport="aiohttp"`, or "auto"): it costs several times less CPU per request than httpx's async
+pool and holds up at high concurrency
 (benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. httpx and aiohttp are imported on
 the first request, so `import llmroute` does not pay for them.
 
