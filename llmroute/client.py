@@ -12,7 +12,7 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
                     Union)
 
 from . import errors as E
@@ -27,12 +27,9 @@ from .engine import Engine
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
-from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
+from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
 from .types import ChatCompletion, ChatCompletionChunk, Route
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -81,7 +78,7 @@ class _Opened:
 
     ctx: AttemptContext
     state: Optional[StreamState]  # streams only
-    response: Any = None  # an httpx.Response, or transport.AiohttpResponse
+    response: Any = None  # a transport.SyncResponse, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
     parsed: Optional[Tuple[Any, ...]] = None  # (ChatCompletion, usage_reported) for a plain call
@@ -341,7 +338,7 @@ class Client(_ClientSurface):
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def _send(self, ctx: AttemptContext) -> "httpx.Response":
+    def _send(self, ctx: AttemptContext) -> SyncResponse:
         provider = ctx.deployment.provider
         timer = ConnectTimer()
         try:
