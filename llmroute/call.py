@@ -177,14 +177,27 @@ class CallRun:
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
         self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
-        # The answer across attempts: a cut answer finished on another deployment is one answer.
-        self.answer = StreamAssembler()
+        # The answer across attempts, as the chunks delivered: a cut answer finished on another
+        # deployment is one answer. Assembled only when a cut needs it (`answer`).
+        self._delivered: List[ChatCompletionChunk] = []
         self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
 
         if prepared.cache is not None:  # the route (and the span) say what the cache did
             self.route.cache = prepared.cache.outcome
             self.route.cache_similarity = prepared.cache.similarity  # a semantic lookup's best, under the threshold
             self.recorder.cache_outcome(self, prepared.cache.outcome, prepared.cache.similarity)
+
+    @property
+    def answer(self) -> StreamAssembler:
+        """The answer across attempts so far, assembled from the chunks delivered."""
+        assembler = StreamAssembler()
+        for chunk in self._delivered:
+            assembler.add(chunk)
+        return assembler
+
+    def delivered(self, chunks: Sequence[ChatCompletionChunk]) -> None:
+        """Chunks that became part of the answer (those the caller may see)."""
+        self._delivered.extend(chunks)
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """The target the call goes to after admission (a budget's downgrade, when it made one)."""
@@ -234,7 +247,7 @@ class CallRun:
         streamed = step.is_continuation or self.streams(deployment)
         call = self.prepared.call
         if step.is_restart:
-            self.answer = StreamAssembler()  # the cut answer is dropped: this attempt starts it again
+            self._delivered = []  # the cut answer is dropped: this attempt starts it again
             self.route.recovery = "restarted"
         elif step.is_continuation:
             produced = sum(u.completion_tokens for u in self.earlier_usage)
@@ -565,8 +578,8 @@ class StreamState:
                 out.append(chunk)
             else:
                 self.held.append(chunk)
-        for chunk in out:
-            self.run.answer.add(chunk)
+        if out:
+            self.run.delivered(out)
         stall_s = self.ctx.timeouts.stall_s
         if (self.content_started and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
@@ -598,8 +611,7 @@ class StreamState:
             )
         self.ended = True
         if self.held:
-            for chunk in self.held:
-                self.run.answer.add(chunk)
+            self.run.delivered(self.held)
             out.extend(self.held)
             self.held = []
         return out
