@@ -177,9 +177,9 @@ class CallRun:
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
         self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
-        # The answer across attempts, as the chunks delivered: a cut answer finished on another
-        # deployment is one answer. Assembled only when a cut needs it (`answer`).
-        self._delivered: List[ChatCompletionChunk] = []
+        # The answer across attempts: a cut answer finished on another deployment is one answer. The
+        # assemblers of the attempts cut after content, joined only when a cut needs it (`answer`).
+        self._answer_parts: List[StreamAssembler] = []
         self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
 
         if prepared.cache is not None:  # the route (and the span) say what the cache did
@@ -189,15 +189,8 @@ class CallRun:
 
     @property
     def answer(self) -> StreamAssembler:
-        """The answer across attempts so far, assembled from the chunks delivered."""
-        assembler = StreamAssembler()
-        for chunk in self._delivered:
-            assembler.add(chunk)
-        return assembler
-
-    def delivered(self, chunks: Sequence[ChatCompletionChunk]) -> None:
-        """Chunks that became part of the answer (those the caller may see)."""
-        self._delivered.extend(chunks)
+        """The answer across the attempts cut after content so far."""
+        return StreamAssembler.joined(self._answer_parts)
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """The target the call goes to after admission (a budget's downgrade, when it made one)."""
@@ -247,7 +240,7 @@ class CallRun:
         streamed = step.is_continuation or self.streams(deployment)
         call = self.prepared.call
         if step.is_restart:
-            self._delivered = []  # the cut answer is dropped: this attempt starts it again
+            self._answer_parts = []  # the cut answer is dropped: this attempt starts it again
             self.route.recovery = "restarted"
         elif step.is_continuation:
             produced = sum(u.completion_tokens for u in self.earlier_usage)
@@ -323,6 +316,8 @@ class CallRun:
             rec.http_status = error.status
             rec.request_id = error.request_id
         partial_text = ""
+        if partial is not None and partial.content_started:
+            self._answer_parts.append(partial.assembler)  # its content is part of the answer
         if partial is not None and (partial.content_started or partial.decoder.usage is not None):
             # A stream that delivered tokens was billed for them, even if it broke afterwards.
             rec.ttft_s = partial.ttft_s
@@ -578,8 +573,6 @@ class StreamState:
                 out.append(chunk)
             else:
                 self.held.append(chunk)
-        if out:
-            self.run.delivered(out)
         stall_s = self.ctx.timeouts.stall_s
         if (self.content_started and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
@@ -611,7 +604,6 @@ class StreamState:
             )
         self.ended = True
         if self.held:
-            self.run.delivered(self.held)
             out.extend(self.held)
             self.held = []
         return out
@@ -651,7 +643,8 @@ class StreamState:
             completion = self.assembler.completion(usage, self.ctx.deployment.model)
             return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
         # A recovered answer: the joined text, the usage of every attempt that produced it.
-        completion = run.answer.completion(usage, self.ctx.deployment.model)
+        completion = StreamAssembler.joined([*run._answer_parts, self.assembler]).completion(
+            usage, self.ctx.deployment.model)
         return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
 
 

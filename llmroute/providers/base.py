@@ -512,6 +512,40 @@ class StreamAssembler:
                 slot["refusal_logprobs"] = []
             slot["refusal_logprobs"].extend(logprobs.refusal)
 
+    @classmethod
+    def joined(cls, parts: Sequence["StreamAssembler"]) -> "StreamAssembler":
+        """One answer from the assemblers of the attempts that produced it, in order (a cut answer
+        continued elsewhere): texts, tool-call arguments and log probabilities run on; the last
+        finish reason wins. The parts are not changed."""
+        out = cls()
+        for part in parts:
+            out.id = out.id or part.id
+            out.model = out.model or part.model
+            out.created = out.created or part.created
+            out.system_fingerprint = part.system_fingerprint or out.system_fingerprint
+            for index, piece in part._choices.items():
+                slot = out._choices.get(index)
+                if slot is None:
+                    slot = out._choices[index] = {
+                        "role": piece["role"], "content": [], "reasoning": [], "tools": {}, "finish": None,
+                        "refusal": [], "logprobs": None, "refusal_logprobs": None,
+                    }
+                slot["content"].extend(piece["content"])
+                slot["reasoning"].extend(piece["reasoning"])
+                slot["refusal"].extend(piece["refusal"])
+                for tool_index, tool in piece["tools"].items():
+                    mine = slot["tools"].setdefault(tool_index, {"id": None, "type": "function", "name": None, "args": []})
+                    mine["id"] = mine["id"] or tool["id"]
+                    mine["type"] = tool["type"] or mine["type"]
+                    mine["name"] = mine["name"] or tool["name"]
+                    mine["args"].extend(tool["args"])
+                if piece["finish"]:
+                    slot["finish"] = piece["finish"]
+                for key in ("logprobs", "refusal_logprobs"):
+                    if piece[key] is not None:
+                        slot[key] = [*(slot[key] or ()), *piece[key]]
+        return out
+
     def text(self, index: int = 0) -> str:
         slot = self._choices.get(index)
         return "".join(slot["content"]) if slot else ""
