@@ -21,7 +21,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from .errors import ConfigError
 from .providers.registry import KINDS, KindSpec
 from .secrets import MASK, SecretStr, is_secret_header
-from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
 from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
 
 if sys.version_info >= (3, 11):
@@ -256,6 +255,7 @@ class Config:
         provider = self.providers.get(provider_name)
         if provider is None or not model:
             return None
+        from .accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
 
         # Not in any tier, so load-time pricing never saw it: the same strictness applies here.
         self.sections.prices.check_call_priced(
@@ -531,6 +531,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     # Imported here, at load, so that `import llmroute` stays light.
     from .accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
     from .accounting.ledger import LedgerConfig, check_ledger_path
+    from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
     from .resilience.policy import merge, policy_from_config
     from .routing.rules import RoutingConfig, check_routing
     from .telemetry import TelemetryConfig

@@ -20,7 +20,6 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 
 from . import errors as E
-from .accounting.cost import Cost, compute_cost, sum_costs
 from .config import Config, Deployment
 from .providers.prefill import continue_style
 from .recorder import CallRecorder
@@ -29,6 +28,7 @@ from .types import Usage
 from .secrets import install_log_scrubbing
 
 if TYPE_CHECKING:
+    from .accounting.cost import Cost
     from .call import PreparedCall
     from .resilience.failover import FailoverPlan
 
@@ -51,6 +51,7 @@ class Engine:
         # Imported when a client is built, not at `import llmroute` (~60 ms of resilience, ledger,
         # budget, state and telemetry machinery a config-only or CLI import never uses).
         from .accounting.budgets import BudgetBook
+        from .accounting.cost import compute_cost, sum_costs
         from .accounting.ledger import CallableSink, JSONLSink, SQLiteSink
         from .accounting.sinks import open_sink
         from .resilience.failover import Candidate, FailoverPlan
@@ -63,6 +64,7 @@ class Engine:
         install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
         self.config = config
         self._candidate, self._failover_plan = Candidate, FailoverPlan  # used on every call
+        self._compute_cost, self._sum_costs = compute_cost, sum_costs
         sections = config.sections
         self.sections = sections
         self._base_policy = sections.resilience
@@ -274,9 +276,9 @@ class Engine:
         p = dep.provider
         return self.prices.lookup(p.name, p.kind, p.region, dep.model)
 
-    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool) -> Cost:
+    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool) -> "Cost":
         """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost)."""
-        return compute_cost(
+        return self._compute_cost(
             self._price(dep),
             prompt_tokens=usage.prompt_tokens if usage else 0,
             completion_tokens=usage.completion_tokens if usage else 0,
@@ -285,9 +287,9 @@ class Engine:
             estimated=estimated,
         )
 
-    def total_cost(self, costs: List[Cost]) -> Optional[Cost]:
+    def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:
         """A call's cost: the sum of its billed attempts' (None when none was billed)."""
-        return sum_costs(costs, rates=self.sections.pricing.rates()) if costs else None
+        return self._sum_costs(costs, rates=self.sections.pricing.rates()) if costs else None
 
     def health(self, now: float) -> Dict[str, Any]:
         """Every deployment's breaker (with shared state, the fleet's view, read now), plus `.ledger`

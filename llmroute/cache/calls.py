@@ -22,7 +22,6 @@ from ..types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from .entry import Entry, dump_chunk, dump_completion, storable
 from .key import KeyParts, UnkeyableError, key_parts, target_id
 from .policy import CallCache, Decision, decide
-from ..accounting.cost import Cost
 
 if TYPE_CHECKING:
     from ..call import CallRun, PreparedCall
@@ -101,6 +100,8 @@ class CacheCall:
     # -- a hit: answered from the entry --------------------------------------------------------------
     def replay(self, engine: "Engine", prepared: "PreparedCall", *,
                is_async: bool = False) -> Union[ChatCompletion, "CachedStream"]:
+        from ..accounting.cost import Cost  # pricing loads with the first client, not at import
+
         entry = self.entry
         assert entry is not None
         target = prepared.target
