@@ -11,10 +11,11 @@ chunks through `RecordingAssembler`, which the stream's state uses in place of t
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Union
 
 from ..providers.base import StreamAssembler
 from ..targets import resolve_target
@@ -47,6 +48,7 @@ class CacheCall:
     embedding: Optional[List[float]] = None
     chunks: Optional[List[ChatCompletionChunk]] = None
     started_at: float = field(default_factory=time.monotonic)
+    store_later: Optional[Callable[[Callable[[], Any]], None]] = None  # AsyncClient: stores off its loop
 
     @property
     def needs_embedding(self) -> bool:
@@ -104,7 +106,12 @@ class CacheCall:
             created_at=now, expires_at=now + self.decision.ttl_s, query=self.parts.query,
         )
         group = self.parts.group if self.decision.semantic else None
-        self.cache.put(self.namespace, self.parts.exact, entry, group=group, embedding=self.embedding)
+        put = functools.partial(self.cache.put, self.namespace, self.parts.exact, entry, group=group,
+                                embedding=self.embedding)
+        if self.store_later is not None:
+            self.store_later(put)
+        else:
+            put()
 
     # -- a hit: answered from the entry --------------------------------------------------------------
     def replay(self, engine: "Engine", prepared: "PreparedCall", *,
@@ -167,11 +174,21 @@ def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepar
 
 
 async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
-                  transport: Any = None) -> Optional[CacheCall]:
-    """`lookup()` for `AsyncClient`: the embedding is awaited."""
-    cached = begin(cache, engine, prepared, call)
+                  transport: Any = None, offload: Any = None) -> Optional[CacheCall]:
+    """`lookup()` for `AsyncClient`: the embedding is awaited; with `offload` (an `offload.Offload`)
+    the backend's lookups run in its worker threads and the store after a miss is handed to it."""
+    if offload is None:
+        cached = begin(cache, engine, prepared, call)
+    else:
+        cached = await offload.run(begin, cache, engine, prepared, call)
     if cached is not None and cached.needs_embedding:
-        cached.semantic_lookup(await cached.cache.embedder.aembed(cached.parts.query, transport))  # type: ignore
+        embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
+        if offload is None:
+            cached.semantic_lookup(embedding)
+        else:
+            await offload.run(cached.semantic_lookup, embedding)
+    if cached is not None and offload is not None:
+        cached.store_later = offload.submit
     prepared.cache = cached
     return cached
 

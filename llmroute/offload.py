@@ -1,0 +1,148 @@
+"""`AsyncClient`'s worker threads for the blocking steps of a call: shared state and cache I/O.
+
+With `[state] backend = "redis"` a call's admission (budget reservation, client-side limits) and
+its plan's steps (a limit's admission, a half-open breaker's probe slot) are Redis round trips made
+with a synchronous client; with the response cache on SQLite or Redis the lookup and the store are
+too. `AsyncClient` runs those steps here, in a small pool of threads it owns, so its event loop
+never waits on them: the loop awaits the step's future instead. A client with none of these
+(local state, the memory cache) runs the steps inline, as before: a thread hop would only add
+latency.
+
+Order and release guarantees hold: a call's steps still run one at a time (each is awaited before
+the next starts), the reservation is taken before anything is sent, and when the caller's task is
+cancelled while a step runs in a thread, what the step took is given back once the step has
+finished (`after_step`), never concurrently with it.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures
+import contextvars
+import threading
+import weakref
+from typing import Any, Callable, Optional, TypeVar
+
+__all__ = ["Offload", "engine_blocks", "cache_blocks", "mark_unsent", "end_cancelled", "end_after"]
+
+T = TypeVar("T")
+
+# Worker threads: a step holds one for a round trip (or at most the backend's timeout), so a few
+# carry hundreds of concurrent calls; Redis/SQLite clients serialise on their own locks anyway.
+WORKERS = 4
+
+
+def engine_blocks(engine: Any) -> bool:
+    """Does a call's admission or plan step do network I/O? (`[state] backend = "redis"`)"""
+    return getattr(engine, "fleet", None) is not None
+
+
+def cache_blocks(cache: Any) -> bool:
+    """Do the cache's lookups and stores do I/O? (an SQLite or Redis backend)"""
+    return cache is not None and cache.config.backend != "memory"
+
+
+class Offload:
+    """A client's worker threads for blocking steps; `inline` runs them on the caller's thread."""
+
+    def __init__(self, *, inline: bool, workers: int = WORKERS) -> None:
+        self.inline = inline
+        self._workers = workers
+        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
+        self._serial: Optional[concurrent.futures.ThreadPoolExecutor] = None  # `submit`'s one thread, in order
+        self._lock = threading.Lock()
+        self._closed = False
+        # the step of each call running in a thread now (a call runs one step at a time)
+        self._running: "weakref.WeakKeyDictionary[Any, concurrent.futures.Future[Any]]" = weakref.WeakKeyDictionary()
+
+    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._pool is None:
+                self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="llmroute-offload")
+            return self._pool
+
+    def _serial_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+        with self._lock:
+            if self._serial is None:
+                self._serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmroute-offload-later")
+            return self._serial
+
+    async def run(self, fn: Callable[..., T], *args: Any, owner: Any = None,
+                  undo: Optional[Callable[[T], None]] = None) -> T:
+        """`fn(*args)`, in a worker thread unless `inline`. `owner` (a call's run) marks the step as
+        that call's running step (see `after_step`). When the awaiting task is cancelled the step
+        still finishes in its thread, and `undo(result)` then gives back what it took."""
+        import asyncio
+
+        if self.inline or self._closed:
+            return fn(*args)
+        # in a copy of the task's context: spans started there have the caller's span as parent
+        future = self._executor().submit(contextvars.copy_context().run, fn, *args)
+        if owner is not None:
+            self._running[owner] = future
+            future.add_done_callback(lambda _: self._running.pop(owner, None) if self._running.get(owner) is future
+                                     else None)
+        try:
+            return await asyncio.shield(asyncio.wrap_future(future))
+        except asyncio.CancelledError:
+            if undo is not None:
+                future.add_done_callback(lambda f: _undo(f, undo))
+            raise
+
+    def after_step(self, owner: Any, fn: Callable[[], None]) -> None:
+        """Call `fn()` now, or, while a step of `owner` still runs in a thread, once it has ended
+        (in that thread): a call's ending never runs concurrently with one of its steps."""
+        future = self._running.get(owner)
+        if future is None or future.done():
+            fn()
+        else:
+            future.add_done_callback(lambda _: fn())
+
+    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+        """Run `fn(*args)` later, without waiting for it (a cache store, a breaker's publish), on one
+        thread in the order submitted; inline when `inline` or closed. `close()` waits for them."""
+        if self.inline or self._closed:
+            fn(*args)
+            return
+        self._serial_executor().submit(fn, *args)
+
+    def close(self) -> None:
+        """Wait for the steps and stores still running, then stop the threads."""
+        self._closed = True
+        with self._lock:
+            pools, self._pool, self._serial = (self._pool, self._serial), None, None
+        for pool in pools:
+            if pool is not None:
+                pool.shutdown(wait=True)
+
+
+def _undo(future: "concurrent.futures.Future[Any]", undo: Callable[[Any], None]) -> None:
+    if future.cancelled() or future.exception() is not None:
+        return
+    undo(future.result())
+
+
+def mark_unsent(step: Any) -> None:
+    """`undo` of a plan step whose task was cancelled while it ran in a thread: the attempt it began
+    (a `call.Send`'s, or an opened hedge's) was never sent, so it is not billed when the call ends."""
+    from .call import AttemptContext
+
+    ctx = getattr(step, "attempt", None) or getattr(step, "ctx", None)
+    if isinstance(ctx, AttemptContext):
+        ctx.unsent = True
+
+
+def end_cancelled(run: Any) -> None:
+    """`undo` of an admission whose task was cancelled while it ran in a thread: end the call
+    (`exits.end_call`), which gives back the budget reservation and limits admission took."""
+    import asyncio
+
+    end_after(run, asyncio.CancelledError())
+
+
+def end_after(run: Any, error: BaseException) -> None:
+    """End `run` after `error` left the shell (`exits.end_call`, status from `exit_status`)."""
+    import time
+
+    from .exits import end_call, exit_status
+
+    end_call(run, exit_status(error), error, time.monotonic())
