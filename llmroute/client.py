@@ -870,6 +870,7 @@ class AsyncClient(_ClientSurface):
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
+            self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)

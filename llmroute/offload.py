@@ -51,6 +51,7 @@ class Offload:
         self._serial: Optional[concurrent.futures.ThreadPoolExecutor] = None  # `submit`'s one thread, in order
         self._lock = threading.Lock()
         self._closed = False
+        self._submitted = 0  # `submit`ted and not yet run
         # the step of each call running in a thread now (a call runs one step at a time)
         self._running: "weakref.WeakKeyDictionary[Any, concurrent.futures.Future[Any]]" = weakref.WeakKeyDictionary()
 
@@ -103,7 +104,21 @@ class Offload:
         if self.inline or self._closed:
             fn(*args)
             return
-        self._serial_executor().submit(fn, *args)
+        with self._lock:
+            self._submitted += 1
+        self._serial_executor().submit(fn, *args).add_done_callback(self._one_done)
+
+    def _one_done(self, _: Any) -> None:
+        with self._lock:
+            self._submitted -= 1
+
+    async def submitted_done(self) -> None:
+        """Wait (without holding the loop) until what was `submit`ted so far has run: a cache lookup
+        after a store of this client sees it, as when the store was made inline."""
+        import asyncio
+
+        if self._submitted and not self.inline and not self._closed:
+            await asyncio.wrap_future(self._serial_executor().submit(lambda: None))
 
     def close(self) -> None:
         """Wait for the steps and stores still running, then stop the threads."""

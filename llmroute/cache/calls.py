@@ -180,6 +180,7 @@ async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: 
     if offload is None:
         cached = begin(cache, engine, prepared, call)
     else:
+        await offload.submitted_done()  # this client's stores still queued are made first
         cached = await offload.run(begin, cache, engine, prepared, call)
     if cached is not None and cached.needs_embedding:
         embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
@@ -236,6 +237,10 @@ class CachedStream:
     async def aresponse(self) -> ChatCompletion:
         return self._final
 
+    def get_final_completion(self) -> ChatCompletion:
+        """As `Stream.get_final_completion`: the whole answer (a hit has it already)."""
+        return self._final
+
     @property
     def route(self) -> Optional[Route]:
         return self._final.route
@@ -264,3 +269,7 @@ class AsyncCachedStream(CachedStream):
 
     async def close(self) -> None:  # type: ignore[override]
         pass
+
+    async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]
+        """As `AsyncStream.get_final_completion` (awaited)."""
+        return self._final

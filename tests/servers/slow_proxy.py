@@ -88,3 +88,17 @@ class SlowProxy:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def main() -> None:
+    """`python -m tests.servers.slow_proxy PORT DELAY_MS`: a proxy in its own process (its threads then
+    take no time from the process measured); prints its port, runs until stdin closes."""
+    import sys
+
+    with SlowProxy(("127.0.0.1", int(sys.argv[1])), delay_s=float(sys.argv[2]) / 1000) as proxy:
+        print(proxy.port, flush=True)
+        sys.stdin.read()
+
+
+if __name__ == "__main__":
+    main()
