@@ -936,6 +936,7 @@ class AsyncClient(_ClientSurface):
         life.closed = True
         try:
             warn_unclosed(self)
+            self._offload.close(wait=False)
             self._engine.close()
             for client in list(self._transport._clients.values()):
                 _aclose_later(client, life.loop)

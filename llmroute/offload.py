@@ -120,14 +120,14 @@ class Offload:
         if self._submitted and not self.inline and not self._closed:
             await asyncio.wrap_future(self._serial_executor().submit(lambda: None))
 
-    def close(self) -> None:
-        """Wait for the steps and stores still running, then stop the threads."""
+    def close(self, *, wait: bool = True) -> None:
+        """Stop the threads once the steps and stores still queued have run (`wait`: block until then)."""
         self._closed = True
         with self._lock:
             pools, self._pool, self._serial = (self._pool, self._serial), None, None
         for pool in pools:
             if pool is not None:
-                pool.shutdown(wait=True)
+                pool.shutdown(wait=wait)
 
 
 def _undo(future: "concurrent.futures.Future[Any]", undo: Callable[[Any], None]) -> None:

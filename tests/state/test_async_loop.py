@@ -157,3 +157,30 @@ def test_local_state_and_memory_cache_run_inline(make_server):
             return client._offload.inline
 
     assert asyncio.run(main()) is True
+
+
+def test_a_breaker_an_async_client_opens_is_published_to_the_fleet(make_server, redis_server):
+    """The publish is handed to the client's worker thread (not made on the loop) and still reaches
+    Redis: a sync client (another process) finds the breaker open and sends nothing."""
+    from tests.servers.fault import status
+
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, cache=False)
+    cfg["resilience"].update({"consecutive_failures": 2, "open_s": 60, "open_max_s": 60})
+    server.push(status(503), status(503))
+
+    async def main():
+        async with L.AsyncClient(config=cfg) as client:
+            assert client._engine.fleet.breakers.later == client._offload.submit
+            for _ in range(2):
+                with pytest.raises(L.LLMRouteError):
+                    await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])
+            return client.health()["p:m"].state
+
+    assert asyncio.run(main()) == "open"
+    with L.Client(config=cfg) as other:
+        view = other.health()
+        assert view["p:m"].state == "open" and "another process" in view["p:m"].reason
+        with pytest.raises(L.AllDeploymentsFailedError):
+            other.chat.completions.create(model="chat", messages=[{"role": "user", "content": "y"}])
+    assert len(server.chat_requests()) == 2
