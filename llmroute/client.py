@@ -27,7 +27,7 @@ from .engine import Engine
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
-from .offload import Offload, cache_blocks, end_after, end_cancelled, engine_blocks, mark_unsent
+from .offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
 from .types import ChatCompletion, ChatCompletionChunk, Route
@@ -800,19 +800,18 @@ class AsyncClient(_ClientSurface):
         return op
 
     async def _attempts(self, run: CallRun) -> _Opened:
-        """As `Client._attempts`; a cancelled task (`wait_for`, `task.cancel()`) abandons the attempts
-        (once a step still running in a worker thread has ended: `Offload.after_step`)."""
+        """As `Client._attempts`; a cancelled task (`wait_for`, `task.cancel()`) abandons the attempts."""
         try:
             return await self._walk(run)
         except E.LLMRouteError:
             raise
         except BaseException as exc:
-            self._offload.after_step(run, functools.partial(end_after, run, exc))
+            run.abandon(_now(), exc)
             raise
 
     async def _walk(self, run: CallRun) -> _Opened:
         while True:
-            step = await self._offload.run(run.next_step, _now(), owner=run, undo=mark_unsent)
+            step = await self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 await _asleep(step.seconds)
                 continue
@@ -849,7 +848,7 @@ class AsyncClient(_ClientSurface):
             done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 checked = True
-                second = await self._offload.run(_hedge_due, run, hedge, owner=run, undo=mark_unsent)
+                second = await self._offload.run(_hedge_due, run, hedge, undo=mark_unsent)
                 if second is not None:
                     running[asyncio.ensure_future(self._open(second))] = second
                 continue
@@ -895,7 +894,7 @@ class AsyncClient(_ClientSurface):
                 completion, reported = op.parsed  # type: ignore[misc]
                 result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
-            self._offload.after_step(run, functools.partial(end_after, run, exc))
+            end_call(run, exit_status(exc), exc, _now())
             raise
         if original is not None:
             self._shadow.offer(original, result)  # [routing.shadow]: a task the caller never awaits

@@ -346,8 +346,8 @@ class AsyncEmbeddings:
             return await self._attempts(run, prepared)
         except E.LLMRouteError:
             raise
-        except BaseException as exc:  # cancelled: what the call holds is given back once its step ended
-            offload.after_step(run, functools.partial(end_after, run, exc))
+        except BaseException as exc:  # cancelled: what the call holds is given back
+            end_after(run, exc)
             raise
 
     async def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
@@ -356,7 +356,7 @@ class AsyncEmbeddings:
         client = self._client
         raised = network_errors()
         while True:
-            step = await client._offload.run(run.next_step, _now(), owner=run, undo=mark_unsent)
+            step = await client._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 await asyncio.sleep(step.seconds)
                 continue

@@ -9,9 +9,11 @@ never waits on them: the loop awaits the step's future instead. A client with no
 latency.
 
 Order and release guarantees hold: a call's steps still run one at a time (each is awaited before
-the next starts), the reservation is taken before anything is sent, and when the caller's task is
-cancelled while a step runs in a thread, what the step took is given back once the step has
-finished (`after_step`), never concurrently with it.
+the next starts) and the reservation is taken before anything is sent. A task cancelled while one
+of its steps runs in a thread waits (without holding the loop) for that step to end, at most the
+backend's timeout, as a step run inline would have, then gives back what the step took (`undo`)
+and goes on with its cancellation: the call's ending (`exits.end_call`) never runs concurrently
+with one of its steps.
 """
 
 from __future__ import annotations
@@ -19,7 +21,6 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import threading
-import weakref
 from typing import Any, Callable, Optional, TypeVar
 
 __all__ = ["Offload", "engine_blocks", "cache_blocks", "mark_unsent", "end_cancelled", "end_after"]
@@ -52,8 +53,6 @@ class Offload:
         self._lock = threading.Lock()
         self._closed = False
         self._submitted = 0  # `submit`ted and not yet run
-        # the step of each call running in a thread now (a call runs one step at a time)
-        self._running: "weakref.WeakKeyDictionary[Any, concurrent.futures.Future[Any]]" = weakref.WeakKeyDictionary()
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -67,36 +66,29 @@ class Offload:
                 self._serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmroute-offload-later")
             return self._serial
 
-    async def run(self, fn: Callable[..., T], *args: Any, owner: Any = None,
-                  undo: Optional[Callable[[T], None]] = None) -> T:
-        """`fn(*args)`, in a worker thread unless `inline`. `owner` (a call's run) marks the step as
-        that call's running step (see `after_step`). When the awaiting task is cancelled the step
-        still finishes in its thread, and `undo(result)` then gives back what it took."""
+    async def run(self, fn: Callable[..., T], *args: Any, undo: Optional[Callable[[T], None]] = None) -> T:
+        """`fn(*args)`, in a worker thread unless `inline`. When the awaiting task is cancelled, the
+        step is waited for (it cannot be stopped mid-way), `undo(result)` gives back what it took,
+        and the cancellation goes on."""
         import asyncio
 
         if self.inline or self._closed:
             return fn(*args)
         # in a copy of the task's context: spans started there have the caller's span as parent
-        future = self._executor().submit(contextvars.copy_context().run, fn, *args)
-        if owner is not None:
-            self._running[owner] = future
-            future.add_done_callback(lambda _: self._running.pop(owner, None) if self._running.get(owner) is future
-                                     else None)
+        step = asyncio.wrap_future(self._executor().submit(contextvars.copy_context().run, fn, *args))
         try:
-            return await asyncio.shield(asyncio.wrap_future(future))
+            return await asyncio.shield(step)
         except asyncio.CancelledError:
-            if undo is not None:
-                future.add_done_callback(lambda f: _undo(f, undo))
+            while not step.done():
+                try:
+                    await asyncio.shield(step)
+                except asyncio.CancelledError:  # cancelled again: the step still has to end first
+                    continue
+                except Exception:  # noqa: BLE001 - the step failed: it took nothing to give back
+                    break
+            if undo is not None and step.done() and not step.cancelled() and step.exception() is None:
+                undo(step.result())
             raise
-
-    def after_step(self, owner: Any, fn: Callable[[], None]) -> None:
-        """Call `fn()` now, or, while a step of `owner` still runs in a thread, once it has ended
-        (in that thread): a call's ending never runs concurrently with one of its steps."""
-        future = self._running.get(owner)
-        if future is None or future.done():
-            fn()
-        else:
-            future.add_done_callback(lambda _: fn())
 
     def submit(self, fn: Callable[..., Any], *args: Any) -> None:
         """Run `fn(*args)` later, without waiting for it (a cache store, a breaker's publish), on one
@@ -128,12 +120,6 @@ class Offload:
         for pool in pools:
             if pool is not None:
                 pool.shutdown(wait=wait)
-
-
-def _undo(future: "concurrent.futures.Future[Any]", undo: Callable[[Any], None]) -> None:
-    if future.cancelled() or future.exception() is not None:
-        return
-    undo(future.result())
 
 
 def mark_unsent(step: Any) -> None:

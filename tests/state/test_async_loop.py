@@ -11,6 +11,7 @@ which shows the heartbeat measures what it should.
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 
 import pytest
@@ -22,7 +23,7 @@ DELAY_S = 0.15  # per round trip through the proxy; below the cache's and the st
 CALLS = 4
 
 
-def _config(server, redis_url, *, cache=True, limits=None):
+def _config(server, redis_url, *, cache=True, limits=None, budget=True):
     cfg = {
         "providers": {"p": {"kind": "vllm", "base_url": server.base_url}},
         "tiers": {"chat": {"deployments": ["p:m"]}},
@@ -32,6 +33,8 @@ def _config(server, redis_url, *, cache=True, limits=None):
         "ledger": {"sink": "memory"},
         "state": {"backend": "redis", "url": redis_url, "key_prefix": "s:", "timeout_ms": 3000},
     }
+    if not budget:
+        del cfg["budgets"]
     if cache:
         cfg["cache"] = {"enabled": True, "backend": "redis", "url": redis_url, "timeout_s": 3.0,
                         "reproducible_only": False}
@@ -54,6 +57,7 @@ async def _calls_with_heartbeat(cfg, *, inline: bool, stream: bool, tag: str):
     client = L.AsyncClient(config=cfg)
     if inline:
         client._offload.inline = True  # the steps on the loop thread, as before llmroute/offload.py
+    io_threads = _spy_io_threads(client)
     beat = asyncio.create_task(_heartbeat(stop, lags))
     await asyncio.sleep(0.02)
 
@@ -70,7 +74,23 @@ async def _calls_with_heartbeat(cfg, *, inline: bool, stream: bool, tag: str):
         stop.set()
         await beat
         await client.aclose()
+    assert inline or threading.current_thread().name not in io_threads, io_threads  # no Redis I/O on the loop
     return max(lags), answers, client.cache.stats(), client._engine.ledger.records
+
+
+def _spy_io_threads(client) -> set:
+    """The names of the threads the client's Redis commands (shared state, cache) run on."""
+    threads: set = set()
+    state, backend = client._engine.fleet.state, client.cache.backend
+    for owner, name in ((state, "run"), (backend, "get"), (backend, "set")):
+        original = getattr(owner, name)
+
+        def spy(*a, _original=original, **k):
+            threads.add(threading.current_thread().name)
+            return _original(*a, **k)
+
+        setattr(owner, name, spy)
+    return threads
 
 
 @pytest.mark.parametrize("stream", [False, True])
@@ -87,9 +107,10 @@ def test_the_loop_keeps_running_while_calls_wait_on_a_slow_redis(make_server, re
           f"({round_trips} round trips of {DELAY_S * 1000:.0f} ms)")
     # the inline run held the loop for whole round trips: the heartbeat sees it
     assert blocked >= DELAY_S * 0.9, blocked
-    # offloaded, the same round trips (admission, cache lookup and store per call) leave the loop free
+    # offloaded, the same round trips (admission, cache lookup and store per call) leave the loop free:
+    # what lateness remains is the calls' own CPU (and the machine's load), a fraction of the above
     assert round_trips >= 3 * CALLS, round_trips
-    assert lag < DELAY_S / 2 and lag < blocked / 3, (lag, blocked)
+    assert lag < blocked / 4, (lag, blocked)
     assert all(a.choices[0].message.content for a in answers)
     assert stats["stores"] == CALLS  # the stores handed to the worker thread all ran before aclose()
     assert len(records) == CALLS and all(r.status == "ok" for r in records)
@@ -101,21 +122,26 @@ def test_embeddings_admission_runs_off_the_loop(make_server, redis_server):
         cfg = _config(server, proxy.url(), cache=False)
         cfg["tiers"] = {"embed": {"kind": "embedding", "deployments": ["p:BAAI/bge-m3"]}}
 
-        async def main():
+        async def main(inline: bool):
             lags: list = []
             stop = asyncio.Event()
             async with L.AsyncClient(config=cfg) as client:  # (building it reads the fleet's breakers)
+                client._offload.inline = inline
+                threads = _spy_io_threads(client)
                 beat = asyncio.create_task(_heartbeat(stop, lags))
                 out = await asyncio.gather(*(client.embeddings.create(model="embed", input=f"text {i}")
                                              for i in range(CALLS)))
                 stop.set()
                 await beat
-            return max(lags), out
+            return max(lags), out, threads
 
+        blocked, _, _ = asyncio.run(main(True))
         before = proxy.forwarded
-        lag, out = asyncio.run(main())
+        lag, out, threads = asyncio.run(main(False))
         assert proxy.forwarded - before >= CALLS  # one admission per call went through the proxy
-    assert lag < DELAY_S / 2, lag
+    assert blocked >= DELAY_S * 0.9 and lag < blocked / 4, (lag, blocked)
+    # (the breakers' sync and the slots' renewal have threads of their own; aclose() one more)
+    assert threading.current_thread().name not in threads and "llmroute-offload_0" in threads, threads
     assert all(r.data for r in out)
 
 
@@ -184,3 +210,33 @@ def test_a_breaker_an_async_client_opens_is_published_to_the_fleet(make_server, 
         with pytest.raises(L.AllDeploymentsFailedError):
             other.chat.completions.create(model="chat", messages=[{"role": "user", "content": "y"}])
     assert len(server.chat_requests()) == 2
+
+
+def test_a_call_cancelled_during_a_plan_step_sends_nothing_and_gives_its_slot_back(make_server, redis_server):
+    """Limits without a budget: the slot is taken by the plan's step (a script in a worker thread).
+    Cancelled meanwhile, the task waits for the step, the attempt it began is ended unsent (not
+    billed) and its slot is released: the next call gets the only slot."""
+    server = make_server("fault")
+    with SlowProxy(("127.0.0.1", redis_server.port), delay_s=DELAY_S) as proxy:
+        cfg = _config(server, proxy.url(), cache=False, budget=False,
+                      limits={"max_concurrency": 1, "queue_timeout_s": 0})
+        messages = [{"role": "user", "content": "hello"}]
+
+        async def main():
+            async with L.AsyncClient(config=cfg) as client:
+                await client.chat.completions.create(model="chat", messages=messages)  # the script is loaded
+                task = asyncio.create_task(client.chat.completions.create(model="chat", messages=messages))
+                await asyncio.sleep(DELAY_S / 3)
+                task.cancel()
+                with pytest.raises(asyncio.CancelledError):
+                    await task
+                await asyncio.sleep(0.3)  # the release is sent by the limits' background thread
+                answer = await client.chat.completions.create(model="chat", messages=messages)
+                return answer, client._engine.ledger.records
+
+        answer, records = asyncio.run(main())
+    assert answer.route.deployment == "p:m"
+    assert len(server.chat_requests()) == 2
+    assert [r.status for r in records if r.status == "ok"] == ["ok", "ok"]
+    unsent = [r for r in records if r.status != "ok"]
+    assert all(r.status == "cancelled" and not r.billed for r in unsent), unsent
