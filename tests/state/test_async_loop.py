@@ -240,3 +240,33 @@ def test_a_call_cancelled_during_a_plan_step_sends_nothing_and_gives_its_slot_ba
     assert [r.status for r in records if r.status == "ok"] == ["ok", "ok"]
     unsent = [r for r in records if r.status != "ok"]
     assert all(r.status == "cancelled" and not r.billed for r in unsent), unsent
+
+
+def test_spans_started_in_a_worker_thread_keep_the_callers_parent(make_server, redis_server):
+    """The call's span is started by the admission step, in a worker thread: it runs in a copy of the
+    task's context, so the application's current span is still its parent."""
+    from opentelemetry import trace
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    server = make_server("fault")
+    cfg = _config(server, redis_server.url, cache=False)
+
+    async def main():
+        async with L.AsyncClient(config=cfg) as client:
+            assert client._offload.inline is False
+            client._engine.telemetry._tracer_provider = provider  # this test's provider, not the global one
+            with provider.get_tracer("app").start_as_current_span("handle request") as app:
+                await client.chat.completions.create(model="chat", messages=[{"role": "user", "content": "x"}])
+            return app
+
+    app = asyncio.run(main())
+    spans = exporter.get_finished_spans()
+    calls = [s for s in spans if s.kind == trace.SpanKind.CLIENT]
+    assert len(calls) == 1 and calls[0].parent is not None
+    assert calls[0].parent.span_id == app.get_span_context().span_id
+    provider.shutdown()
