@@ -21,14 +21,14 @@ from __future__ import annotations
 import concurrent.futures
 import contextvars
 import threading
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, Dict, Optional, TypeVar
 
 __all__ = ["Offload", "engine_blocks", "cache_blocks", "mark_unsent", "end_cancelled", "end_after"]
 
 T = TypeVar("T")
 
-# Worker threads: a step holds one for a round trip (or at most the backend's timeout), so a few
-# carry hundreds of concurrent calls; Redis/SQLite clients serialise on their own locks anyway.
+# Worker threads: a step holds one for about a round trip (at most the backend's timeout); redis-py
+# gives each thread a connection of its pool, SQLite serialises on its own lock.
 WORKERS = 4
 
 
@@ -52,7 +52,7 @@ class Offload:
         self._serial: Optional[concurrent.futures.ThreadPoolExecutor] = None  # `submit`'s one thread, in order
         self._lock = threading.Lock()
         self._closed = False
-        self._submitted = 0  # `submit`ted and not yet run
+        self._queued: Dict[Any, "concurrent.futures.Future[Any]"] = {}  # a keyed `submit`'s key -> its latest run
 
     def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
         with self._lock:
@@ -90,27 +90,36 @@ class Offload:
                 undo(step.result())
             raise
 
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
+    def submit(self, fn: Callable[..., Any], *args: Any, key: Any = None) -> None:
         """Run `fn(*args)` later, without waiting for it (a cache store, a breaker's publish), on one
-        thread in the order submitted; inline when `inline` or closed. `close()` waits for them."""
+        thread in the order submitted; inline when `inline` or closed. `close()` waits for them.
+        `key` (a cache entry's) lets `wait_queued(key)` wait for it."""
         if self.inline or self._closed:
             fn(*args)
             return
-        with self._lock:
-            self._submitted += 1
-        self._serial_executor().submit(fn, *args).add_done_callback(self._one_done)
+        future = self._serial_executor().submit(fn, *args)
+        if key is not None:
+            with self._lock:
+                self._queued[key] = future
+            future.add_done_callback(lambda done: self._dequeue(key, done))
 
-    def _one_done(self, _: Any) -> None:
+    def _dequeue(self, key: Any, done: "concurrent.futures.Future[Any]") -> None:
         with self._lock:
-            self._submitted -= 1
+            if self._queued.get(key) is done:
+                del self._queued[key]
 
-    async def submitted_done(self) -> None:
-        """Wait (without holding the loop) until what was `submit`ted so far has run: a cache lookup
-        after a store of this client sees it, as when the store was made inline."""
+    async def wait_queued(self, key: Any) -> bool:
+        """Wait (without holding the loop) for the queued `submit` of `key`, if there is one: a
+        cache lookup that missed then looks again, so a call made after another one returned finds
+        its answer, as when the store was made inline. False when nothing was queued."""
         import asyncio
 
-        if self._submitted and not self.inline and not self._closed:
-            await asyncio.wrap_future(self._serial_executor().submit(lambda: None))
+        with self._lock:
+            future = self._queued.get(key)
+        if future is None:
+            return False
+        await asyncio.wrap_future(future)
+        return True
 
     def close(self, *, wait: bool = True) -> None:
         """Stop the threads once the steps and stores still queued have run (`wait`: block until then)."""

@@ -48,7 +48,7 @@ class CacheCall:
     embedding: Optional[List[float]] = None
     chunks: Optional[List[ChatCompletionChunk]] = None
     started_at: float = field(default_factory=time.monotonic)
-    store_later: Optional[Callable[[Callable[[], Any]], None]] = None  # AsyncClient: stores off its loop
+    store_later: Optional[Callable[..., None]] = None  # AsyncClient's `Offload.submit`: stores off its loop
 
     @property
     def needs_embedding(self) -> bool:
@@ -68,6 +68,15 @@ class CacheCall:
             self.entry, self.outcome = entry, "semantic-hit"
             self.cache.count("miss", -1)
             self.cache.count("semantic-hit")
+
+    def look_again(self) -> None:
+        """An exact miss while this client's store of the same key was queued: look once more."""
+        assert self.parts is not None
+        entry = self.cache.get(self.namespace, self.parts.exact)
+        if entry is not None:
+            self.entry, self.outcome = entry, "hit"
+            self.cache.count("miss", -1)
+            self.cache.count("hit")
 
     # -- a miss: the call goes on --------------------------------------------------------------------
     def started(self, run: "CallRun") -> None:
@@ -109,7 +118,7 @@ class CacheCall:
         put = functools.partial(self.cache.put, self.namespace, self.parts.exact, entry, group=group,
                                 embedding=self.embedding)
         if self.store_later is not None:
-            self.store_later(put)
+            self.store_later(put, key=(self.namespace, self.parts.exact))
         else:
             put()
 
@@ -180,8 +189,10 @@ async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: 
     if offload is None:
         cached = begin(cache, engine, prepared, call)
     else:
-        await offload.submitted_done()  # this client's stores still queued are made first
         cached = await offload.run(begin, cache, engine, prepared, call)
+        if cached is not None and cached.outcome == "miss" and cached.parts is not None \
+                and await offload.wait_queued((cached.namespace, cached.parts.exact)):
+            await offload.run(cached.look_again)  # this client's store of that key was still queued
     if cached is not None and cached.needs_embedding:
         embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
         if offload is None:

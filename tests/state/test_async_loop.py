@@ -271,3 +271,30 @@ def test_spans_started_in_a_worker_thread_keep_the_callers_parent(make_server, r
     assert len(calls) == 1 and calls[0].parent is not None
     assert calls[0].parent.span_id == app.get_span_context().span_id
     provider.shutdown()
+
+
+def test_a_call_after_a_miss_finds_its_answer_while_the_store_is_still_queued(make_server, redis_server):
+    """The store after a miss is queued on a worker thread (here behind other work: it starts late);
+    the same call made right after the first returned waits for that store and is a hit."""
+    server = make_server("fault")
+    with SlowProxy(("127.0.0.1", redis_server.port), delay_s=DELAY_S) as proxy:
+        cfg = _config(server, proxy.url())
+        messages = [{"role": "user", "content": "same question"}]
+
+        async def main():
+            async with L.AsyncClient(config=cfg) as client:
+                put = client.cache.put
+
+                def slow_put(*a, **k):  # the store waits behind others on its queue
+                    time.sleep(DELAY_S * 2)
+                    return put(*a, **k)
+
+                client.cache.put = slow_put
+                first = await client.chat.completions.create(model="chat", messages=messages)
+                second = await client.chat.completions.create(model="chat", messages=messages)
+                return first.route.cache, second.route.cache, client.cache.stats()
+
+        outcomes = asyncio.run(main())
+    assert outcomes[:2] == ("miss", "hit"), outcomes
+    assert outcomes[2]["hit"] == 1 and outcomes[2]["miss"] == 1, outcomes[2]
+    assert len(server.chat_requests()) == 1
