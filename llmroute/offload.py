@@ -18,10 +18,11 @@ with one of its steps.
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextvars
 import threading
-from typing import Any, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
+
+if TYPE_CHECKING:
+    import concurrent.futures
 
 __all__ = ["Offload", "engine_blocks", "cache_blocks", "mark_unsent", "end_cancelled", "end_after"]
 
@@ -48,19 +49,23 @@ class Offload:
     def __init__(self, *, inline: bool, workers: int = WORKERS) -> None:
         self.inline = inline
         self._workers = workers
-        self._pool: Optional[concurrent.futures.ThreadPoolExecutor] = None
-        self._serial: Optional[concurrent.futures.ThreadPoolExecutor] = None  # `submit`'s one thread, in order
+        self._pool: "Optional[concurrent.futures.ThreadPoolExecutor]" = None
+        self._serial: "Optional[concurrent.futures.ThreadPoolExecutor]" = None  # `submit`'s one thread, in order
         self._lock = threading.Lock()
         self._closed = False
         self._queued: Dict[Any, "concurrent.futures.Future[Any]"] = {}  # a keyed `submit`'s key -> its latest run
 
-    def _executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _executor(self) -> "concurrent.futures.ThreadPoolExecutor":
+        import concurrent.futures  # with the first step: `import llmroute` stays light
+
         with self._lock:
             if self._pool is None:
                 self._pool = concurrent.futures.ThreadPoolExecutor(self._workers, thread_name_prefix="llmroute-offload")
             return self._pool
 
-    def _serial_executor(self) -> concurrent.futures.ThreadPoolExecutor:
+    def _serial_executor(self) -> "concurrent.futures.ThreadPoolExecutor":
+        import concurrent.futures  # with the first store: `import llmroute` stays light
+
         with self._lock:
             if self._serial is None:
                 self._serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmroute-offload-later")
@@ -71,6 +76,7 @@ class Offload:
         step is waited for (it cannot be stopped mid-way), `undo(result)` gives back what it took,
         and the cancellation goes on."""
         import asyncio
+        import contextvars
 
         if self.inline or self._closed:
             return fn(*args)
