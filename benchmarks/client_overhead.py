@@ -9,7 +9,13 @@ the OpenAI SDK when it is installed), so the shared machine's noise cancels out 
   the OpenAI SDK, LiteLLM (`litellm.completion`/`acompletion`, model "openai/..."), Portkey's SDK
   (pointed straight at the loopback server, so its gateway is not in the path), llmroute's Client,
   AsyncClient on httpx's transport and on aiohttp's. The CPU window ends once the process has gone
-  quiet, so work a client leaves to background threads or tasks (LiteLLM's logging worker) counts.
+  quiet, so work a client leaves to background threads or tasks (LiteLLM's logging worker) counts;
+* after a burst (`--only burst`): CPU per call at concurrency 1 before and after 256 calls in flight
+  at once, on one client (AsyncClient on aiohttp and raw aiohttp, each with a 256-connection pool);
+  the ratio after/before says whether a burst leaves the client slower (pools, queues, caches);
+* memory over many calls (`--only rss`): the process's RSS after 1,000, 5,000 and 10,000 calls
+  (`--rss-calls`) through one AsyncClient and one Client, with a SQLite ledger in a temporary folder
+  (the in-memory sink keeps every record by design, so it is not used here).
 
     python benchmarks/client_overhead.py [--requests 2000] [--json benchmarks/out/client_overhead.json]
 
@@ -409,12 +415,7 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     except ImportError:
         note_skip("portkey SDK async", "portkey-ai")
 
-    config = {"providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY,
-                                      "max_connections": CONCURRENCY,
-                                      # CPU is measured here, not latency: no limit may fire on a busy machine
-                                      "connect_timeout_s": 60, "ttft_timeout_s": 100, "timeout_s": 110}},
-              "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
-    config.update(_extra_config())
+    config = _full_config(url, CONCURRENCY)
     for (label, cfg), transport in [(v, t) for t in TRANSPORTS for v in _llmroute_variants(config, stream)]:
         async def make_llmroute(transport=transport, cfg=cfg):
             c = llmroute.AsyncClient(config=cfg, transport=transport)
@@ -432,6 +433,133 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     return rows
 
 
+def _full_config(url: str, max_connections: int, ledger: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+    """The llmroute config of the async rows: one tier, pricing, a ledger, generous limits (CPU is
+    measured here, not latency: no limit may fire on a busy machine)."""
+    config: Dict[str, Any] = {
+        "providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": KEY,
+                                "max_connections": max_connections,
+                                "connect_timeout_s": 60, "ttft_timeout_s": 100, "timeout_s": 110}},
+        "tiers": {"small": {"deployments": [f"bench:{MODEL}"]}}}
+    config.update(_extra_config())
+    if ledger is not None:
+        config["ledger"] = ledger
+    return config
+
+
+BURST = 256  # calls in flight at once in the burst
+
+
+def burst_rows(url: str, n: int) -> Dict[str, Dict[str, float]]:
+    """CPU per call at concurrency 1, before and after one burst of BURST concurrent calls, on one
+    client and one connection pool of BURST connections (the pool keeps them afterwards)."""
+    import aiohttp
+
+    import llmroute
+
+    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
+    headers = {"Authorization": f"Bearer {KEY}"}
+
+    async def measure(make: Callable[[], Any]) -> Dict[str, float]:
+        call, close = await make()
+        for _ in range(20):  # warm
+            await call()
+
+        async def sequential() -> float:
+            start = await asettle()
+            for _ in range(n):
+                await call()
+            return (await asettle() - start) / n * 1e6
+
+        before = await sequential()
+        await asyncio.gather(*[call() for _ in range(BURST)])
+        after = await sequential()
+        await close()
+        return {"before_us": before, "after_us": after, "ratio": after / before}
+
+    async def make_aiohttp() -> Any:
+        session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=BURST))
+
+        async def call() -> None:
+            async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
+                await r.json()
+        return call, session.close
+
+    async def make_llmroute() -> Any:
+        c = llmroute.AsyncClient(config=_full_config(url, BURST), transport="aiohttp")
+
+        async def call() -> None:
+            await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+        return call, c.aclose
+
+    return {"aiohttp (raw)": asyncio.run(measure(make_aiohttp)),
+            "llmroute AsyncClient (aiohttp)": asyncio.run(measure(make_llmroute))}
+
+
+RSS_CONCURRENCY = 16  # the async memory row's calls in flight
+RSS_WARM = 200  # calls before the first reading ("start")
+
+
+def _rss_mib() -> float:
+    """The process's resident memory now (VmRSS), after a full garbage collection."""
+    import gc
+
+    gc.collect()
+    with open("/proc/self/status") as f:
+        return int(next(line for line in f if line.startswith("VmRSS")).split()[1]) / 1024
+
+
+def rss_rows(url: str, calls: int) -> Dict[str, Dict[str, float]]:
+    """RSS after 1,000, 5,000 and `calls` calls through one AsyncClient (RSS_CONCURRENCY in flight)
+    and one Client, each with a SQLite ledger in a temporary folder; "start" is read after RSS_WARM
+    calls."""
+    import llmroute
+
+    marks = sorted({m for m in (1000, 5000, calls) if m <= calls})
+    rows: Dict[str, Dict[str, float]] = {}
+    with tempfile.TemporaryDirectory(prefix="client_overhead_ledger_") as folder:
+        async def run_async() -> Dict[str, float]:
+            cfg = _full_config(url, RSS_CONCURRENCY, {"sink": "sqlite", "path": str(Path(folder) / "async.db")})
+            out: Dict[str, float] = {}
+            async with llmroute.AsyncClient(config=cfg, transport="aiohttp") as c:
+                async def calls(count: int) -> None:
+                    """`count` calls by RSS_CONCURRENCY workers (not `count` tasks at once: their frames
+                    would raise the RSS this measures)."""
+                    async def worker(share: int) -> None:
+                        for _ in range(share):
+                            await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+                    shares = [count // RSS_CONCURRENCY + (i < count % RSS_CONCURRENCY) for i in range(RSS_CONCURRENCY)]
+                    await asyncio.gather(*[worker(share) for share in shares])
+                await calls(RSS_WARM)  # lazy imports, pools, caches
+                await asettle()
+                done = 0
+                out["start"] = _rss_mib()
+                for mark in marks:
+                    await calls(mark - done)
+                    done = mark
+                    await asettle()
+                    out[str(mark)] = _rss_mib()
+            return out
+        rows["llmroute AsyncClient (aiohttp)"] = asyncio.run(run_async())
+
+        cfg = _full_config(url, 4, {"sink": "sqlite", "path": str(Path(folder) / "sync.db")})
+        out: Dict[str, float] = {}
+        with llmroute.Client(config=cfg) as c:
+            for _ in range(RSS_WARM):
+                c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+            settle()
+            done = 0
+            out["start"] = _rss_mib()
+            for mark in marks:
+                for _ in range(mark - done):
+                    c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+                done = mark
+                settle()
+                out[str(mark)] = _rss_mib()
+        rows["llmroute Client"] = out
+    return rows
+
+
 def _print_rows(rows: Dict[str, float], base: float, connects: Dict[str, int], against: str) -> None:
     print(f"{'client':<46}{'CPU us/call':>12}{against:>16}{'new conns':>11}")
     for name, us in rows.items():
@@ -444,7 +572,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--requests", type=int, default=2000, help="calls per row (default 2000)")
     parser.add_argument("--import-runs", type=int, default=7)
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "client_overhead.json"))
-    parser.add_argument("--only", choices=["import", "cpu"], default=None)
+    parser.add_argument("--only", choices=["import", "cpu", "burst", "rss"], default=None)
+    parser.add_argument("--burst-calls", type=int, default=300,
+                        help="calls at concurrency 1 before and after the burst (default 300)")
+    parser.add_argument("--rss-calls", type=int, default=10000, help="calls of the memory rows (default 10000)")
     parser.add_argument("--concurrency", default=str(CONCURRENCY),
                         help="async rows: calls in flight, a comma list runs each (default 16)")
     parser.add_argument("--chunks", type=int, default=20, help="content chunks per stream (default 20)")
@@ -501,6 +632,30 @@ def main(argv: Optional[List[str]] = None) -> int:
                 proc.wait(10)
         result["cpu_us_per_call"] = cpu
         result["new_connections_per_row"] = connects
+
+    if args.only in (None, "burst", "rss"):
+        proc, url = start_server(16)
+        try:
+            if args.only in (None, "burst"):
+                burst = burst_rows(url, args.burst_calls)
+                result["burst"] = burst
+                print(f"\nCPU per call at concurrency 1 before and after {BURST} calls in flight at once "
+                      f"({args.burst_calls} calls each side, non-streamed)")
+                print(f"{'client':<46}{'before us':>11}{'after us':>10}{'after/before':>14}")
+                for name, got in burst.items():
+                    print(f"{name:<46}{got['before_us']:>11.0f}{got['after_us']:>10.0f}{got['ratio']:>13.2f}x")
+            if args.only in (None, "rss"):
+                rss = rss_rows(url, args.rss_calls)
+                result["rss_mib"] = rss
+                print(f"\nRSS (MiB) after N calls, one client, SQLite ledger (async: {RSS_CONCURRENCY} in flight)")
+                marks = [k for k in next(iter(rss.values())) if k != "start"]
+                print(f"{'client':<34}{'start':>8}" + "".join(f"{m:>9}" for m in marks) + f"{'last-first':>12}")
+                for name, got in rss.items():
+                    print(f"{name:<34}{got['start']:>8.1f}" + "".join(f"{got[m]:>9.1f}" for m in marks)
+                          + f"{got[marks[-1]] - got[marks[0]]:>+12.1f}")
+        finally:
+            proc.stdin.close()
+            proc.wait(10)
 
     refused = _GUARD["_blocked"] + [m for m, got in result.get("import", {}).items() if got["refused_non_loopback"]]
     result["network"] = {"loopback_connects": _GUARD["_connects"][0], "refused_non_loopback": refused}

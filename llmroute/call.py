@@ -17,7 +17,7 @@ changes the run.
 from __future__ import annotations
 
 import logging
-import uuid
+import os
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
@@ -41,6 +41,22 @@ logger = logging.getLogger("llmroute.call")
 if TYPE_CHECKING:
     from .accounting.cost import Cost
     from .engine import Admission, Engine
+
+# Modules the call path uses on every call but `import llmroute` does not load (the resilience package
+# loads with the first client, the router's estimate with the first call): bound once by the first
+# `CallRun`, so a call does not pay a function-local import each time.
+_plan_steps: Any = None  # llmroute.resilience.failover
+_classifier: Any = None  # llmroute.routing.classifier
+
+
+def _bind_lazy_modules() -> None:
+    global _plan_steps, _classifier
+    if _classifier is None:
+        from .resilience import failover  # loaded with the first client
+        from .routing import classifier  # loaded with the first call
+
+        _plan_steps, _classifier = failover, classifier
+
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
 
@@ -76,7 +92,7 @@ def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
         metadata=args.metadata,
         pool=args.pool,
         timeout_s=args.timeout_s,
-        request_id=uuid.uuid4().hex,
+        request_id=os.urandom(16).hex(),
     )
 
 
@@ -97,6 +113,23 @@ class AttemptContext:
     continuation: bool = False  # continues the partial answer of a cut attempt
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
+
+    def not_sent(self) -> None:
+        """The transport refused the request before sending it: nothing reached the platform."""
+        self.unsent = True
+
+    def connected(self, connect_s: Optional[float]) -> None:
+        """The transport's connect time for this attempt (None: a pooled connection was reused)."""
+        self.record.connect_s = connect_s
+
+    def correct_request(self, error: E.ProviderError) -> bool:
+        """The platform refused a parameter its adapter can drop or rename (`request_after_error`):
+        the attempt's request becomes the corrected one (True), to be sent once more."""
+        corrected = self.adapter.request_after_error(error, self.request)
+        if corrected is None:
+            return False
+        self.request = corrected
+        return True
 
 
 @dataclass(frozen=True)
@@ -137,18 +170,34 @@ class CallRun:
         self.deadline = now + budget
         self.admission.target = target
         self.plan = engine.plan_for(prepared, self.admission, self.input_tokens, self.deadline, now)
+        _bind_lazy_modules()
         self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
         self.trace = self.recorder.call_started(self, now)
         self.costs: List["Cost"] = []  # billed attempts' costs
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
         self._ended = False
         self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
-        # The answer across attempts: a cut answer finished on another deployment is one answer.
-        self.answer = StreamAssembler()
+        # The answer across attempts, as the chunks delivered: a cut answer finished on another
+        # deployment is one answer. Assembled only when a cut needs it (`answer`).
+        self._delivered: List[ChatCompletionChunk] = []
         self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
 
-        if prepared.cache is not None:
-            prepared.cache.started(self)
+        if prepared.cache is not None:  # the route (and the span) say what the cache did
+            self.route.cache = prepared.cache.outcome
+            self.route.cache_similarity = prepared.cache.similarity  # a semantic lookup's best, under the threshold
+            self.recorder.cache_outcome(self, prepared.cache.outcome, prepared.cache.similarity)
+
+    @property
+    def answer(self) -> StreamAssembler:
+        """The answer across attempts so far, assembled from the chunks delivered."""
+        assembler = StreamAssembler()
+        for chunk in self._delivered:
+            assembler.add(chunk)
+        return assembler
+
+    def delivered(self, chunks: Sequence[ChatCompletionChunk]) -> None:
+        """Chunks that became part of the answer (those the caller may see)."""
+        self._delivered.extend(chunks)
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """The target the call goes to after admission (a budget's downgrade, when it made one)."""
@@ -160,14 +209,11 @@ class CallRun:
 
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
-        # the resilience package loads with the first client, not at import
-        from .resilience.failover import Exhausted, Wait as PlanWait
-
         step = self.plan.next_step(now)
         self._sync_skips()
-        if isinstance(step, PlanWait):
+        if isinstance(step, _plan_steps.Wait):
             return Wait(step.seconds, step.deployment_id)
-        if isinstance(step, Exhausted):
+        if isinstance(step, _plan_steps.Exhausted):
             raise self._exhausted(step, now)
         return Send(self._begin(step, now))
 
@@ -201,7 +247,7 @@ class CallRun:
         streamed = step.is_continuation or self.streams(deployment)
         call = self.prepared.call
         if step.is_restart:
-            self.answer = StreamAssembler()  # the cut answer is dropped: this attempt starts it again
+            self._delivered = []  # the cut answer is dropped: this attempt starts it again
             self.route.recovery = "restarted"
         elif step.is_continuation:
             produced = sum(u.completion_tokens for u in self.earlier_usage)
@@ -375,6 +421,16 @@ class CallRun:
         self._attempt_ended(ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
 
+    def caller_closed(self, state: "StreamState", now: float) -> None:
+        """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
+        it produced."""
+        state.ctx.record.status = "cancelled"
+        error = E.StreamInterruptedError(
+            "closed by the caller before the end", partial_text=state.assembler.all_text(),
+            deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
+        )
+        self.failed(state.ctx, error, now, content_started=True, partial=state, recover=False)
+
     def abandon(self, now: float, error: BaseException) -> None:
         """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it
         failed in our own code: `exits.end_call` records the attempts in flight (their prompts were
@@ -444,9 +500,7 @@ class CallRun:
         estimate from characters (no tokenizer on the hot path)."""
         if self.prepared.input_tokens is not None:
             return self.prepared.input_tokens
-        from .routing.classifier import estimate_tokens  # imported on first use: import llmroute stays light
-
-        return estimate_tokens(self.prepared.messages)
+        return _classifier.estimate_tokens(self.prepared.messages)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
@@ -524,8 +578,8 @@ class StreamState:
                 out.append(chunk)
             else:
                 self.held.append(chunk)
-        for chunk in out:
-            self.run.answer.add(chunk)
+        if out:
+            self.run.delivered(out)
         stall_s = self.ctx.timeouts.stall_s
         if (self.content_started and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
@@ -557,8 +611,7 @@ class StreamState:
             )
         self.ended = True
         if self.held:
-            for chunk in self.held:
-                self.run.answer.add(chunk)
+            self.run.delivered(self.held)
             out.extend(self.held)
             self.held = []
         return out

@@ -12,7 +12,7 @@ import os
 import time
 import threading
 from dataclasses import dataclass, field
-from typing import (TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
+from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
                     Union)
 
 from . import errors as E
@@ -28,12 +28,9 @@ from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
 from .offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
-from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncTransport, aiter_body, aread_body,
+from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
 from .types import ChatCompletion, ChatCompletionChunk, Route
-
-if TYPE_CHECKING:
-    import httpx
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -82,7 +79,7 @@ class _Opened:
 
     ctx: AttemptContext
     state: Optional[StreamState]  # streams only
-    response: Any = None  # an httpx.Response, or transport.AiohttpResponse
+    response: Any = None  # a transport.SyncResponse, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
     parsed: Optional[Tuple[Any, ...]] = None  # (ChatCompletion, usage_reported) for a plain call
@@ -146,14 +143,13 @@ class Stream(_Ends):
         self._switch(opened)
 
     def _switch(self, opened: _Opened) -> None:
+        self._bytes: Optional[Iterator[bytes]] = opened.chunks
         if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            self._bytes = None
             completion, reported = opened.parsed  # type: ignore[misc]
             self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
             return
         self._state: StreamState = opened.state
         self._response = opened.response
-        self._bytes: Optional[Iterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
             self._record_final(self._state.finish(_now()))
@@ -225,7 +221,7 @@ class Stream(_Ends):
         self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            _caller_closed(self._run, self._state)
+            self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
     def _end(self, status: str, error: Optional[BaseException]) -> None:
@@ -259,16 +255,6 @@ def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
     raise E.StreamNotFinishedError(
         "stream.response is ready once the stream has ended: iterate it to the end first, or call "
         "stream.get_final_completion() (await it on AsyncStream) to read the rest")
-
-
-def _caller_closed(run: CallRun, state: StreamState) -> None:
-    """The caller stopped reading a stream early: the attempt was billed for what it produced."""
-    state.ctx.record.status = "cancelled"
-    error = E.StreamInterruptedError(
-        "closed by the caller before the end", partial_text=state.assembler.all_text(),
-        deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
-    )
-    run.failed(state.ctx, error, _now(), content_started=True, partial=state, recover=False)
 
 
 def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
@@ -353,17 +339,17 @@ class Client(_ClientSurface):
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def _send(self, ctx: AttemptContext) -> "httpx.Response":
+    def _send(self, ctx: AttemptContext) -> SyncResponse:
         provider = ctx.deployment.provider
         timer = ConnectTimer()
         try:
             response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                             max_connections=provider.max_connections, timer=timer)
         except E.InvalidRequestError:
-            ctx.unsent = True
+            ctx.not_sent()
             raise
         finally:
-            ctx.record.connect_s = timer.connect_s
+            ctx.connected(timer.connect_s)
         if response.status_code >= 300:
             try:
                 content = read_body(response, self.read_limits, **_body_args(ctx))
@@ -381,10 +367,8 @@ class Client(_ClientSurface):
             try:
                 op.response = self._send(ctx)
             except E.ProviderError as error:
-                corrected = ctx.adapter.request_after_error(error, ctx.request)
-                if corrected is None:
+                if not ctx.correct_request(error):
                     raise
-                ctx.request = corrected
                 op.response = self._send(ctx)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
@@ -580,14 +564,13 @@ class AsyncStream(_Ends):
         self._switch(opened)
 
     def _switch(self, opened: _Opened) -> None:
+        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            self._bytes = None
             completion, reported = opened.parsed  # type: ignore[misc]
             self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
             return
         self._state: StreamState = opened.state
         self._response = opened.response
-        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
         self._ready: List[ChatCompletionChunk] = opened.ready
         if opened.at_end:
             self._record_final(self._state.finish(_now()))
@@ -664,7 +647,7 @@ class AsyncStream(_Ends):
         await self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            _caller_closed(self._run, self._state)
+            self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
     close = aclose
@@ -743,10 +726,10 @@ class AsyncClient(_ClientSurface):
             response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
                                                   max_connections=provider.max_connections, timer=timer)
         except E.InvalidRequestError:
-            ctx.unsent = True
+            ctx.not_sent()
             raise
         finally:
-            ctx.record.connect_s = timer.connect_s
+            ctx.connected(timer.connect_s)
         if response.status_code >= 300:
             try:
                 content = await aread_body(response, self.read_limits, **_body_args(ctx))
@@ -765,10 +748,8 @@ class AsyncClient(_ClientSurface):
             try:
                 op.response = await self._send(ctx)
             except E.ProviderError as error:
-                corrected = ctx.adapter.request_after_error(error, ctx.request)
-                if corrected is None:
+                if not ctx.correct_request(error):
                     raise
-                ctx.request = corrected
                 op.response = await self._send(ctx)
             if state is None or _plain_answer(state, op.response):
                 op.state = None

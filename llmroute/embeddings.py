@@ -15,8 +15,8 @@ thin shells that move bytes; the rest is sans-I/O.
 from __future__ import annotations
 
 import functools
+import os
 import time
-import uuid
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
 
@@ -65,7 +65,7 @@ class CreateEmbeddingResponse(_OpenAIModel):
 
 @dataclass
 class PreparedEmbedding:
-    """A validated `embeddings.create()` call, in the shape the engine reads a chat call in."""
+    """A validated `embeddings.create()` call, in the shape `CallRun` reads a chat call in."""
 
     model: str
     call: EmbeddingInput
@@ -145,7 +145,7 @@ def prepare_embedding(config: "Config", kwargs: Mapping[str, Any]) -> PreparedEm
     return PreparedEmbedding(
         model=model, call=EmbeddingInput(value, params, dict(extra_body), dict(extra_headers)), feature=feature,
         metadata=dict(metadata), pool=pool, timeout_s=float(timeout) if timeout is not None else None,
-        request_id=uuid.uuid4().hex,
+        request_id=os.urandom(16).hex(),
     )
 
 
@@ -189,7 +189,7 @@ def count_input_tokens(call: EmbeddingInput) -> int:
 
 @dataclass
 class _Finished:
-    """What `CallRun.succeeded` and the engine read of a finished call (an embedding has no choices)."""
+    """What `CallRun.succeeded` and the recorder read of a finished call (an embedding has no choices)."""
 
     id: str
     usage: Usage
@@ -231,6 +231,11 @@ class EmbeddingRun(CallRun):
         if self.prepared.input_tokens is None:
             self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]
         return self.prepared.input_tokens
+
+    def billed_before_failing(self, ctx: Any, usage: Usage, *, estimated: bool) -> None:
+        """Parts of the attempt's input were answered (and billed) before a later request failed."""
+        rec = ctx.record
+        rec.usage, rec.usage_estimated, rec.billed = usage, estimated, True
 
     def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
@@ -284,9 +289,8 @@ class AttemptBatches:
         if self.bodies:
             tokens = sum(u.prompt_tokens if u is not None else count_input_tokens(p)
                          for u, p in zip(self.usages, self.parts))
-            rec = self.ctx.record
-            rec.usage, rec.usage_estimated, rec.billed = (
-                Usage(prompt_tokens=tokens, total_tokens=tokens), any(u is None for u in self.usages), True)
+            run.billed_before_failing(self.ctx, Usage(prompt_tokens=tokens, total_tokens=tokens),
+                                      estimated=any(u is None for u in self.usages))
         run.failed(self.ctx, error, now)
 
 

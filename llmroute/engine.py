@@ -4,10 +4,11 @@ An `Engine` holds what outlives one call: every deployment's breaker and retry b
 limits, the price book, the budget book, and the `CallRecorder` that writes the ledger and the
 spans. A call (`call.CallRun`) asks it questions and keeps the answers: `admit` (guards and
 budgets: an `Admission`), `plan_for` (the call's failover plan), `price` and `total_cost`, `settle`
-(give back what `admit` reserved). The engine never changes a call's state. Nothing here opens a
-socket itself: the ledger's own writer thread does the ledger's writes, off the request path, and
+(give back what `admit` reserved). The engine never changes a call's state. On the request path
+nothing here opens a socket itself: the ledger's own writer thread does the ledger's writes, and
 with `[state] backend = "redis"` the breakers, limits and budgets it holds share their state through
-the Redis client they were given.
+the Redis client they were given. Building an engine with budgets reloads today's spend from the
+ledger (a file read, or one PostgreSQL query).
 """
 
 from __future__ import annotations
@@ -52,6 +53,7 @@ class Engine:
         from .accounting.budgets import BudgetBook
         from .accounting.ledger import CallableSink, JSONLSink, SQLiteSink
         from .accounting.sinks import open_sink
+        from .resilience.failover import Candidate, FailoverPlan
         from .resilience.health import BreakerRegistry
         from .resilience.limits import DeploymentLimits
         from .resilience.retry import BudgetRegistry
@@ -60,6 +62,7 @@ class Engine:
 
         install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
         self.config = config
+        self._candidate, self._failover_plan = Candidate, FailoverPlan  # used on every call
         sections = config.sections
         self.sections = sections
         self._base_policy = sections.resilience
@@ -186,10 +189,10 @@ class Engine:
 
     def _plan_inputs(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int]) -> Dict[str, Any]:
         """The failover plan's arguments that depend on the call and its target."""
-        from .resilience.failover import Candidate  # the resilience package loads with the first client
+        candidate = self._candidate
 
-        def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Candidate]:
-            return [Candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
+        def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Any]:
+            return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
 
         tier = self.config.tiers.get(target.tier) if target.tier else None
         sticky_value = None
@@ -234,12 +237,10 @@ class Engine:
     def plan_for(self, prepared: "PreparedCall", admission: Admission, input_tokens: Callable[[], int],
                  deadline: float, now: float) -> "FailoverPlan":
         """The failover plan of one call (the call owns it from here)."""
-        from .resilience.failover import FailoverPlan  # the resilience package loads with the first client
-
         target = admission.target
         for dep in [*target.deployments, *target.fallback]:
             self._deployments.setdefault(dep.id, dep)
-        return FailoverPlan(
+        plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,
             policies=self.policy,
@@ -251,6 +252,7 @@ class Engine:
             can_continue=self.can_continue,
             **self._plan_inputs(prepared, target, input_tokens),
         )
+        return plan
 
     def continue_style(self, dep: Deployment) -> Optional[str]:
         """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot."""

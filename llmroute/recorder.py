@@ -1,17 +1,19 @@
 """What a client writes down about its calls: one ledger record per attempt, budget spend, spans.
 
 `CallRecorder` observes a call through its events (`call_started`, `attempt_skipped`,
-`attempt_started`, `first_chunk`, `attempt_ended`, `call_ended`, or `cache_hit` for a call the
-response cache answered). It reads the run's state and never changes it: the run owns its route,
-attempts and costs, and hands over what it decided (the attempt's priced `Cost` is already on its
-record). The ledger sink does its file and network writes on its own thread, off the request path.
+`attempt_started`, `first_chunk`, `attempt_ended`, `call_ended`; `cache_outcome` when the response
+cache was in play, `cache_hit` for a call it answered). It reads the run's state and never changes
+it: the run owns its route, attempts and costs, and hands over what it decided (the attempt's priced
+`Cost` is already on its record). The ledger sink does its file and network writes on its own
+thread, off the request path.
 """
 
 from __future__ import annotations
 
 import time
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Optional
+from functools import lru_cache
+from typing import TYPE_CHECKING, Any, Optional, Tuple
 from urllib.parse import urlsplit
 
 if TYPE_CHECKING:
@@ -25,10 +27,20 @@ __all__ = ["CallRecorder", "LEDGER_STATUSES"]
 LEDGER_STATUSES = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cancelled", "abandoned": "abandoned"}
 
 
+@lru_cache(maxsize=256)
+def _server(url: str) -> Tuple[Optional[str], Optional[int]]:
+    """A request URL's host and port, for the spans (a deployment's URLs repeat: split once)."""
+    parts = urlsplit(url)
+    return parts.hostname, parts.port
+
+
 class CallRecorder:
     """The ledger sink, the budget book's spend and the telemetry spans, fed from calls' events."""
 
     def __init__(self, *, ledger: Any, budget_book: Any, telemetry: Any, breakers: Any) -> None:
+        from .accounting.ledger import LedgerRecord  # loaded with the first client: import llmroute stays light
+
+        self._record = LedgerRecord
         self.ledger = ledger
         self.budget_book = budget_book
         self.telemetry = telemetry
@@ -54,17 +66,22 @@ class CallRecorder:
             operation=getattr(prepared, "operation", "chat"),
         )
 
+    def cache_outcome(self, run: "CallRun", outcome: str, similarity: Optional[float]) -> None:
+        """The response cache was in play and missed (or was bypassed): the call's span says so."""
+        if hasattr(run.trace, "set_cache"):
+            run.trace.set_cache(outcome, similarity)
+
     def attempt_skipped(self, run: "CallRun", attempt: "Attempt", provider_kind: Optional[str]) -> None:
         run.trace.skip(deployment=attempt.deployment, reason=attempt.note or "skipped", provider_name=provider_kind,
                        breaker_state=self.breakers.breaker(attempt.deployment).state)
 
     def attempt_started(self, run: "CallRun", ctx: "AttemptContext", now: float, kind: str) -> Any:
         """Open the attempt's span (returned; the attempt keeps it)."""
-        url = urlsplit(ctx.request.url)
+        host, port = _server(ctx.request.url)
         return run.trace.start_attempt(
             now=now, attempt_number=ctx.record.number, provider_name=ctx.deployment.provider.kind,
-            deployment=ctx.deployment.id, request_model=ctx.deployment.model, server_address=url.hostname,
-            server_port=url.port, breaker_state=self.breakers.breaker(ctx.deployment.id).state, kind=kind,
+            deployment=ctx.deployment.id, request_model=ctx.deployment.model, server_address=host,
+            server_port=port, breaker_state=self.breakers.breaker(ctx.deployment.id).state, kind=kind,
         )
 
     def first_chunk(self, ctx: "AttemptContext", now: float) -> None:
@@ -73,11 +90,9 @@ class CallRecorder:
 
     def attempt_ended(self, run: "CallRun", ctx: "AttemptContext", error: Optional[BaseException], now: float) -> None:
         """The attempt's ledger record (priced: `ctx.record.cost`), its budget spend, its span's end."""
-        from .accounting.ledger import LedgerRecord  # imported on first call: import llmroute stays light
-
         rec = ctx.record
         usage = rec.usage if rec.billed else None
-        record = LedgerRecord.from_cost(
+        record = self._record.from_cost(
             rec.cost,
             ts=time.time(),
             request_id=run.prepared.request_id,
@@ -111,13 +126,11 @@ class CallRecorder:
     def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: str,
                   similarity: Optional[float], started_at: float, now: float) -> None:
         """A call answered from the response cache: one ledger row (cost 0, `cost_saved`) and one span."""
-        from .accounting.ledger import LedgerRecord  # imported on first call: import llmroute stays light
-
         latency_s = now - started_at
         priced = entry.cost is not None
         zero = Decimal(0) if priced else None
         if self.ledger is not None:
-            self.ledger.write(LedgerRecord(
+            self.ledger.write(self._record(
                 ts=time.time(), request_id=prepared.request_id, attempt=1, feature=prepared.feature,
                 metadata=dict(prepared.metadata), tier=route.tier, pool=route.pool, provider=entry.provider,
                 provider_kind=entry.provider_kind, deployment=entry.deployment, model=entry.model,

@@ -8,9 +8,10 @@ Counts for non-OpenAI models are estimates (their tokenizers differ); every call
 from __future__ import annotations
 
 import threading
+from collections import abc
 from typing import Any, Iterable, Mapping, Optional
 
-from .types import CompletionTokensDetails, PromptTokensDetails, Usage
+from .types import CompletionTokensDetails, Usage
 
 __all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
 
@@ -68,12 +69,18 @@ def count_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
 
 
 def _int(value: Any) -> Optional[int]:
+    if type(value) is int:  # what every platform sends: the common case first
+        return value
     if value is None or isinstance(value, bool):
         return None
     try:
         return int(value)
     except (TypeError, ValueError):
         return None
+
+
+def _mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, abc.Mapping)
 
 
 def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]] = None) -> Usage:
@@ -94,32 +101,34 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
 
     cached = None
     details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details")
-    if isinstance(details, Mapping):
+    if _mapping(details):
         cached = _int(details.get("cached_tokens"))
     if not cached:
         # Together puts it flat on `usage` for some models, sometimes beside a details object of 0.
         cached = _int(raw.get("cached_tokens")) or cached
     if cached is None and extra:
         perf = extra.get("perf_metrics")
-        if isinstance(perf, Mapping):
+        if perf is not None and _mapping(perf):
             cached = _int(perf.get("cached-prompt-tokens"))
         timings = extra.get("timings")
-        if cached is None and isinstance(timings, Mapping):
+        if cached is None and timings is not None and _mapping(timings):
             cached = _int(timings.get("cache_n"))
     reasoning = None
     cdetails = raw.get("completion_tokens_details") or raw.get("output_tokens_details")
-    if isinstance(cdetails, Mapping):
+    if _mapping(cdetails):
         reasoning = _int(cdetails.get("reasoning_tokens"))
     if reasoning is None:
         reasoning = _int(raw.get("reasoning_tokens"))  # SGLang top-level
     cached = min(max(cached or 0, 0), prompt) if prompt else max(cached or 0, 0)
-    return Usage(
-        prompt_tokens=prompt,
-        completion_tokens=completion,
-        total_tokens=total,
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=cached),
-        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning or 0),
-    )
+    # One validation of the nested values, as `Usage(..., prompt_tokens_details=PromptTokensDetails(...))`
+    # builds them (the same fields set), in one call instead of three.
+    return Usage.__pydantic_validator__.validate_python({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": total,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
+    })
 
 
 def estimate_usage(

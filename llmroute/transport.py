@@ -3,8 +3,11 @@
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
 connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
-side runs on httpx. The async side runs on aiohttp by default (`transport="aiohttp"`, or "auto"): it
-costs several times less CPU per request than httpx's async pool and holds up at high concurrency
+side runs on httpcore's connection pool, set up as `httpx.Client` sets it up (its limits, TLS context,
+default headers and cookie jar) and raising httpx's exceptions, without httpx's per-request models
+(about 0.6x the CPU of `httpx.Client.send` per request). The async side runs on aiohttp by default
+(`transport="aiohttp"`, or "auto"): it costs several times less CPU per request than httpx's async
+pool and holds up at high concurrency
 (benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. httpx and aiohttp are imported on
 the first request, so `import llmroute` does not pay for them.
 
@@ -19,7 +22,7 @@ import contextvars
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
 
 from . import errors as E
 from .bounded import BodyReader, ReadLimits
@@ -29,7 +32,8 @@ from .timeouts import Timeouts
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "AsyncTransport", "AiohttpResponse", "ConnectTimer",
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
+           "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
 
@@ -175,14 +179,6 @@ class _DeadlineBackend:
         self._inner.sleep(seconds)
 
 
-def _with_deadlines(client: httpx.Client) -> httpx.Client:
-    pool = getattr(getattr(client, "_transport", None), "_pool", None)
-    backend = getattr(pool, "_network_backend", None)
-    if backend is not None:
-        pool._network_backend = _DeadlineBackend(backend)  # type: ignore[union-attr]
-    return client
-
-
 def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
     """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
     A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
@@ -205,7 +201,7 @@ def _past(deadline: float) -> httpx.ReadTimeout:
     return httpx.ReadTimeout(f"the attempt's total timeout passed while reading ({time.monotonic() - deadline:.1f}s over)")
 
 
-def iter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
               deployment: str) -> Iterator[bytes]:
     """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
@@ -220,22 +216,31 @@ def iter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, 
         yield tail
 
 
-def read_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
               deployment: str) -> bytes:
     return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
 
 
-async def aiter_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
-    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`."""
+    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
+
+    On aiohttp, a wait for bytes is also bounded by the request's `sock_read` limit (`read_s`), which
+    fires at most `read_s` after the last bytes came: while more than that is left before the
+    deadline, the deadline cannot pass during the wait, and no timer is set for it."""
     import asyncio
 
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
     raw = response.aiter_raw().__aiter__()
+    read_s = getattr(response, "read_s", None)  # AiohttpResponse: its sock_read limit
     while True:
+        left = deadline - time.monotonic()
         try:
-            async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+            if read_s is not None and left > read_s:
                 data = await raw.__anext__()
+            else:
+                async with asyncio.timeout(max(0.0, left)):
+                    data = await raw.__anext__()
         except StopAsyncIteration:
             break
         except E.BuiltinTimeoutError:
@@ -248,7 +253,7 @@ async def aiter_body(response: httpx.Response, limits: ReadLimits, deadline: flo
         yield tail
 
 
-async def aread_body(response: httpx.Response, limits: ReadLimits, deadline: float, *, provider: str,
+async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> bytes:
     return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
                                                         deployment=deployment)])
@@ -340,14 +345,16 @@ def _aiohttp_session(max_connections: int) -> Any:
 
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
-    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`."""
+    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
 
-    __slots__ = ("_response", "status_code", "headers")
+    __slots__ = ("_response", "status_code", "headers", "read_s")
 
-    def __init__(self, response: Any) -> None:
+    def __init__(self, response: Any, read_s: Optional[float] = None) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
+        self.read_s = read_s
 
     async def aread(self) -> bytes:
         return await self._response.read()
@@ -384,46 +391,259 @@ def _stale_connection(exc: BaseException) -> bool:
     return False
 
 
+# Headers `httpx.Client` adds to every request unless the request names them (Host and Content-Length
+# are added per request, as httpx does).
+_CLIENT_HEADERS = (("accept", b"Accept", b"*/*"), ("connection", b"Connection", b"keep-alive"))
+
+# httpcore's exceptions -> httpx's of the same name, as `httpx.HTTPTransport` maps them.
+_HTTPCORE_ERRORS: Any = None
+
+
+def _httpcore_errors() -> Any:
+    global _HTTPCORE_ERRORS
+    if _HTTPCORE_ERRORS is None:
+        import httpcore
+
+        _HTTPCORE_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                            httpcore.ProxyError, httpcore.UnsupportedProtocol)
+    return _HTTPCORE_ERRORS
+
+
+def _as_httpx_error(exc: Exception) -> Exception:
+    """The httpx exception httpx.Client would raise for an httpcore one (the same name, `exc` its cause)."""
+    import httpx
+
+    for cls in type(exc).__mro__:
+        mapped = getattr(httpx, cls.__name__, None)
+        if isinstance(mapped, type) and issubclass(mapped, httpx.HTTPError):
+            error = mapped(str(exc))
+            error.__cause__ = exc
+            return error
+    return exc
+
+
+class _Target:
+    """A URL as httpx parses it once: httpcore's URL, the Host header, and the httpx URL (cookies)."""
+
+    __slots__ = ("url", "host", "httpx_url")
+
+    def __init__(self, url: str) -> None:
+        import httpcore
+        import httpx
+
+        parsed = httpx.URL(url)
+        self.httpx_url = parsed
+        self.url = httpcore.URL(scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port,
+                                target=parsed.raw_path)
+        self.host = parsed.netloc
+
+
+class SyncHeaders(Mapping[str, str]):
+    """A response's headers, read case-insensitively; several values of one name are joined with
+    ", " (as `httpx.Headers.get` joins them). `raw` holds them as received."""
+
+    __slots__ = ("raw", "_values")
+
+    def __init__(self, raw: List[Tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+        values: Dict[str, str] = {}
+        encoding = _header_encoding(raw)
+        for name, value in raw:
+            key, text = name.decode("ascii", "replace").lower(), value.decode(encoding)
+            values[key] = f"{values[key]}, {text}" if key in values else text
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"SyncHeaders({list(self._values)})"  # names only: a value may hold a secret
+
+
+def _header_encoding(raw: List[Tuple[bytes, bytes]]) -> str:
+    """httpx's choice: ASCII, else UTF-8, else ISO-8859-1 (which decodes any bytes)."""
+    for encoding in ("ascii", "utf-8"):
+        try:
+            for _, value in raw:
+                value.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        return encoding
+    return "iso-8859-1"
+
+
+class SyncResponse:
+    """A response from the sync pool with the few httpx.Response members the clients use:
+    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive), `read()` and
+    `close()`. Errors while reading are httpx's exceptions, as from an httpx.Response."""
+
+    __slots__ = ("_response", "status_code", "headers")
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status_code: int = response.status
+        self.headers = SyncHeaders(response.headers)
+
+    def iter_raw(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.stream
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
+
+    def read(self) -> bytes:
+        """The whole body, decoded when the server compressed it (as `httpx.Response.read()`)."""
+        content = b"".join(self.iter_raw())
+        encoding = self.headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("", "identity"):
+            return content
+        import httpx
+
+        return httpx.Response(self.status_code, headers=self.headers.raw, content=content).read()
+
+    def close(self) -> None:
+        """Give the connection back to the pool (closed instead if the body was not read to its end)."""
+        try:
+            self._response.close()
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
+
+
+class _SyncPool:
+    """One provider's httpcore pool as `httpx.Client(limits=..., trust_env=False)` builds it (the same
+    TLS context, limits and default headers), with reads cut to the attempt's deadline, and httpx's
+    cookie jar kept only once a response sets a cookie."""
+
+    def __init__(self, max_connections: int) -> None:
+        import httpcore
+        import httpx
+
+        limits = _limits(max_connections)
+        self.pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
+            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+        )
+        self.user_agent = f"python-httpx/{httpx.__version__}".encode()
+        self.targets: Dict[str, _Target] = {}
+        self.cookies: Any = None  # an httpx.Cookies, once a response set one
+
+    def target(self, url: str) -> _Target:
+        target = self.targets.get(url)
+        if target is None:
+            target = _Target(url)
+            if len(self.targets) < 256:  # URLs differ only by extra_query: a few, kept; more, parsed each time
+                self.targets[url] = target
+        return target
+
+    def build(self, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> Any:
+        """httpcore's request, with the headers and body httpx would send. A request that cannot be
+        built (a header value httpx could not encode, an unparsable URL) is an InvalidRequestError,
+        raised before anything is sent."""
+        import httpcore
+
+        try:
+            target = self.target(request.url)
+            headers = _headers(request)
+            given = {name.lower() for name in headers}
+            content = request.content
+            if content is None and request.json is not None:
+                content = _content(request)
+                if "content-type" not in given:
+                    headers = {**headers, "Content-Type": "application/json"}
+            raw: List[Tuple[bytes, bytes]] = [] if "host" in given else [(b"Host", target.host)]
+            for key, name, value in _CLIENT_HEADERS:
+                if key not in given:
+                    raw.append((name, value))
+            if "user-agent" not in given:
+                raw.append((b"User-Agent", self.user_agent))
+            for name, text in headers.items():
+                raw.append((name.encode("ascii"), text.encode("ascii")))
+            if content is not None and "content-length" not in given:
+                raw.append((b"Content-Length", str(len(content)).encode()))
+            if self.cookies:
+                raw.extend(self._cookie_header(request.method, target))
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError included
+            raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
+                from None
+        limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
+                  "pool": timeouts.connect_s}
+        extensions: Dict[str, Any] = {"timeout": _UntilDeadline(limits, time.monotonic() + timeouts.total_s)}
+        if timer is not None:
+            extensions["trace"] = timer
+        return httpcore.Request(request.method, target.url, headers=raw, content=content, extensions=extensions)
+
+    def _cookie_header(self, method: str, target: _Target) -> List[Tuple[bytes, bytes]]:
+        import httpx
+
+        probe = httpx.Request(method, target.httpx_url)
+        self.cookies.set_cookie_header(probe)
+        cookie = probe.headers.get("cookie")
+        return [(b"Cookie", cookie.encode("latin-1"))] if cookie else []
+
+    def keep_cookies(self, request: HttpRequest, response: Any) -> None:
+        """httpx.Client's jar: what a response's Set-Cookie says is sent back on later requests."""
+        if not any(name.lower() == b"set-cookie" for name, _ in response.headers):
+            return
+        import httpx
+
+        if self.cookies is None:
+            self.cookies = httpx.Cookies()
+        probe = httpx.Request(request.method, self.target(request.url).httpx_url)
+        self.cookies.extract_cookies(httpx.Response(response.status, headers=response.headers, request=probe))
+
+
 class SyncTransport:
-    """One `httpx.Client` per provider (base URLs and keys differ), created on first use."""
+    """One connection pool per provider (base URLs and keys differ), created on first use."""
 
     def __init__(self) -> None:
-        self._clients: Dict[str, "httpx.Client"] = {}
+        self._clients: Dict[str, _SyncPool] = {}
         self._lock = threading.Lock()
         self._closed = False
 
-    def _client(self, provider: str, max_connections: int) -> "httpx.Client":
+    def _client(self, provider: str, max_connections: int) -> _SyncPool:
         client = self._clients.get(provider)
         if client is None:
-            import httpx
-
             with self._lock:
                 if self._closed:
                     raise RuntimeError("the client is closed")
                 client = self._clients.get(provider)
                 if client is None:
-                    client = _with_deadlines(httpx.Client(limits=_limits(max_connections), trust_env=False,
-                                                          follow_redirects=False))
-                    self._clients[provider] = client
+                    client = self._clients[provider] = _SyncPool(max_connections)
         return client
 
     def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-             timer: Optional[ConnectTimer] = None) -> "httpx.Response":
+             timer: Optional[ConnectTimer] = None) -> SyncResponse:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
-        req = _build(client, request, timeouts, timer)
+        req = client.build(request, timeouts, timer)
         token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
         try:
-            return client.send(req, stream=True)
+            response = client.pool.handle_request(req)
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
         finally:
             _DEADLINE.reset(token)
+        client.keep_cookies(request, response)
+        return SyncResponse(response)
 
     def close(self) -> None:
         with self._lock:
             self._closed = True
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
-            client.close()
+            client.pool.close()
 
 
 class AsyncTransport:
@@ -476,7 +696,7 @@ class AsyncTransport:
                     request.method, request.url, headers=headers, data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
-            return AiohttpResponse(response)
+            return AiohttpResponse(response, timeouts.read_s)
         req = _build(client, request, timeouts, timer)
         async with asyncio.timeout(timeouts.total_s):
             return await client.send(req, stream=True)
@@ -491,11 +711,21 @@ class AsyncTransport:
                 await client.close()
 
 
+_AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}
+
+
 def _aiohttp_timeout(timeouts: Timeouts) -> Any:
     """aiohttp's timeouts for one attempt's limits. `connect` covers
     waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
-    `sock_read` bounds each wait for bytes; the total is checked between reads by the call."""
-    import aiohttp
+    `sock_read` bounds each wait for bytes; the total is checked between reads by the call.
+    Made once per pair of limits (a call's limits shrink with its deadline: a few hundred kept)."""
+    key = (timeouts.connect_s, timeouts.read_s)
+    timeout = _AIOHTTP_TIMEOUTS.get(key)
+    if timeout is None:
+        import aiohttp
 
-    return aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
-                                 sock_read=timeouts.read_s)
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                        sock_read=timeouts.read_s)
+        if len(_AIOHTTP_TIMEOUTS) < 256:
+            _AIOHTTP_TIMEOUTS[key] = timeout
+    return timeout

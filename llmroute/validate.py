@@ -185,7 +185,13 @@ def _bool(value: Any, field: str) -> bool:
     return value
 
 
+_CHECKED_MODELS: "set[str]" = set()  # names that passed check_model: a client uses a few, checked once each
+_MAX_CHECKED_MODELS = 4096
+
+
 def check_model(model: Any) -> str:
+    if type(model) is str and model in _CHECKED_MODELS:
+        return model
     if not isinstance(model, str) or not model:
         raise _bad("model", "is required: a tier name, 'auto', or 'provider:model-id'")
     if len(model) > MAX_MODEL_CHARS:
@@ -194,6 +200,8 @@ def check_model(model: Any) -> str:
         raise _bad("model", f"must not contain spaces or control characters: {model[:80]!r}")
     if "\\" in model or any(seg in (".", "..") for seg in re.split(r"[/:]", model)):
         raise _bad("model", f"must not contain backslashes or '.'/'..' path segments: {model[:80]!r}")
+    if type(model) is str and len(_CHECKED_MODELS) < _MAX_CHECKED_MODELS:
+        _CHECKED_MODELS.add(model)
     return model
 
 

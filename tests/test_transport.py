@@ -217,3 +217,38 @@ def test_requests_ask_for_an_uncompressed_body_and_send_the_encoded_json(transpo
     assert len(server.heads) == 1
     assert "\r\naccept-encoding: identity\r\n" in server.heads[0] + "\r\n"
     assert json.loads(server.bodies[0])["messages"] == MESSAGES
+
+
+class CookieServer(CapturingServer):
+    """As CapturingServer, setting a cookie on its first answer (a load balancer's sticky cookie)."""
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            while self._read_request(conn):
+                if len(self.heads) == 1:
+                    conn.sendall(RESPONSE.replace(b"\r\n\r\n", b"\r\nSet-Cookie: lb=node-7; Path=/\r\n\r\n", 1))
+                else:
+                    conn.sendall(RESPONSE)
+
+
+def test_sync_requests_carry_httpx_client_headers_and_its_cookie_jar():
+    """The sync pool sends what `httpx.Client` sent: Host, its default headers, and a cookie a
+    response set, on the requests after it."""
+    import httpx
+
+    server = CookieServer()
+    cfg = config(server.port)
+    cfg["tiers"]["small"]["deployments"] = [{"id": "s:m", "plain_via_stream": False}]
+    try:
+        with Client(config=cfg) as client:
+            for _ in range(2):
+                assert client.chat.completions.create(model="small", messages=MESSAGES).choices[0].message.content == "hi"
+    finally:
+        server.close()
+    first, second = server.heads
+    for head in (first, second):
+        assert f"\r\nhost: 127.0.0.1:{server.port}\r\n" in head
+        assert f"\r\nuser-agent: python-httpx/{httpx.__version__}\r\n" in head
+        assert "\r\nconnection: keep-alive\r\n" in head and "\r\ncontent-length: " in head
+    assert "cookie:" not in first
+    assert "\r\ncookie: lb=node-7" in second + "\r\n"

@@ -9,12 +9,13 @@ This module reads the prompts file when asked to and nothing else: no network, n
 
 from __future__ import annotations
 
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Mapping
 
 from ..errors import ConfigError
+from ..jsonl import read_jsonl
 from ..tokens import encoding as _encoding  # the one lazily loaded cl100k encoding of the package
 
 __all__ = ["Prompt", "load_prompts", "synthetic_prompts"]
@@ -48,35 +49,19 @@ class Prompt:
 
 
 def load_prompts(path: str | Path) -> list[Prompt]:
-    """Read a prompts JSONL file. Blank lines are skipped; an empty file is an error."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read prompts file: {exc.strerror or exc}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("prompts file is not UTF-8", path=str(path)) from None
-    prompts = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if line.strip():
-            prompts.append(_parse_line(line, path=str(path), number=number))
+    """Read a prompts JSONL file (`jsonl.read_jsonl`). Blank lines are skipped; an empty file is an error."""
+    prompts = [_parse_object(obj, path=str(path), number=number) for number, obj in read_jsonl(path)]
     if not prompts:
         raise ConfigError("prompts file holds no prompts", path=str(path))
     return prompts
 
 
-def _parse_line(line: str, *, path: str, number: int) -> Prompt:
+def _parse_object(obj: Mapping[str, Any], *, path: str, number: int) -> Prompt:
     where = f"line {number}"
 
     def fail(message: str, key: str = "") -> ConfigError:
         return ConfigError(message, path=path, key=f"{where}{'.' + key if key else ''}")
 
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise fail(f"not valid JSON ({exc.msg} at column {exc.colno})") from None
-    if not isinstance(obj, dict):
-        raise fail(f"expected a JSON object, got {type(obj).__name__}")
     unknown = sorted(set(obj) - _KEYS)
     if unknown:
         raise fail(f"unknown key(s) {', '.join(map(repr, unknown))}; allowed: prompt, messages, max_tokens")

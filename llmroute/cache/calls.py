@@ -79,14 +79,6 @@ class CacheCall:
             self.cache.count("hit")
 
     # -- a miss: the call goes on --------------------------------------------------------------------
-    def started(self, run: "CallRun") -> None:
-        """The call's attempts begin: the route and the span say what the cache did."""
-        run.route.cache = self.outcome
-        run.route.cache_similarity = self.similarity  # a semantic lookup's best, below the threshold
-        trace = run.trace
-        if trace is not None and hasattr(trace, "set_cache"):
-            trace.set_cache(self.outcome, self.similarity)
-
     def assembler(self) -> StreamAssembler:
         return RecordingAssembler(self) if self.outcome == "miss" else StreamAssembler()
 

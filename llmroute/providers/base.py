@@ -240,11 +240,13 @@ class OpenAICompatAdapter:
         out = dict(data)
         out["choices"] = choices
         out.setdefault("object", "chat.completion")
-        out.setdefault("created", int(time.time()))
+        if "created" not in out:
+            out["created"] = int(time.time())
         out["model"] = data.get("model") or self.deployment.model
         reported = isinstance(raw_usage, dict)
         out["usage"] = normalize_usage(raw_usage, extra=data) if reported else Usage()
-        return ChatCompletion.model_validate(out), reported
+        # The validator itself, as for chunks: `model_validate`'s Python wrapper adds nothing here.
+        return ChatCompletion.__pydantic_validator__.validate_python(out), reported
 
     def normalize_message(self, message: Dict[str, Any]) -> None:
         # Reasoning under any of its names becomes `reasoning_content` (docs/platforms.md §11.4).
@@ -553,7 +555,7 @@ class StreamAssembler:
             if slot["logprobs"] is not None:
                 logprobs = ChoiceLogprobs(content=slot["logprobs"], refusal=slot["refusal_logprobs"])
             choices.append({"index": index, "message": message, "finish_reason": slot["finish"], "logprobs": logprobs})
-        return ChatCompletion.model_validate(
+        return ChatCompletion.__pydantic_validator__.validate_python(
             {
                 "id": self.id,
                 "object": "chat.completion",

@@ -15,13 +15,12 @@ loads or validates the full config: calibration only reads and writes `[routing]
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import re
 import sqlite3
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,11 +31,12 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from ..errors import ConfigError
 from ..cli_paths import check_input, check_output
+from ..jsonl import conversation_of, read_jsonl
 from .classifier import classify
 from .configured import scorer_from_config
 from .fitted import load_model
 
-__all__ = ["threshold_for_share", "read_jsonl", "conversation_of", "load_prompts", "load_scores", "write_threshold", "main"]
+__all__ = ["threshold_for_share", "load_prompts", "load_scores", "write_threshold", "main"]
 
 _SQLITE_MAGIC = b"SQLite format 3\x00"
 
@@ -76,40 +76,6 @@ def _is_sqlite(path: Path) -> bool:
             return f.read(16) == _SQLITE_MAGIC
     except OSError as exc:
         raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
-
-
-def read_jsonl(path: str | Path) -> list[tuple[int, Mapping[str, Any]]]:
-    """(line number, object) for each non-blank line of a JSONL file of prompts or outcomes.
-
-    Raises ConfigError naming the file and line on a line that is not a JSON object."""
-    path = Path(path)
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        raise ConfigError(f"cannot read prompts file: {exc.strerror}", path=str(path)) from None
-    except UnicodeDecodeError:
-        raise ConfigError("prompts file is not UTF-8 text (JSONL or an SQLite ledger expected)", path=str(path)) from None
-    rows: list[tuple[int, Mapping[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ConfigError(f"line {number}: not JSON ({exc.msg})", path=str(path)) from None
-        if not isinstance(row, Mapping):
-            raise ConfigError(f"line {number}: expected an object with \"prompt\" or \"messages\"", path=str(path))
-        rows.append((number, row))
-    return rows
-
-
-def conversation_of(row: Mapping[str, Any], number: int, path: str | Path) -> list[dict[str, Any]]:
-    """The conversation of one JSONL row: {"prompt": str} or {"messages": [...]}; ConfigError otherwise."""
-    if isinstance(row.get("prompt"), str):
-        return [{"role": "user", "content": row["prompt"]}]
-    if isinstance(row.get("messages"), list) and all(isinstance(m, Mapping) for m in row["messages"]):
-        return [dict(m) for m in row["messages"]]
-    raise ConfigError(f"line {number}: needs \"prompt\" (a string) or \"messages\" (a list of objects)", path=str(path))
 
 
 def load_prompts(path: str | Path) -> list[list[dict[str, Any]]]:

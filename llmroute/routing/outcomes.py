@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import ConfigError
-from .calibrate import conversation_of, read_jsonl
+from ..jsonl import conversation_of, read_jsonl
 
 __all__ = ["Outcome", "load_outcomes", "outcomes_from_ledger", "gain_label"]
 
