@@ -27,6 +27,7 @@ from .engine import Engine
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
 from .lifecycle import ClientLife, warn_unclosed
+from .offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
 from .types import ChatCompletion, ChatCompletionChunk, Route
@@ -676,6 +677,14 @@ class AsyncStream(_Ends):
         await self.aclose()
 
 
+def _offload_for(engine: Engine, cache: Any) -> Offload:
+    """The worker threads an `AsyncClient` runs its blocking steps on (inline when none blocks)."""
+    offload = Offload(inline=not (engine_blocks(engine) or cache_blocks(cache)))
+    if not offload.inline and engine.fleet is not None:
+        engine.fleet.breakers.later = offload.submit  # breaker publishes and probe give-backs
+    return offload
+
+
 class _AsyncChat:
     def __init__(self, client: "AsyncClient") -> None:
         self.completions = AsyncCompletions(client)
@@ -696,6 +705,7 @@ class AsyncClient(_ClientSurface):
         self._transport = AsyncTransport(transport)
         self._transport_name = transport
         self.cache = open_cache(self.config)
+        self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
         from .embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
@@ -782,7 +792,7 @@ class AsyncClient(_ClientSurface):
 
     async def _walk(self, run: CallRun) -> _Opened:
         while True:
-            step = run.next_step(_now())
+            step = await self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 await _asleep(step.seconds)
                 continue
@@ -819,7 +829,7 @@ class AsyncClient(_ClientSurface):
             done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if not done:
                 checked = True
-                second = _hedge_due(run, hedge)
+                second = await self._offload.run(_hedge_due, run, hedge, undo=mark_unsent)
                 if second is not None:
                     running[asyncio.ensure_future(self._open(second))] = second
                 continue
@@ -840,13 +850,17 @@ class AsyncClient(_ClientSurface):
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
+            self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
-        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        offload = None if self._offload.inline else self._offload
+        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport, offload)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
-        run = CallRun(self._engine, prepared, _now(), wall=time.time)
+        # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread.
+        run = await self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
+                                      undo=end_cancelled)
         try:
             op = await self._attempts(run)
             if prepared.stream:
@@ -883,6 +897,15 @@ class AsyncClient(_ClientSurface):
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()
         await self._transport.aclose()
+        if self._offload.inline:
+            self._close_services()
+        else:  # waits for the stores and publishes still queued, then flushes to Redis: off the loop
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self._close_services)
+
+    def _close_services(self) -> None:
+        self._offload.close()
         self._engine.close()
         self.cache.close()
 
@@ -893,6 +916,7 @@ class AsyncClient(_ClientSurface):
         life.closed = True
         try:
             warn_unclosed(self)
+            self._offload.close(wait=False)
             self._engine.close()
             for client in list(self._transport._clients.values()):
                 _aclose_later(client, life.loop)

@@ -14,6 +14,7 @@ thin shells that move bytes; the rest is sans-I/O.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from . import errors as E
 from .accounting.cost_value import Cost
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .call import CallRun, Wait
+from .offload import end_after, end_cancelled, mark_unsent
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from .targets import Target
 from .types import Route, Usage, _OpenAIModel
@@ -339,14 +341,26 @@ class AsyncEmbeddings:
         self._client = client
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
+        client = self._client
+        prepared = prepare_embedding(client.config, kwargs)
+        offload = client._offload  # admission and the plan's steps: in worker threads with shared state
+        run = await offload.run(functools.partial(EmbeddingRun, client._engine, prepared, _now(), wall=time.time),
+                                undo=end_cancelled)
+        try:
+            return await self._attempts(run, prepared)
+        except E.LLMRouteError:
+            raise
+        except BaseException as exc:  # cancelled: what the call holds is given back
+            end_after(run, exc)
+            raise
+
+    async def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
         import asyncio  # not at import llmroute: the sync client never needs it
 
         client = self._client
-        prepared = prepare_embedding(client.config, kwargs)
-        run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
         raised = network_errors()
         while True:
-            step = run.next_step(_now())
+            step = await client._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 await asyncio.sleep(step.seconds)
                 continue

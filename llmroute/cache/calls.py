@@ -11,10 +11,11 @@ chunks through `RecordingAssembler`, which the stream's state uses in place of t
 
 from __future__ import annotations
 
+import functools
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, AsyncIterator, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Union
 
 from ..providers.base import StreamAssembler
 from ..targets import resolve_target
@@ -46,6 +47,7 @@ class CacheCall:
     embedding: Optional[List[float]] = None
     chunks: Optional[List[ChatCompletionChunk]] = None
     started_at: float = field(default_factory=time.monotonic)
+    store_later: Optional[Callable[..., None]] = None  # AsyncClient's `Offload.submit`: stores off its loop
 
     @property
     def needs_embedding(self) -> bool:
@@ -65,6 +67,15 @@ class CacheCall:
             self.entry, self.outcome = entry, "semantic-hit"
             self.cache.count("miss", -1)
             self.cache.count("semantic-hit")
+
+    def look_again(self) -> None:
+        """An exact miss while this client's store of the same key was queued: look once more."""
+        assert self.parts is not None
+        entry = self.cache.get(self.namespace, self.parts.exact)
+        if entry is not None:
+            self.entry, self.outcome = entry, "hit"
+            self.cache.count("miss", -1)
+            self.cache.count("hit")
 
     # -- a miss: the call goes on --------------------------------------------------------------------
     def assembler(self) -> StreamAssembler:
@@ -95,7 +106,12 @@ class CacheCall:
             created_at=now, expires_at=now + self.decision.ttl_s, query=self.parts.query,
         )
         group = self.parts.group if self.decision.semantic else None
-        self.cache.put(self.namespace, self.parts.exact, entry, group=group, embedding=self.embedding)
+        put = functools.partial(self.cache.put, self.namespace, self.parts.exact, entry, group=group,
+                                embedding=self.embedding)
+        if self.store_later is not None:
+            self.store_later(put, key=(self.namespace, self.parts.exact))
+        else:
+            put()
 
     # -- a hit: answered from the entry --------------------------------------------------------------
     def replay(self, engine: "Engine", prepared: "PreparedCall", *,
@@ -160,11 +176,24 @@ def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepar
 
 
 async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
-                  transport: Any = None) -> Optional[CacheCall]:
-    """`lookup()` for `AsyncClient`: the embedding is awaited."""
-    cached = begin(cache, engine, prepared, call)
+                  transport: Any = None, offload: Any = None) -> Optional[CacheCall]:
+    """`lookup()` for `AsyncClient`: the embedding is awaited; with `offload` (an `offload.Offload`)
+    the backend's lookups run in its worker threads and the store after a miss is handed to it."""
+    if offload is None:
+        cached = begin(cache, engine, prepared, call)
+    else:
+        cached = await offload.run(begin, cache, engine, prepared, call)
+        if cached is not None and cached.outcome == "miss" and cached.parts is not None \
+                and await offload.wait_queued((cached.namespace, cached.parts.exact)):
+            await offload.run(cached.look_again)  # this client's store of that key was still queued
     if cached is not None and cached.needs_embedding:
-        cached.semantic_lookup(await cached.cache.embedder.aembed(cached.parts.query, transport))  # type: ignore
+        embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
+        if offload is None:
+            cached.semantic_lookup(embedding)
+        else:
+            await offload.run(cached.semantic_lookup, embedding)
+    if cached is not None and offload is not None:
+        cached.store_later = offload.submit
     prepared.cache = cached
     return cached
 
@@ -212,6 +241,10 @@ class CachedStream:
     async def aresponse(self) -> ChatCompletion:
         return self._final
 
+    def get_final_completion(self) -> ChatCompletion:
+        """As `Stream.get_final_completion`: the whole answer (a hit has it already)."""
+        return self._final
+
     @property
     def route(self) -> Optional[Route]:
         return self._final.route
@@ -240,3 +273,7 @@ class AsyncCachedStream(CachedStream):
 
     async def close(self) -> None:  # type: ignore[override]
         pass
+
+    async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]
+        """As `AsyncStream.get_final_completion` (awaited)."""
+        return self._final

@@ -155,6 +155,9 @@ class SharedBreakers:
         self._thread: Optional[threading.Thread] = None
         self.fleet: dict[str, dict[str, Any]] = {}  # last read: deployment -> shared record
         self.adopted = 0  # open deadlines taken from another process
+        # Runs a publish's or a probe slot's give-back round trip later, off the caller's thread
+        # (`AsyncClient` sets its `Offload.submit`: in order, on one worker thread); None: at once.
+        self.later: Optional[Callable[..., None]] = None
 
     def key(self, deployment_id: str) -> str:
         return self.state.key("breakers", deployment_id)
@@ -186,6 +189,12 @@ class SharedBreakers:
         args = [transition.to_state, until, transition.reason[:300], "1" if transition.disabled else "0",
                 repr(now_wall), self._owner, RECORD_TTL_S]
         key = self.key(transition.deployment_id)
+        if self.later is not None:
+            self.later(self._send_publish, key, args)
+        else:
+            self._send_publish(key, args)
+
+    def _send_publish(self, key: str, args: list[Any]) -> None:
         try:
             script = self.state.script("breaker_publish", PUBLISH_LUA)
             self.state.run(lambda client: script(keys=[key], args=args, client=client))
@@ -206,6 +215,12 @@ class SharedBreakers:
         return slot if int(reply[0]) == 1 else False
 
     def give_probe(self, deployment_id: str, slot: str) -> None:
+        if self.later is not None:
+            self.later(self._send_give_probe, deployment_id, slot)
+        else:
+            self._send_give_probe(deployment_id, slot)
+
+    def _send_give_probe(self, deployment_id: str, slot: str) -> None:
         key = self.state.key("breakers", deployment_id + ":probes")
         try:
             self.state.run(lambda client: client.zrem(key, slot))
