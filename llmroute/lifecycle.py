@@ -4,8 +4,8 @@
 
 - after `close()`: `ClientClosedError`;
 - in a child process after `fork()`: `check()` returns True once, and the client rebuilds its
-  connection pools there (the parent's sockets are never written from the child). The ledger's
-  writer thread is rebuilt in the child by the ledger itself (`accounting.ledger`, at fork);
+  connection pools there (the parent's sockets are never written from the child). The locks of its
+  services and the ledger's writer thread are renewed at the fork itself (`forksafe`, docs/fork.md);
 - an `AsyncClient` is bound to the event loop of its first call (its pools belong to it); a call
   from another loop is an `EventLoopError`.
 

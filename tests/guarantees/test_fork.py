@@ -304,3 +304,28 @@ def test_multiprocessing_fork_workers_call_while_the_parent_is_busy(fault_server
     for i in range(3):
         assert sorted(f for f in features if f.startswith(f"worker{i}")) == [f"worker{i}", f"worker{i}-stream"]
     assert features.count("busy") >= 1
+
+
+def test_registering_locks_keeps_no_owner_alive_and_names_only_locks() -> None:
+    import gc
+    import weakref
+
+    from llmroute import forksafe
+
+    class Owner:
+        def __init__(self) -> None:
+            self._lock = threading.Lock()
+            self.count = 0
+
+    owners = [Owner() for _ in range(100)]
+    for owner in owners:
+        forksafe.renew_at_fork(owner, "_lock")
+    keys = [id(owner) for owner in owners]
+    assert all(key in forksafe._owners for key in keys)
+    refs = [weakref.ref(owner) for owner in owners]
+    del owners, owner
+    gc.collect()
+    assert all(ref() is None for ref in refs)  # the registry held none of them
+    assert not any(key in forksafe._owners for key in keys)  # and forgot them
+    with pytest.raises(TypeError, match="Owner.count is a int"):
+        forksafe.renew_at_fork(Owner(), "count")
