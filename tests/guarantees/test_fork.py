@@ -9,6 +9,7 @@ running in the parent."""
 
 from __future__ import annotations
 
+import asyncio
 import faulthandler
 import itertools
 import multiprocessing
@@ -329,3 +330,32 @@ def test_registering_locks_keeps_no_owner_alive_and_names_only_locks() -> None:
     assert not any(key in forksafe._owners for key in keys)  # and forgot them
     with pytest.raises(TypeError, match="Owner.count is a int"):
         forksafe.renew_at_fork(Owner(), "count")
+
+
+def test_async_client_used_by_the_parent_serves_a_forked_child(fault_server: Any, tmp_path: Path) -> None:
+    """The child runs its own event loop: the client binds to it (the parent's loop does not run there)."""
+    path = tmp_path / "ledger.db"
+    client = L.AsyncClient(config=_config(fault_server, path))
+
+    async def calls(feature: str) -> None:
+        out = await client.chat.completions.create(model=TIER, messages=_messages(), feature=feature)
+        assert out.choices[0].message.content
+        chunks = await client.chat.completions.create(model=TIER, messages=_messages(), feature=feature + "-stream",
+                                                      stream=True)
+        assert [c async for c in chunks]
+
+    async def parent() -> None:
+        await calls("parent")
+
+    async def child_calls() -> None:
+        await calls("child")
+        await client.close()
+
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(parent())
+        _run_in_child(lambda: asyncio.run(child_calls()), tmp_path / "child.txt")
+        loop.run_until_complete(client.close())
+    finally:
+        loop.close()
+    assert sorted(r.feature for r in read_records(path)) == ["child", "child-stream", "parent", "parent-stream"]
