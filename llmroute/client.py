@@ -26,6 +26,7 @@ from .config import Config, load_config
 from .engine import Engine
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .exits import end_call, exit_status
+from .forksafe import renew_at_fork
 from .lifecycle import ClientLife, warn_unclosed
 from .offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
@@ -327,6 +328,7 @@ class Client(_ClientSurface):
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
+        renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
         from .embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light

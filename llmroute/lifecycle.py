@@ -4,10 +4,10 @@
 
 - after `close()`: `ClientClosedError`;
 - in a child process after `fork()`: `check()` returns True once, and the client rebuilds its
-  connection pools there (the parent's sockets are never written from the child). The ledger's
-  writer thread is rebuilt in the child by the ledger itself (`accounting.ledger`, at fork);
+  connection pools there (the parent's sockets are never written from the child). The locks of its
+  services and the ledger's writer thread are renewed at the fork itself (`forksafe`, docs/fork.md);
 - an `AsyncClient` is bound to the event loop of its first call (its pools belong to it); a call
-  from another loop is an `EventLoopError`.
+  from another loop is an `EventLoopError` (a forked child binds to the loop of its own first call).
 
 A client dropped without `close()` is closed when it is garbage-collected, with a `ResourceWarning`
 as the standard library's files and sockets do (`warn_unclosed`).
@@ -37,6 +37,9 @@ class ClientLife:
         """Raise if the client may not make a call now; True if this is a forked child's first call."""
         if self.closed:
             raise E.ClientClosedError(f"this {self.name} is closed: create a new one to make more calls")
+        forked = os.getpid() != self.pid
+        if forked:  # the parent's event loop does not run here: bind to the child's
+            self.pid, self.loop = os.getpid(), None
         if loop is not None:
             if self.loop is None:
                 self.loop = loop
@@ -45,10 +48,7 @@ class ClientLife:
                     f"this {self.name} is bound to the event loop of its first call (its connection pools "
                     f"live there); create one {self.name} per event loop"
                 )
-        if os.getpid() != self.pid:
-            self.pid = os.getpid()
-            return True
-        return False
+        return forked
 
 
 def warn_unclosed(client: Any) -> None:

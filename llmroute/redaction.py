@@ -9,11 +9,14 @@ import re
 import threading
 from urllib.parse import quote, quote_plus
 
+from .forksafe import renew_module_locks
+
 __all__ = ["MASK", "register_secret", "scrub", "is_secret_header"]
 
 MASK = "***"
 
 _lock = threading.Lock()
+renew_module_locks(__name__, "_lock")
 _known: set[str] = set()
 _pattern: re.Pattern[str] | None = None
 

@@ -15,6 +15,7 @@ import threading
 from typing import Any, Mapping
 
 from .errors import ConfigError
+from .forksafe import renew_module_locks
 from .redaction import MASK, is_secret_header, register_secret, scrub
 
 __all__ = [
@@ -136,6 +137,7 @@ SCRUBBED_LOGGERS = (
 )
 _filter = ScrubFilter()
 _install_lock = threading.Lock()
+renew_module_locks(__name__, "_install_lock")
 _installed = False
 
 

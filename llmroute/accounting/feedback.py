@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import math
 import sqlite3
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
@@ -30,6 +31,7 @@ from pathlib import Path
 from typing import Any, Optional
 
 from ..errors import ConfigError, InvalidRequestError
+from ..forksafe import hold_at_fork
 
 __all__ = ["FeedbackRecord", "make_feedback", "write_feedback", "FEEDBACK_SQL"]
 
@@ -41,6 +43,7 @@ FEEDBACK_SQL = (
 )
 _COLUMNS = ("ts", "request_id", "score", "label", "comment", "tier", "source", "messages")
 _lock = threading.Lock()
+hold_at_fork(sys.modules[__name__], "_lock")  # no thread of ours is inside SQLite at a fork
 
 
 @dataclass(frozen=True)

@@ -84,6 +84,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..errors import ConfigError
+from ..forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
 from ..secrets import scrub
 
 from .cost_value import Cost
@@ -285,6 +286,7 @@ class LedgerSink(Protocol):
 # program dropped is not kept alive by this registry.
 _open_sinks: "weakref.WeakSet[_BatchingSink]" = weakref.WeakSet()
 _atexit_lock = threading.Lock()
+renew_module_locks(__name__, "_atexit_lock")
 _atexit_registered = False
 
 
@@ -294,19 +296,6 @@ def _close_open_sinks() -> None:
             sink.close()
         except Exception:  # noqa: BLE001 - exit must go on
             log.exception("ledger: flush at exit failed for %r", sink)
-
-
-# What forked children inherited from their parent's sinks: held, never closed in the child.
-_inherited_io: list[Any] = []
-
-
-def _sinks_after_fork_in_child() -> None:
-    for sink in list(_open_sinks):
-        sink._after_fork_in_child()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_sinks_after_fork_in_child)
 
 
 def _register_for_exit(sink: "_BatchingSink") -> None:
@@ -340,6 +329,8 @@ class _BatchingSink:
         self._overflow_logged = False
         self._lost_reported = 0
         self._in_flight = 0  # records taken from the spool by a write that has not finished
+        renew_at_fork(self, "_lock", "_wake")
+        hold_at_fork(self, "_io_lock")  # no batch is being written (into SQLite) at a fork
 
     # --- interface -------------------------------------------------------------------------
     def health(self) -> LedgerHealth:
@@ -451,18 +442,15 @@ class _BatchingSink:
             self.flush()
 
     def _after_fork_in_child(self) -> None:
-        """A forked child: the parent's writer thread does not exist here, its locks may have been held
-        at the fork, and the records it buffered are the parent's to write. Start afresh (the next
-        write starts this process's own thread); the parent's open file or connection is left alone."""
-        self._lock = threading.Lock()
-        self._io_lock = threading.Lock()
-        self._wake = threading.Event()
+        """A forked child (its locks are new: `forksafe`): the parent's writer thread does not exist
+        here and the records it buffered are the parent's to write. Start afresh (the next write
+        starts this process's own thread); the parent's open file or connection is left alone."""
         self._buffer = []
         self._in_flight = 0
         self._thread = None
         for name in ("_conn", "_file"):
             if getattr(self, name, None) is not None:
-                _inherited_io.append(getattr(self, name))
+                leave_inherited(getattr(self, name))
                 setattr(self, name, None)
 
     def _write_batch(self, batch: list[LedgerRecord]) -> None:  # pragma: no cover - abstract
@@ -591,6 +579,7 @@ class MemorySink:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.records: list[LedgerRecord] = []
+        renew_at_fork(self, "_lock")
 
     def write(self, record: LedgerRecord) -> None:
         with self._lock:

@@ -26,6 +26,8 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
+from ..forksafe import hold_at_fork, leave_inherited
+
 __all__ = ["JobStore"]
 
 _SCHEMA = """
@@ -70,6 +72,11 @@ class JobStore:
         self.path = Path(path)
         self._lock = threading.RLock()
         self._conn: Optional[sqlite3.Connection] = None
+        hold_at_fork(self, "_lock")  # no thread of ours is inside SQLite at a fork
+
+    def _after_fork_in_child(self) -> None:
+        leave_inherited(self._conn)  # the child opens its own connection
+        self._conn = None
 
     def __repr__(self) -> str:
         return f"JobStore({str(self.path)!r})"

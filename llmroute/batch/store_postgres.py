@@ -16,6 +16,7 @@ import zlib
 from typing import Any, Dict, Iterable, List
 
 from ..accounting.ledger_postgres import _redact, connect
+from ..forksafe import renew_at_fork
 from .store import _SCHEMA, JobStore, _row
 
 __all__ = ["PostgresJobStore", "PG_SCHEMA"]
@@ -42,6 +43,7 @@ class PostgresJobStore(JobStore):
         self.connect_timeout_s = connect_timeout_s
         self._lock = threading.RLock()
         self._conn: Any = None
+        renew_at_fork(self, "_lock")  # JobStore._after_fork_in_child: the child connects anew
 
     def __repr__(self) -> str:
         return f"PostgresJobStore({_redact(self.url)!r})"

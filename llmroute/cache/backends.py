@@ -23,6 +23,8 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
+from ..forksafe import hold_at_fork, leave_inherited, renew_at_fork
+
 if TYPE_CHECKING:
     import sqlite3
 
@@ -49,6 +51,7 @@ class MemoryBackend:
 
         self.max_entries = max_entries
         self._lock = threading.Lock()
+        renew_at_fork(self, "_lock")
         # value: (bytes, expires_at); the cache's size is the sum of the values' byte lengths
         self._lru: Any = LRUCache(maxsize=max_bytes, getsizeof=lambda v: len(v[0]) or 1)
         self._groups: Dict[Tuple[str, str], Dict[str, bytes]] = {}  # key -> index record
@@ -142,6 +145,11 @@ class SQLiteBackend:
         self._conn: "Optional[sqlite3.Connection]" = None
         self._lock = threading.Lock()
         self._writes = 0
+        hold_at_fork(self, "_lock")  # no thread of ours is inside SQLite at a fork
+
+    def _after_fork_in_child(self) -> None:
+        leave_inherited(self._conn)  # the child opens its own connection
+        self._conn = None
 
     def __repr__(self) -> str:
         return f"SQLiteBackend({str(self.path)!r})"

@@ -16,6 +16,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
+from ..forksafe import renew_at_fork
 from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
 from .entry import Entry, decode, encode
 from .key import namespace_for, numbers_of
@@ -55,6 +56,7 @@ class ResponseCache:
         self._backend = backend
         self._lock = threading.Lock()
         self._counts: Counter = Counter()
+        renew_at_fork(self, "_lock")
         self._skip_until = 0.0
         self._warned: Dict[str, float] = {}
 

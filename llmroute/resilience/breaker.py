@@ -36,6 +36,7 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
+from ..forksafe import renew_at_fork
 from ..percentile import percentile  # one definition for health, hedging, reports and bench
 from .. import errors as E
 from .outcome import describe_error, retry_after_of
@@ -135,6 +136,12 @@ class CircuitBreaker:
         self._last_error_at: Optional[float] = None
         self._ttft: deque[float] = deque(maxlen=SAMPLES_KEPT)
         self._latency: deque[float] = deque(maxlen=SAMPLES_KEPT)
+        renew_at_fork(self, "_lock")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child keeps the breaker's state and samples; the probes the parent's threads were
+        making are theirs (they end in the parent), so the child may probe at once."""
+        self._probes.clear()
 
     # ------------------------------------------------------------------ admission
 

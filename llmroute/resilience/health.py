@@ -19,6 +19,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Callable, Iterable, Mapping, Optional, Union
 
+from ..forksafe import renew_at_fork
 from .breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
 from .outcome import classify_failure
 from .policy import ResiliencePolicy
@@ -47,6 +48,7 @@ class BreakerRegistry:
         self._breaker_factory = breaker_factory  # e.g. state.breakers.SharedCircuitBreaker
         self._lock = threading.Lock()
         self._breakers: dict[str, CircuitBreaker] = {}
+        renew_at_fork(self, "_lock")
 
     def policy(self, deployment_id: str) -> ResiliencePolicy:
         return self._policy_of(deployment_id)

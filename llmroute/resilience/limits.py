@@ -16,6 +16,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
+from ..forksafe import renew_at_fork
 from .policy import ResiliencePolicy
 
 __all__ = ["TokenBucket", "Bulkhead", "Lease", "Admission", "DeploymentLimits", "fits"]
@@ -88,6 +89,7 @@ class Lease:
     pool: str
     deployment_id: str
     released: bool = field(default=False)
+    generation: int = 0  # the `DeploymentLimits` generation it was granted in (a fork starts a new one)
 
 
 @dataclass(frozen=True)
@@ -113,6 +115,17 @@ class DeploymentLimits:
         self._policy_for = policy_for
         self._lock = threading.Lock()
         self._limits: dict[tuple[str, str], _PoolLimits] = {}
+        self._generation = 0
+        renew_at_fork(self, "_lock")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child keeps the rate buckets as they stood; the concurrency slots held by the
+        parent's calls are the parent's (they end there), so the child starts with none in flight and
+        ignores the release of a lease granted before the fork."""
+        self._generation += 1
+        for limits in self._limits.values():
+            if limits.bulkhead is not None:
+                limits.bulkhead.in_flight = 0
 
     def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
         """The policy this pool's traffic to the deployment runs under (its queue timeout, too)."""
@@ -152,7 +165,7 @@ class DeploymentLimits:
                 limits.tokens.take(now, tokens)
             if limits.bulkhead is not None:
                 limits.bulkhead.try_acquire()
-            return Admission(True, lease=Lease(pool, deployment_id))
+            return Admission(True, lease=Lease(pool, deployment_id, generation=self._generation))
 
     def release(self, lease: Optional[Lease]) -> None:
         if lease is None or lease.released:
@@ -160,7 +173,7 @@ class DeploymentLimits:
         with self._lock:
             lease.released = True
             limits = self._limits.get((lease.pool, lease.deployment_id))
-            if limits is not None and limits.bulkhead is not None:
+            if limits is not None and limits.bulkhead is not None and lease.generation == self._generation:
                 limits.bulkhead.release()
 
     def in_flight(self, deployment_id: str, *, pool: str = "interactive") -> int:

@@ -28,6 +28,7 @@ from typing import Callable, Optional
 import tenacity
 
 from .. import errors as E
+from ..forksafe import renew_at_fork
 from .outcome import is_retryable_here, retry_after_of
 from .policy import ResiliencePolicy
 
@@ -138,6 +139,7 @@ class RatioBudget:
         self._lock = threading.Lock()
         self._requests: deque[float] = deque()
         self._spends: deque[float] = deque()
+        renew_at_fork(self, "_lock")
 
     def note_request(self, now: float) -> None:
         with self._lock:
@@ -182,6 +184,7 @@ class BudgetRegistry:
         self._lock = threading.Lock()
         self._retry: dict[str, RatioBudget] = {}
         self._hedge: dict[str, RatioBudget] = {}
+        renew_at_fork(self, "_lock")
 
     def retry(self, deployment_id: str) -> RatioBudget:
         with self._lock:

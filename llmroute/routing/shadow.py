@@ -44,6 +44,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..accounting.ledger import SHADOW_METADATA_KEY
+from ..forksafe import renew_at_fork
 
 __all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
            "judge_request", "ShadowRunner", "AsyncShadowRunner"]
@@ -139,6 +140,11 @@ class _Runner:
         self._slots = threading.BoundedSemaphore(config.max_in_flight)
         self.submitted = 0
         self.dropped = 0
+        renew_at_fork(self)
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: the shadow jobs in flight are the parent's; the child has all its slots."""
+        self._slots = threading.BoundedSemaphore(self.config.max_in_flight)
 
     def _admit(self, response: Any) -> bool:
         """Whether a finished call (its response, or a stream's assembled response) is shadowed now;
@@ -170,6 +176,11 @@ class ShadowRunner(_Runner):
                  rng: random.Random | None = None) -> None:
         super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
         self._pool = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="llmroute-shadow")
+
+    def _after_fork_in_child(self) -> None:
+        """Also a pool of its own: the parent's worker threads do not exist in the child."""
+        super()._after_fork_in_child()
+        self._pool = ThreadPoolExecutor(max_workers=self.config.max_in_flight, thread_name_prefix="llmroute-shadow")
 
     def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
         """Consider a finished call (its original keyword arguments and its response, or a stream's
@@ -207,6 +218,11 @@ class AsyncShadowRunner(_Runner):
         super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
         self._tasks: set[asyncio.Task[None]] = set()  # strong references until each task ends
         self._closed = False
+
+    def _after_fork_in_child(self) -> None:
+        """Also: the parent's tasks belong to the parent's event loop."""
+        super()._after_fork_in_child()
+        self._tasks = set()
 
     def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
         """Consider a finished call for shadowing (called on the event loop's thread)."""

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional
 
+from ..forksafe import renew_at_fork
 from ..resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
 from ..resilience.policy import ResiliencePolicy
 from .limits import ADMIT_LUA
@@ -78,6 +79,12 @@ class SharedCircuitBreaker(CircuitBreaker):
         self.unpublished: list[tuple[str, float]] = []  # ("ttft" | "latency", seconds)
         self.fleet_ttft: Optional[list[float]] = None
         self.fleet_latency: Optional[list[float]] = None
+        renew_at_fork(self, "_slots_lock")
+
+    def _after_fork_in_child(self) -> None:
+        """Also the parent's: its probes' cluster-wide slots and the samples it has yet to publish."""
+        super()._after_fork_in_child()
+        self._probe_slots, self.unpublished = {}, []
 
     def recent_ttft(self) -> list[float]:
         """The fleet's recent TTFTs (for `hedge_delay = "p95"`); this process's until first read."""
@@ -158,6 +165,15 @@ class SharedBreakers:
         # Runs a publish's or a probe slot's give-back round trip later, off the caller's thread
         # (`AsyncClient` sets its `Offload.submit`: in order, on one worker thread); None: at once.
         self.later: Optional[Callable[..., None]] = None
+        renew_at_fork(self, "_stop")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child publishes under its own owner id, and runs its own sync thread if the parent
+        ran one (the parent's does not exist in the child)."""
+        self._owner = uuid.uuid4().hex[:12]
+        if self._thread is not None and not self._stop.is_set():
+            self._thread = threading.Thread(target=self._loop, name="llmroute-state-breakers", daemon=True)
+            self._thread.start()
 
     def key(self, deployment_id: str) -> str:
         return self.state.key("breakers", deployment_id)

@@ -26,6 +26,7 @@ import threading
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Sequence
 
+from ..forksafe import renew_at_fork
 from .limits import ADMIT_FUNCTION_LUA
 from .redis_state import SharedState, Unavailable
 
@@ -105,6 +106,12 @@ class SharedBudgetCounters:
         self._pending: dict[str, tuple[int, int]] = {}  # key -> (units, ttl) not yet sent to Redis
         self._stop = threading.Event()
         self._flusher: Optional[threading.Thread] = None
+        renew_at_fork(self, "_lock", "_stop")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: the pending settlements are the parent's calls' (the parent sends them); the
+        child's first settlement starts its own sender thread."""
+        self._pending, self._flusher = {}, None
 
     def key(self, name: str, group: Sequence[Any], window: Sequence[int]) -> str:
         parts = [name, *("" if g is None else str(g) for g in group), "-".join(f"{w:02d}" for w in window)]

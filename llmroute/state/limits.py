@@ -20,6 +20,7 @@ import uuid
 from dataclasses import dataclass
 from typing import Any, Optional
 
+from ..forksafe import renew_at_fork
 from ..resilience.limits import Admission, DeploymentLimits, Lease
 from ..resilience.policy import ResiliencePolicy
 from .redis_state import SharedState, Unavailable
@@ -124,6 +125,14 @@ class SharedLimits:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._to_release: list[tuple[str, str]] = []  # (slots key, slot id) to ZREM
+        self._owner = uuid.uuid4().hex[:12]
+        self._slot_numbers = itertools.count(1)
+        renew_at_fork(self, "_lock", "_stop", "_wake")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child: the slots held (and being released) are the parent's, renewed by the parent's
+        thread; the child takes slots under its own owner id and starts its own renewer when it holds one."""
+        self._held, self._to_release, self._renewer = {}, [], None
         self._owner = uuid.uuid4().hex[:12]
         self._slot_numbers = itertools.count(1)
 

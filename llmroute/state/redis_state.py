@@ -18,6 +18,7 @@ import time
 from typing import Any, Callable, Optional, TypeVar
 
 from .. import errors as E
+from ..forksafe import renew_at_fork
 from .config import StateConfig
 
 __all__ = ["SharedState", "Unavailable"]
@@ -46,6 +47,7 @@ class SharedState:
         self.fallbacks = 0
         self.last_error: Optional[str] = None
         self._scripts: dict[str, Any] = {}
+        renew_at_fork(self, "_lock")  # redis-py gives a forked child new connections itself
 
     # -- keys ---------------------------------------------------------------------------------
     def key(self, scope: str, name: str) -> str:
