@@ -14,7 +14,6 @@ import signal
 import threading
 import time
 import warnings
-import weakref
 from typing import Any, Iterator
 
 import pytest
@@ -209,13 +208,17 @@ def _fds() -> int:
     return len(os.listdir("/proc/self/fd"))
 
 
-def _collect_until_gone(refs: list, timeout_s: float = 10.0) -> None:
-    """Collect until every object in `refs` is finalised. A `gc.collect()` made while another thread's
-    collection is running returns without collecting, so one call is not enough on a busy process."""
+def _collect_until(done: Any, timeout_s: float = 30.0) -> None:
+    """Collect until `done()`. A `gc.collect()` made while another thread's collection is running
+    returns without collecting, so one call is not enough on a busy process."""
     deadline = time.monotonic() + timeout_s
-    while any(r() is not None for r in refs) and time.monotonic() < deadline:
+    while not done() and time.monotonic() < deadline:
         gc.collect()
         time.sleep(0.01)
+
+
+def _unclosed(caught: Any, name: str) -> list:
+    return [w for w in caught if issubclass(w.category, ResourceWarning) and f"unclosed {name}" in str(w.message)]
 
 
 def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path: Any) -> None:
@@ -226,17 +229,14 @@ def test_dropped_clients_are_closed_by_the_collector(fault_server: Any, tmp_path
     threads, fds = threading.active_count(), _fds()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", ResourceWarning)
-        refs = []
         for i in range(200):
             config["ledger"] = {"sink": "jsonl", "path": str(tmp_path / f"l{i}.jsonl")}
             client = L.Client(config=config)
             client.chat.completions.create(model=TIER, messages=MESSAGES)
-            refs.append(weakref.ref(client))
             del client
-        _collect_until_gone(refs)
+        _collect_until(lambda: len(_unclosed(caught, "Client")) >= 200)
     time.sleep(0.5)  # the loopback server (in this process) closes its side of the connections
-    unclosed = [w for w in caught if issubclass(w.category, ResourceWarning) and "unclosed Client" in str(w.message)]
-    assert len(unclosed) == 200
+    assert len(_unclosed(caught, "Client")) == 200
     assert threading.active_count() - threads <= 2  # was +200 ledger threads
     assert _fds() - fds <= 10  # was +383
     assert sum(len(list(read_records(tmp_path / f"l{i}.jsonl"))) for i in range(200)) == 200
@@ -277,10 +277,9 @@ def test_dropped_async_client_is_closed_with_a_warning(fault_server: Any, tmp_pa
     async def main() -> None:
         client = L.AsyncClient(config=config)
         await client.chat.completions.create(model=TIER, messages=MESSAGES)
-        with pytest.warns(ResourceWarning, match="unclosed AsyncClient"):
-            refs = [weakref.ref(client)]
+        with pytest.warns(ResourceWarning, match="unclosed AsyncClient") as caught:
             del client
-            _collect_until_gone(refs)
+            _collect_until(lambda: bool(_unclosed(caught, "AsyncClient")))
         await asyncio.sleep(0.05)  # its connection pool is closed on this loop
 
     asyncio.run(main())
