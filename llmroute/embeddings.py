@@ -26,6 +26,7 @@ from . import errors as E
 from .accounting.cost_value import Cost
 from .attempt_errors import network_errors, sync_network_errors, transport_error
 from .call import CallRun, Wait
+from .exits import end_call, exit_status
 from .offload import end_after, end_cancelled, mark_unsent
 from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from .targets import Target
@@ -306,10 +307,19 @@ class Embeddings:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
-
         client = self._client
         prepared = prepare_embedding(client.config, kwargs)
         run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
+        try:
+            return self._attempts(run, prepared)
+        except E.LLMRouteError:
+            raise
+        except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: what the call holds is given back
+            end_call(run, exit_status(exc), exc, _now())
+            raise
+
+    def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+        client = self._client
         while True:
             step = run.next_step(_now())
             if isinstance(step, Wait):

@@ -354,3 +354,23 @@ def test_async_hedge_race_cancelled_by_wait_for(make_server: Any) -> None:
             assert out.choices[0].message.content
 
     asyncio.run(main())
+
+
+def test_keyboard_interrupt_during_a_sync_embeddings_call(fault_server: Any, alarm: Any) -> None:
+    config = {
+        "providers": {"f": {"kind": "openai-compatible", "base_url": fault_server.base_url}},
+        "tiers": {"embed": {"kind": "embedding", "deployments": ["f:fault-embed"]}},
+        "resilience": {"max_concurrency": 1, "queue_timeout_s": 0},
+        "pricing": {"f:*": {"input_per_million": 1, "output_per_million": 0}},
+        "ledger": {"sink": "memory"},
+    }
+    with L.Client(config=config) as client:
+        fault_server.push(slow_headers(3.0))
+        alarm(0.3)
+        with pytest.raises(KeyboardInterrupt):
+            client.embeddings.create(model="embed", input=["one", "two"])
+        assert _statuses(client) == ["cancelled"]  # the input was sent: recorded, billed as estimated
+        assert client._engine.ledger.records[0].input_tokens > 0
+        assert client._engine.limits.in_flight("f:fault-embed") == 0  # its slot is back
+        out = client.embeddings.create(model="embed", input=["one"])
+        assert len(out.data) == 1
