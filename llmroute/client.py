@@ -115,11 +115,30 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 
 
 class _Ends:
-    """A stream's end, for `[routing.shadow]`: `_when_ended(callback)` calls it with the assembled
-    response once the stream has ended (at once if it already has); a stream closed early never ends."""
+    """What `Stream` and `AsyncStream` share that does no I/O: the attempt being read (`_switch`: the
+    first, or the one that finishes a cut answer), and the stream's end, for `[routing.shadow]`:
+    `_when_ended(callback)` calls it with the assembled response once the stream has ended (at once if
+    it already has); a stream closed early never ends."""
 
+    _run: CallRun
     _final: Optional[ChatCompletion] = None
     _on_end: Optional[Callable[[ChatCompletion], None]] = None
+
+    def _switch(self, opened: _Opened) -> None:
+        self._bytes: Any = opened.chunks  # the attempt's byte iterator (sync or async)
+        if opened.state is None:  # a plain call's answer restarted on a deployment read plain
+            completion, reported = opened.parsed  # type: ignore[misc]
+            self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
+            return
+        self._state: StreamState = opened.state
+        self._response = opened.response
+        self._ready: List[ChatCompletionChunk] = opened.ready
+        if opened.at_end:
+            self._record_final(self._state.finish(_now()))
+
+    @property
+    def route(self) -> Route:
+        return self._run.route
 
     def _record_final(self, final: ChatCompletion) -> None:
         self._final = final
@@ -142,18 +161,6 @@ class Stream(_Ends):
         self._final: Optional[ChatCompletion] = None
         self._closed = False
         self._switch(opened)
-
-    def _switch(self, opened: _Opened) -> None:
-        self._bytes: Optional[Iterator[bytes]] = opened.chunks
-        if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            completion, reported = opened.parsed  # type: ignore[misc]
-            self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
-            return
-        self._state: StreamState = opened.state
-        self._response = opened.response
-        self._ready: List[ChatCompletionChunk] = opened.ready
-        if opened.at_end:
-            self._record_final(self._state.finish(_now()))
 
     def __iter__(self) -> Iterator[ChatCompletionChunk]:
         while True:
@@ -205,10 +212,6 @@ class Stream(_Ends):
             for _ in self:
                 pass
         return self.response
-
-    @property
-    def route(self) -> Route:
-        return self._run.route
 
     def _release(self) -> None:
         if self._response is not None:
@@ -565,18 +568,6 @@ class AsyncStream(_Ends):
         self._loop = _running_loop()
         self._switch(opened)
 
-    def _switch(self, opened: _Opened) -> None:
-        self._bytes: Optional[AsyncIterator[bytes]] = opened.chunks
-        if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            completion, reported = opened.parsed  # type: ignore[misc]
-            self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
-            return
-        self._state: StreamState = opened.state
-        self._response = opened.response
-        self._ready: List[ChatCompletionChunk] = opened.ready
-        if opened.at_end:
-            self._record_final(self._state.finish(_now()))
-
     def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
         return self._iterate()
 
@@ -632,10 +623,6 @@ class AsyncStream(_Ends):
         return self.response
 
     aresponse = get_final_completion
-
-    @property
-    def route(self) -> Route:
-        return self._run.route
 
     async def _release(self) -> None:
         if self._response is not None:
