@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import os
 import statistics
@@ -208,26 +209,67 @@ def run_async_cpu(make: Callable[[], Any], n: int) -> float:
     return asyncio.run(main())
 
 
+def chat_request(stream: bool) -> tuple[Dict[str, Any], Dict[str, str]]:
+    """The raw rows' request body and headers (the same call the llmroute rows make)."""
+    body: Dict[str, Any] = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    return body, {"Authorization": f"Bearer {KEY}"}
+
+
+def raw_httpx_call(h: Any, url: str, body: Dict[str, Any], headers: Dict[str, str], stream: bool) -> None:
+    """One raw httpx call: the JSON body, or every SSE event's JSON."""
+    if stream:
+        with h.stream("POST", url + "/chat/completions", json=body, headers=headers) as r:
+            for line in r.iter_lines():
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    json.loads(line[6:])
+    else:
+        h.post(url + "/chat/completions", json=body, headers=headers).json()
+
+
+async def raw_aiohttp_call(session: Any, url: str, body: Dict[str, Any], headers: Dict[str, str], stream: bool) -> None:
+    """One raw aiohttp call: the JSON body, or every SSE event's JSON."""
+    async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
+        if stream:
+            async for raw_line in r.content:
+                line = raw_line.decode().strip()
+                if line.startswith("data: ") and line != "data: [DONE]":
+                    json.loads(line[6:])
+        else:
+            await r.json()
+
+
+def llmroute_call(c: Any, stream: bool) -> None:
+    """One call through a llmroute `Client`, read to the end."""
+    if stream:
+        with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
+            for _ in s:
+                pass
+    else:
+        c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+
+
+async def allmroute_call(c: Any, stream: bool) -> None:
+    """One call through a llmroute `AsyncClient`, read to the end."""
+    if stream:
+        s = await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True)
+        async with s:
+            async for _ in s:
+                pass
+    else:
+        await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+
+
 def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     import httpx
 
     import llmroute
 
     rows: Dict[str, float] = {}
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    headers = {"Authorization": f"Bearer {KEY}"}
+    body, headers = chat_request(stream)
     with httpx.Client() as h:
-        def raw() -> None:
-            if stream:
-                with h.stream("POST", url + "/chat/completions", json=body, headers=headers) as r:
-                    for line in r.iter_lines():
-                        if line.startswith("data: ") and line != "data: [DONE]":
-                            json.loads(line[6:])
-            else:
-                h.post(url + "/chat/completions", json=body, headers=headers).json()
-        rows["httpx (raw)"] = cpu_per_call(raw, n)
+        rows["httpx (raw)"] = cpu_per_call(functools.partial(raw_httpx_call, h, url, body, headers, stream), n)
     try:
         import openai
 
@@ -257,14 +299,7 @@ def sync_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     config.update(_extra_config())
     for label, cfg in _llmroute_variants(config, stream):
         with llmroute.Client(config=cfg) as c:
-            def via_llmroute() -> None:
-                if stream:
-                    with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
-                        for _ in s:
-                            pass
-                else:
-                    c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
-            rows[f"llmroute Client{label}"] = cpu_per_call(via_llmroute, n)
+            rows[f"llmroute Client{label}"] = cpu_per_call(functools.partial(llmroute_call, c, stream), n)
     return rows
 
 
@@ -341,10 +376,7 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     import llmroute
 
     rows: Dict[str, float] = {}
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    headers = {"Authorization": f"Bearer {KEY}"}
+    body, headers = chat_request(stream)
 
     async def make_httpx():
         h = httpx.AsyncClient(limits=httpx.Limits(max_connections=CONCURRENCY))
@@ -366,16 +398,7 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
         async def make_aiohttp():
             session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=CONCURRENCY))
 
-            async def call() -> None:
-                async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
-                    if stream:
-                        async for raw_line in r.content:
-                            line = raw_line.decode().strip()
-                            if line.startswith("data: ") and line != "data: [DONE]":
-                                json.loads(line[6:])
-                    else:
-                        await r.json()
-            return call, session.close
+            return functools.partial(raw_aiohttp_call, session, url, body, headers, stream), session.close
         rows["aiohttp (raw)"] = run_async_cpu(make_aiohttp, n)
     except ImportError:
         note_skip("aiohttp (raw)", "aiohttp")
@@ -419,16 +442,7 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     for (label, cfg), transport in [(v, t) for t in TRANSPORTS for v in _llmroute_variants(config, stream)]:
         async def make_llmroute(transport=transport, cfg=cfg):
             c = llmroute.AsyncClient(config=cfg, transport=transport)
-
-            async def call() -> None:
-                if stream:
-                    s = await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True)
-                    async with s:
-                        async for _ in s:
-                            pass
-                else:
-                    await c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
-            return call, c.aclose
+            return functools.partial(allmroute_call, c, stream), c.aclose
         rows[f"llmroute AsyncClient ({transport}{label})"] = run_async_cpu(make_llmroute, n)
     return rows
 
@@ -457,8 +471,7 @@ def burst_rows(url: str, n: int) -> Dict[str, Dict[str, float]]:
 
     import llmroute
 
-    body = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
-    headers = {"Authorization": f"Bearer {KEY}"}
+    body, headers = chat_request(False)
 
     async def measure(make: Callable[[], Any]) -> Dict[str, float]:
         call, close = await make()

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import json
 import statistics
 import sys
@@ -31,7 +32,8 @@ from typing import Any, Awaitable, Callable, Dict, List, Optional
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.client_overhead import GUARD_SRC, KEY, MESSAGES, MODEL, _full_config, _GUARD, start_server  # noqa: E402
+from benchmarks.client_overhead import (GUARD_SRC, MODEL, _full_config, _GUARD, allmroute_call,  # noqa: E402
+                                        chat_request, llmroute_call, raw_aiohttp_call, raw_httpx_call, start_server)
 
 
 def _config(url: str, max_connections: int, plain_body: bool) -> Dict[str, Any]:
@@ -59,27 +61,10 @@ def sync_scenario(url: str, stream: bool, rounds: int, calls: int) -> Dict[str, 
 
     import llmroute
 
-    body: Dict[str, Any] = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    headers = {"Authorization": f"Bearer {KEY}"}
+    body, headers = chat_request(stream)
     with httpx.Client() as h, llmroute.Client(config=_config(url, 4, plain_body=not stream)) as c:
-        def raw() -> None:
-            if stream:
-                with h.stream("POST", url + "/chat/completions", json=body, headers=headers) as r:
-                    for line in r.iter_lines():
-                        if line.startswith("data: ") and line != "data: [DONE]":
-                            json.loads(line[6:])
-            else:
-                h.post(url + "/chat/completions", json=body, headers=headers).json()
-
-        def ours() -> None:
-            if stream:
-                with c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True) as s:
-                    for _ in s:
-                        pass
-            else:
-                c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+        raw = functools.partial(raw_httpx_call, h, url, body, headers, stream)
+        ours = functools.partial(llmroute_call, c, stream)
 
         def timed(fn: Callable[[], None]) -> Callable[[], float]:
             def run() -> float:
@@ -99,33 +84,14 @@ def async_scenario(url: str, stream: bool, concurrency: int, rounds: int, calls:
 
     import llmroute
 
-    body: Dict[str, Any] = {"model": MODEL, "messages": MESSAGES, "max_tokens": 64}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    headers = {"Authorization": f"Bearer {KEY}"}
+    body, headers = chat_request(stream)
 
     async def main() -> Dict[str, Any]:
         session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=concurrency))
         client = llmroute.AsyncClient(config=_config(url, concurrency, plain_body=not stream), transport="aiohttp")
 
-        async def raw() -> None:
-            async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
-                if stream:
-                    async for raw_line in r.content:
-                        line = raw_line.decode().strip()
-                        if line.startswith("data: ") and line != "data: [DONE]":
-                            json.loads(line[6:])
-                else:
-                    await r.json()
-
-        async def ours() -> None:
-            if stream:
-                s = await client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64, stream=True)
-                async with s:
-                    async for _ in s:
-                        pass
-            else:
-                await client.chat.completions.create(model="small", messages=MESSAGES, max_tokens=64)
+        raw = functools.partial(raw_aiohttp_call, session, url, body, headers, stream)
+        ours = functools.partial(allmroute_call, client, stream)
 
         async def batch(fn: Callable[[], Awaitable[None]], count: int) -> None:
             async def worker(share: int) -> None:
