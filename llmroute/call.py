@@ -73,6 +73,7 @@ class PreparedCall:
     target: Optional[Target] = None
     input_tokens: Optional[int] = None
     cache: Any = None  # the call's `CacheCall` (llmroute/cache/calls.py), when the cache is in play
+    operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
 
     @property
     def messages(self) -> List[Dict[str, Any]]:

@@ -156,7 +156,7 @@ class Engine:
 
         first = target.deployments[0] if target.deployments else None
         price = self._price(first) if first is not None else None
-        max_tokens = 0 if getattr(prepared, "operation", "chat") == "embeddings" else requested  # no output
+        max_tokens = 0 if prepared.operation == "embeddings" else requested  # no output
         estimate = estimate_cost(price, prompt_tokens=input_tokens(), max_tokens=max_tokens)
         limits_request = None
         if self.budget_book.shared is not None:

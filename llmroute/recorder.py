@@ -63,7 +63,7 @@ class CallRecorder:
             requested_model=prepared.model,
             request_params=prepared.call.params,
             messages=prepared.messages,
-            operation=getattr(prepared, "operation", "chat"),
+            operation=prepared.operation,
         )
 
     def cache_outcome(self, run: "CallRun", outcome: str, similarity: Optional[float]) -> None:
