@@ -169,8 +169,7 @@ class CallRun:
             self.route.pool = target.pool
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
-        self.admission.target = target
-        self.plan = engine.plan_for(prepared, self.admission, self.input_tokens, self.deadline, now)
+        self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now)
         _bind_lazy_modules()
         self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
         self.trace = self.recorder.call_started(self, now)
@@ -240,12 +239,14 @@ class CallRun:
         # answer chunk by chunk (and every kind that can continue a prefill streams).
         streamed = step.is_continuation or self.streams(deployment)
         call = self.prepared.call
+        cut_text = ""  # a continuation's prefill: the cut answer so far
         if step.is_restart:
             self._answer_parts = []  # the cut answer is dropped: this attempt starts it again
             self.route.recovery = "restarted"
         elif step.is_continuation:
             produced = sum(u.completion_tokens for u in self.earlier_usage)
-            call = continuation_call(call, self.answer.text(0), self.engine.continue_style(deployment) or "",
+            cut_text = self.answer.text(0)
+            call = continuation_call(call, cut_text, self.engine.continue_style(deployment) or "",
                                      produced_tokens=produced)
         try:
             request = adapter.build_request(call, stream=streamed)
@@ -293,7 +294,7 @@ class CallRun:
                              continuation=step.is_continuation)
         if step.is_continuation:
             self.route.recovery = "resumed"
-            self.route.resumed_at.append(len(self.answer.text(0)))
+            self.route.resumed_at.append(len(cut_text))
         self.in_flight[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
         ctx.trace = self.recorder.attempt_started(self, ctx, now, kind)

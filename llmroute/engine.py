@@ -236,10 +236,9 @@ class Engine:
                 return self.limits.request(c.deployment_id, pool=inputs["pool"], tokens=inputs["request_tokens"])
         return None
 
-    def plan_for(self, prepared: "PreparedCall", admission: Admission, input_tokens: Callable[[], int],
-                 deadline: float, now: float) -> "FailoverPlan":
-        """The failover plan of one call (the call owns it from here)."""
-        target = admission.target
+    def plan_for(self, prepared: "PreparedCall", target: Target, admission: Admission,
+                 input_tokens: Callable[[], int], deadline: float, now: float) -> "FailoverPlan":
+        """The failover plan of one call to `target` (the call owns it from here)."""
         for dep in [*target.deployments, *target.fallback]:
             self._deployments.setdefault(dep.id, dep)
         plan: "FailoverPlan" = self._failover_plan(
