@@ -267,9 +267,7 @@ def test_the_first_deployment_is_predicted_among_weighted_ones(make_server, redi
     import redis
 
     a, b = make_server("fault"), make_server("fault")
-    # Keys of its own: other tests' clients share this Redis and the same deployment ids (a breaker
-    # they opened, synced in mid-test, would change the plan's first choice after the prediction).
-    cfg = _config(a, redis_server.url, backup=b, resilience={"max_concurrency": 5}, state={"key_prefix": "weighted:"})
+    cfg = _config(a, redis_server.url, backup=b, resilience={"max_concurrency": 5})
     cfg["tiers"] = {"chat": {"deployments": [{"id": "p:m", "weight": 1}, {"id": "b:m", "weight": 1}]}}
     cfg["budgets"] = [{"name": "d", "max_tokens": 10_000_000}]
     with L.Client(config=cfg) as client:
@@ -279,7 +277,7 @@ def test_the_first_deployment_is_predicted_among_weighted_ones(make_server, redi
         assert _evalsha_count(redis_server.url) - before == 12
     assert used == {"p:m", "b:m"}
     r = redis.Redis.from_url(redis_server.url)
-    assert all(r.zcard(f"weighted:{{limits:interactive:{d}}}:slots") == 0 for d in ("p:m", "b:m"))
+    assert all(r.zcard(f"s:{{limits:interactive:{d}}}:slots") == 0 for d in ("p:m", "b:m"))
 
 
 def test_an_admission_the_plan_did_not_use_is_given_back(redis_server):
