@@ -7,7 +7,7 @@ redis-server and a TCP proxy in front of it adding `--delay-ms` to every Redis r
 across a network). One AsyncClient config: shared limits and a budget (`[state] backend = "redis"`,
 one script before sending) and the response cache on that Redis (a lookup before, a store after,
 distinct prompts: all misses). `--calls` calls run at once, twice: with the blocking steps run
-inline on the loop (as before llmroute/offload.py; `client._offload.inline = True`) and in the
+inline on the loop (as before llmroute/_call/offload.py; `client._offload.inline = True`) and in the
 client's worker threads (the default). A heartbeat task on the same loop wakes every 5 ms and
 records how late it is: its worst and p99 lateness, and the wall time of the whole batch, per mode.
 Figures depend on the machine and its load; RESULTS.md keeps them.

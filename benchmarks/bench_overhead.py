@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llmroute.bench.report import build_report  # noqa: E402
+from llmroute.bench.document import build_report  # noqa: E402
 from llmroute.bench.runner import LoadPlan, client_send, poisson_schedule, run_bench  # noqa: E402
 from llmroute.bench.stats import RequestRecord, StreamTiming, distribution_ms  # noqa: E402
 from llmroute.bench.workload import Prompt  # noqa: E402

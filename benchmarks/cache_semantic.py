@@ -32,8 +32,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from llmroute import Client  # noqa: E402
 from llmroute.cache import lookup  # noqa: E402
 from llmroute.cache.entry import Entry  # noqa: E402
-from llmroute.cache.policy import CallCache  # noqa: E402
-from llmroute.call import prepare_call  # noqa: E402
+from llmroute.cache.cache_policy import CallCache  # noqa: E402
+from llmroute._call.call import prepare_call  # noqa: E402
 from tests.servers.embedding_model import EmbeddingServer  # noqa: E402
 from tests.servers.registry import SERVERS  # noqa: E402
 from tests.servers.script import Reply  # noqa: E402

@@ -111,7 +111,7 @@ class InsideResilience:
     none of them awaits or blocks."""
 
     def __init__(self) -> None:
-        from llmroute.call import CallRun
+        from llmroute._call.call import CallRun
         from llmroute.resilience.failover import FailoverPlan
 
         self.targets = [(FailoverPlan, "__init__"), (FailoverPlan, "next_step"), (FailoverPlan, "record"),

@@ -11,7 +11,7 @@ process, because the global OpenTelemetry providers can be set only once per pro
 - sdk-no-exporter    SDK TracerProvider with no span processor, SDK MeterProvider with no reader
 - sdk-null-exporter  SDK SimpleSpanProcessor into an exporter that drops spans, InMemoryMetricReader
 
-Also measured: the time `import llmroute.telemetry` adds after pydantic is loaded, and whether it imports
+Also measured: the time `import llmroute._runtime.telemetry` adds after pydantic is loaded, and whether it imports
 opentelemetry. Usage: python benchmarks/telemetry_overhead.py [--quick]
 Prints a table and writes benchmarks/out/telemetry_overhead.json.
 """
@@ -39,7 +39,7 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing the pack
 
 
 def _setup(config: str):
-    from llmroute.telemetry import Telemetry, TelemetryConfig
+    from llmroute._runtime.telemetry import Telemetry, TelemetryConfig
 
     if config == "disabled":
         return Telemetry(TelemetryConfig(enabled=False))
@@ -125,13 +125,13 @@ def _env() -> dict:
 
 
 def import_cost() -> dict:
-    """Self time of `import llmroute.telemetry` (-X importtime, children excluded), bytecode cached as a user's
+    """Self time of `import llmroute._runtime.telemetry` (-X importtime, children excluded), bytecode cached as a user's
     install would have it, and whether importing it imported opentelemetry."""
     with tempfile.TemporaryDirectory() as cache:
         env = _env()
         env.pop("PYTHONDONTWRITEBYTECODE", None)
         env["PYTHONPYCACHEPREFIX"] = cache
-        code = "import sys, llmroute.telemetry; print(any(m.startswith('opentelemetry') for m in sys.modules))"
+        code = "import sys, llmroute._runtime.telemetry; print(any(m.startswith('opentelemetry') for m in sys.modules))"
         runs = []
         otel = None
         for _ in range(REPEATS + 1):  # the first run writes the bytecode cache
@@ -141,7 +141,7 @@ def import_cost() -> dict:
             otel = out.stdout.strip()
             for line in out.stderr.splitlines():
                 fields = [f.strip() for f in line.split("|")]
-                if len(fields) == 3 and fields[2] == "llmroute.telemetry":
+                if len(fields) == 3 and fields[2] == "llmroute._runtime.telemetry":
                     runs.append(int(fields[0].split()[-1]))
         api_code = "import pydantic, httpx, opentelemetry.trace, opentelemetry.metrics"
         api_runs = []
@@ -184,7 +184,7 @@ def main() -> None:
     for row in results:
         print(f"{row['config']:<20} {row['ns_per_call']:>20,.0f} {str(row['opentelemetry_imported']):>14}")
     print(
-        f"\nimport llmroute.telemetry, self time: {imports['import_llmroute_telemetry_self_ms_min']} ms; "
+        f"\nimport llmroute._runtime.telemetry, self time: {imports['import_llmroute_telemetry_self_ms_min']} ms; "
         f"imports opentelemetry: {imports['importing_it_imports_opentelemetry']}\n"
         f"import opentelemetry.trace + .metrics (cumulative, after pydantic and httpx): "
         f"{imports['import_opentelemetry_api_ms_min']} ms (what the lazy import saves)"

@@ -11,10 +11,10 @@ This module is the whole public API. Importing it does no I/O and opens no conne
 import logging as _logging
 from typing import Any as _Any
 
-from .cache import ResponseCache
-from .client import AsyncClient, AsyncStream, Client, Stream
-from .config import Config, load_config
-from .errors import (
+from llmroute.cache import ResponseCache
+from llmroute.client import AsyncClient, AsyncStream, Client, Stream
+from llmroute.config import Config, load_config
+from llmroute.errors import (
     AllDeploymentsFailedError,
     AuthenticationError,
     BadRequestError,
@@ -39,13 +39,13 @@ from .errors import (
     StreamNotFinishedError,
     APITimeoutError,
 )
-from .errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
-from .errors import deprecated_error as _deprecated_error
-from .bounded import ReadLimits
-from .secrets import SecretStr
-from .accounting.cost_value import Cost
-from .types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
-from .types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
+from llmroute.errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from llmroute.errors import deprecated_error as _deprecated_error
+from llmroute._http.bounded import ReadLimits
+from llmroute._runtime.secrets import SecretStr
+from llmroute.accounting.cost_value import Cost
+from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
+from llmroute.types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
 
 __version__ = "0.1.0"
 
@@ -62,21 +62,21 @@ def __getattr__(name: str) -> _Any:
     # `llmroute.report(...)`: the cost report, imported only when used.
     if name == "report":
         # loaded on first access (module __getattr__): `import llmroute` stays light
-        from .accounting.report import report
+        from llmroute.accounting.report import report
 
         return report
     if name in ("BatchResult", "BatchJobView"):  # batch job results, imported only when used
-        from . import batch  # loaded on first access (module __getattr__): `import llmroute` stays light
+        from llmroute import batch  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return batch.BatchResult if name == "BatchResult" else batch.JobView
 
     # Embedding and model-list types: imported when first used (a client imports them on creation).
     if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
-        from . import embeddings  # loaded on first access (module __getattr__): `import llmroute` stays light
+        from llmroute import embeddings  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return getattr(embeddings, name)
     if name in ("Model", "ModelList"):
-        from . import models  # loaded on first access (module __getattr__): `import llmroute` stays light
+        from llmroute import models  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return getattr(models, name)
     raise AttributeError(f"module 'llmroute' has no attribute {name!r}")

@@ -15,23 +15,23 @@ from dataclasses import dataclass, field
 from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
                     Union)
 
-from . import errors as E
-from .bounded import DEFAULT_READ_LIMITS, ReadLimits
-from .cache import open_cache
-from .cache.calls import alookup, lookup
-from .cache.policy import pop_cache_args
-from .call import AttemptContext, CallRun, StreamState, Wait, prepare_call
-from .completions import AsyncCompletions, Completions
-from .config import Config, load_config
-from .engine import Engine
-from .attempt_errors import network_errors, sync_network_errors, transport_error
-from .exits import end_call, exit_status
-from .forksafe import renew_at_fork
-from .lifecycle import ClientLife, warn_unclosed
-from .offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
-from .transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
+from llmroute import errors as E
+from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
+from llmroute.cache import open_cache
+from llmroute._call.cache_step import alookup, lookup
+from llmroute.cache.cache_policy import pop_cache_args
+from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
+from llmroute.completions import AsyncCompletions, Completions
+from llmroute.config import Config, load_config
+from llmroute._call.engine import Engine
+from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
+from llmroute._call.exits import end_call, exit_status
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
+from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
+from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
-from .types import ChatCompletion, ChatCompletionChunk, Route
+from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -267,7 +267,7 @@ def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
     if not client.config.raw.routing or routing.shadow.rate <= 0:
         return None
     # loaded on first use of this feature: `import llmroute` stays light
-    from .routing.shadow import AsyncShadowRunner, ShadowRunner
+    from llmroute.routing.shadow import AsyncShadowRunner, ShadowRunner
 
     runner = AsyncShadowRunner if is_async else ShadowRunner
     return runner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
@@ -283,7 +283,7 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
     beside the ledger (llmroute/accounting/feedback.py); bad arguments raise
     InvalidRequestError, a ledger that cannot hold feedback ConfigError."""
     # loaded on first use of this feature: `import llmroute` stays light
-    from .accounting.feedback import make_feedback, write_feedback
+    from llmroute.accounting.feedback import make_feedback, write_feedback
 
     record = make_feedback(target, score, now=time.time(), label=label, comment=comment, messages=messages,
                            source=source)
@@ -334,8 +334,8 @@ class Client(_ClientSurface):
         renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
-        from .embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
-        from .models import Models  # loaded with the first client: `import llmroute` stays light
+        from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
+        from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
 
         self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
         self._shadow = _shadow_runner(self)
@@ -518,7 +518,7 @@ class Client(_ClientSurface):
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.Batches`, docs/batch.md)."""
         if getattr(self, "_batches", None) is None:
-            from .batch import Batches  # loaded on first use of this feature: `import llmroute` stays light
+            from llmroute.batch import Batches  # loaded on first use of this feature: `import llmroute` stays light
 
             self._batches = Batches(self)
         return self._batches
@@ -697,8 +697,8 @@ class AsyncClient(_ClientSurface):
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
-        from .embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
-        from .models import AsyncModels  # loaded with the first client: `import llmroute` stays light
+        from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
+        from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
 
         self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
         self._shadow = _shadow_runner(self, is_async=True)
@@ -874,7 +874,7 @@ class AsyncClient(_ClientSurface):
     def batches(self) -> Any:
         """Batch jobs on the platforms' batch APIs (`llmroute.batch.AsyncBatches`, docs/batch.md)."""
         if getattr(self, "_batches", None) is None:
-            from .batch import AsyncBatches  # loaded on first use of this feature: `import llmroute` stays light
+            from llmroute.batch import AsyncBatches  # loaded on first use of this feature: `import llmroute` stays light
 
             self._batches = AsyncBatches(self)
         return self._batches

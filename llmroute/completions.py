@@ -1,17 +1,17 @@
 """`client.chat.completions.create()`: typed keyword parameters and `stream` overloads, as in the OpenAI SDK.
 
 An unknown keyword argument is a `TypeError` (Python's own, from the signature); the values are
-checked by `llmroute.validate` before anything is sent.
+checked by `llmroute._call.validate` before anything is sent.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Dict, Literal, Mapping, Optional, Sequence, Union, overload
 
-from .types import ChatCompletion
+from llmroute.types import ChatCompletion
 
 if TYPE_CHECKING:
-    from .client import AsyncClient, AsyncStream, Client, Stream
+    from llmroute.client import AsyncClient, AsyncStream, Client, Stream
 
 __all__ = ["Completions", "AsyncCompletions", "Messages"]
 
@@ -220,7 +220,7 @@ class Completions:
         cache: Union[bool, Literal["always"], None] = None,
         cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "Stream"]:
-        """An OpenAI Chat Completions call (see `llmroute.validate` for what is checked). llmroute's
+        """An OpenAI Chat Completions call (see `llmroute._call.validate` for what is checked). llmroute's
         own: `feature` and `metadata` (kept in the ledger), `pool`, `timeout` (seconds for the whole
         call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters),
         `cache` (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""
@@ -424,7 +424,7 @@ class AsyncCompletions:
         cache: Union[bool, Literal["always"], None] = None,
         cache_ttl_s: Optional[float] = None,
     ) -> Union[ChatCompletion, "AsyncStream"]:
-        """An OpenAI Chat Completions call (see `llmroute.validate` for what is checked). llmroute's
+        """An OpenAI Chat Completions call (see `llmroute._call.validate` for what is checked). llmroute's
         own: `feature` and `metadata` (kept in the ledger), `pool`, `timeout` (seconds for the whole
         call), `extra_body` (more body fields), `extra_headers`, `extra_query` (URL query parameters),
         `cache` (True, False or "always") and `cache_ttl_s` (docs/cache.md)."""

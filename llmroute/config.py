@@ -18,10 +18,10 @@ from typing import Any, Dict, FrozenSet, List, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
-from .errors import ConfigError
-from .providers.registry import KINDS, KindSpec
-from .secrets import MASK, SecretStr, is_secret_header
-from .cache.policy import CacheConfig, CacheSettings, TierCacheConfig
+from llmroute.errors import ConfigError
+from llmroute.providers.registry import KINDS, KindSpec
+from llmroute._runtime.secrets import MASK, SecretStr, is_secret_header
+from llmroute.cache.cache_policy import CacheConfig, CacheSettings, TierCacheConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -118,7 +118,7 @@ class TierConfig(_Overridable):
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
     pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
-    cache: Optional[Dict[str, Any]] = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/policy.py
+    cache: Optional[Dict[str, Any]] = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/cache_policy.py
 
 
 class _RawConfig(_Section):
@@ -255,7 +255,7 @@ class Config:
         provider = self.providers.get(provider_name)
         if provider is None or not model:
             return None
-        from .accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
+        from llmroute.accounting.prices import DeploymentRef  # keeps `import llmroute` from loading accounting
 
         # Not in any tier, so load-time pricing never saw it: the same strictness applies here.
         self.sections.prices.check_call_priced(
@@ -497,7 +497,7 @@ _SHARED_SETTINGS = ("connect_timeout_s", "ttft_timeout_s", "timeout_s", "context
 
 def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
     """Inline resilience keys on a tier or deployment table, merged with its `resilience` subtable."""
-    from .resilience.policy import ResiliencePolicy  # the resilience package loads with the first client, not at import
+    from llmroute.resilience.policy import ResiliencePolicy  # the resilience package loads with the first client, not at import
 
     extras = dict(cfg.model_extra or {})
     for name in extras:
@@ -529,12 +529,12 @@ def _with_path(source: str, check: Any, *args: Any, **kwargs: Any) -> Any:
 def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, Tier], source: str,
               base_dir: Path) -> Sections:
     # Imported here, at load, so that `import llmroute` stays light.
-    from .accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
-    from .accounting.ledger import LedgerConfig, check_ledger_path
-    from .accounting.prices import DeploymentRef, PriceBook, PricingConfig
-    from .resilience.policy import merge, policy_from_config
-    from .routing.rules import RoutingConfig, check_routing
-    from .telemetry import TelemetryConfig
+    from llmroute.accounting.budgets import BudgetConfig, GuardConfig, check_budget_config
+    from llmroute.accounting.ledger import LedgerConfig, check_ledger_path
+    from llmroute.accounting.prices import DeploymentRef, PriceBook, PricingConfig
+    from llmroute.resilience.policy import merge, policy_from_config
+    from llmroute.routing.rules import RoutingConfig, check_routing
+    from llmroute._runtime.telemetry import TelemetryConfig
 
     routing = _validated(RoutingConfig, raw.routing, source, "routing")
     if raw.routing:  # without a [routing] section, model="auto" says so at the call
@@ -563,7 +563,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
     _with_path(source, check_ledger_path, ledger, base_dir)
     if ledger.url:
         ledger.url = _expand_env(ledger.url, source=source, key="ledger.url")
-    from .state.config import StateConfig  # loaded at config load / client build, not at `import llmroute`
+    from llmroute.state.backend import StateConfig  # loaded at config load / client build, not at `import llmroute`
 
     state = _validated(StateConfig, raw.state, source, "state")
     if state.url:

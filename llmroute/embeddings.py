@@ -22,19 +22,19 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, 
 
 from pydantic import Field
 
-from . import errors as E
-from .accounting.cost_value import Cost
-from .attempt_errors import network_errors, sync_network_errors, transport_error
-from .call import CallRun, Wait
-from .exits import end_call, exit_status
-from .offload import end_after, end_cancelled, mark_unsent
-from .providers.embeddings import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
-from .targets import Target
-from .types import Route, Usage, _OpenAIModel
-from .tokens import count_text_tokens
+from llmroute import errors as E
+from llmroute.accounting.cost_value import Cost
+from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
+from llmroute._call.call import CallRun, Wait
+from llmroute._call.exits import end_call, exit_status
+from llmroute._call.offload import end_after, end_cancelled, mark_unsent
+from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
+from llmroute._call.targets import Target
+from llmroute.types import Route, Usage, _OpenAIModel
+from llmroute.accounting.tokens import count_text_tokens
 
 if TYPE_CHECKING:
-    from .config import Config, Deployment
+    from llmroute.config import Config, Deployment
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
            "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]

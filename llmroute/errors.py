@@ -48,7 +48,7 @@ import builtins
 import warnings
 from typing import Any, Optional, Sequence
 
-from .redaction import scrub
+from llmroute._runtime.redaction import scrub
 
 __all__ = [
     "LLMRouteError",

@@ -14,17 +14,17 @@ from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
 
 from pydantic import Field
 
-from . import errors as E
-from .attempt_errors import network_errors, sync_network_errors
-from .providers.embeddings import models_request, parse_model_list
-from .transport import map_transport_error
-from .types import _OpenAIModel
-from .config import DEFAULT_CONNECT_TIMEOUT_S
-from .providers.error_mapping import error_from_response
-from .timeouts import Timeouts
+from llmroute import errors as E
+from llmroute._call.attempt_errors import network_errors, sync_network_errors
+from llmroute.providers.embedding_wire import models_request, parse_model_list
+from llmroute._http.transport import map_transport_error
+from llmroute.types import _OpenAIModel
+from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
+from llmroute.providers.error_mapping import error_from_response
+from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
-    from .config import Config, Provider
+    from llmroute.config import Config, Provider
 
 __all__ = ["Model", "ModelList", "Models", "AsyncModels"]
 

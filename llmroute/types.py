@@ -12,7 +12,7 @@ from typing import List, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from .accounting.cost_value import Cost
+from llmroute.accounting.cost_value import Cost
 
 __all__ = [
     "PromptTokensDetails",

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from llmroute import errors as E
-from llmroute.call import CallRun, Send, StreamState, prepare_call
+from llmroute._call.call import CallRun, Send, StreamState, prepare_call
 from llmroute.config import Config
-from llmroute.engine import Engine
+from llmroute._call.engine import Engine
 
 MESSAGES = [{"role": "user", "content": "say hello"}]
 

@@ -13,13 +13,13 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llmroute"
 # pricing. None of them may import the transport or an HTTP library, directly or through another
 # module. (Shared state is reached through the objects a client passes in: the budget book and the
 # breakers catch the Redis client's `Unavailable`, so they import llmroute.state, not a transport.)
-SANS_IO = ["llmroute.call", "llmroute.engine", "llmroute.targets", "llmroute.timeouts", "llmroute.exits",
-           "llmroute.sse", "llmroute.validate", "llmroute.providers.base", "llmroute.providers.prefill",
-           "llmroute.resilience.failover", "llmroute.resilience.breaker", "llmroute.resilience.health",
+SANS_IO = ["llmroute._call.call", "llmroute._call.engine", "llmroute._call.targets", "llmroute._http.timeouts", "llmroute._call.exits",
+           "llmroute._http.sse", "llmroute._call.validate", "llmroute.providers.base", "llmroute.providers.prefill",
+           "llmroute.resilience.failover", "llmroute.resilience.breaker", "llmroute.resilience.deployment_health",
            "llmroute.resilience.retry", "llmroute.resilience.hedge", "llmroute.routing.classifier",
            "llmroute.routing.rules", "llmroute.routing.fitted", "llmroute.accounting.cost",
            "llmroute.accounting.prices"]
-TRANSPORTS = {"llmroute.transport", "httpx", "httpcore", "aiohttp", "socket", "requests", "urllib3"}
+TRANSPORTS = {"llmroute._http.transport", "httpx", "httpcore", "aiohttp", "socket", "requests", "urllib3"}
 
 
 def _modules() -> Dict[str, Path]:

@@ -50,7 +50,7 @@ def test_breaker_events_reach_an_app_that_configures_logging():
 def test_demo_answers_are_clean_text():
     """What the real server sent in a demo run (`llmroute demo`, 2026-12-03): a ChatML marker the base
     model wrote out, cut by max_tokens after its first character."""
-    from llmroute.demo import clean_answer
+    from llmroute.cli.demo import clean_answer
 
     assert clean_answer("请写一篇2000字的报告，并给出三条投资建议。<") == "请写一篇2000字的报告，并给出三条投资建议。"
     assert clean_answer("<|im_end|>\n\n在上海下雨<|im_end|>user\nhi<|im_") == "在上海下雨user\nhi"

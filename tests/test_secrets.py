@@ -22,7 +22,7 @@ import pytest
 import llmroute as L
 from llmroute.cli import main as cli_main
 from llmroute.config import Config
-from llmroute.secrets import SecretStr, install_log_scrubbing, is_secret_header, scrub
+from llmroute._runtime.secrets import SecretStr, install_log_scrubbing, is_secret_header, scrub
 from tests.servers.script import Reply
 
 REPO = Path(__file__).resolve().parents[1]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from llmroute.sse import SSEDecoder
+from llmroute._http.sse import SSEDecoder
 
 STREAM = (
     'data: {"a":1}\n\n'

@@ -1,4 +1,4 @@
-"""llmroute.telemetry against the OpenTelemetry SDK's in-memory exporter and metric reader.
+"""llmroute._runtime.telemetry against the OpenTelemetry SDK's in-memory exporter and metric reader.
 
 Each test builds its own TracerProvider / MeterProvider and passes them in, so no global OpenTelemetry
 state leaks between tests; the global-provider path is exercised in subprocesses.
@@ -29,8 +29,8 @@ from opentelemetry.semconv._incubating.metrics import gen_ai_metrics
 from opentelemetry.trace import SpanKind, StatusCode
 
 from llmroute import errors
-from llmroute.secrets import register_secret
-from llmroute.telemetry import SCHEMA_URL, Telemetry, TelemetryConfig, error_type, provider_name_for
+from llmroute._runtime.secrets import register_secret
+from llmroute._runtime.telemetry import SCHEMA_URL, Telemetry, TelemetryConfig, error_type, provider_name_for
 
 
 class Harness:
@@ -599,7 +599,7 @@ def test_without_opentelemetry_imported_nothing_is_imported():
     out = run_python(
         """
         import sys
-        from llmroute.telemetry import Telemetry
+        from llmroute._runtime.telemetry import Telemetry
         tel = Telemetry()
         call = tel.start_call(request_model="m", now=0.0, stream=True)
         attempt = call.start_attempt(now=0.0, attempt_number=1, provider_name="vllm", deployment="v:m", request_model="m")
@@ -613,7 +613,7 @@ def test_without_opentelemetry_imported_nothing_is_imported():
 def test_global_providers_set_after_the_client_is_built():
     out = run_python(
         """
-        from llmroute.telemetry import Telemetry
+        from llmroute._runtime.telemetry import Telemetry
         from opentelemetry import trace, metrics
         tel = Telemetry()
         before = type(tel.start_call(request_model="m", now=0.0)).__name__  # API imported, no SDK: no-op
@@ -643,7 +643,7 @@ def test_global_providers_set_after_the_client_is_built():
 def test_provider_named_by_environment_variable_is_found_without_importing_the_api_first():
     code = """
         import sys
-        from llmroute.telemetry import Telemetry
+        from llmroute._runtime.telemetry import Telemetry
         call = Telemetry().start_call(request_model="m", now=0.0)
         print(type(call).__name__, call.is_recording)
         """

@@ -51,12 +51,12 @@ from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..forksafe import renew_at_fork
-from ..errors import BudgetExceededError, ConfigError, RequestGuardError
-from .cost import Cost, compute_cost
-from .ledger import LedgerRecord
-from .sinks import read_records
-from .prices import ExchangeRates, Price, to_decimal
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.errors import BudgetExceededError, ConfigError, RequestGuardError
+from llmroute.accounting.cost import Cost, compute_cost
+from llmroute.accounting.ledger import LedgerRecord
+from llmroute.accounting.sinks import read_records
+from llmroute.accounting.prices import ExchangeRates, Price, to_decimal
 
 __all__ = [
     "BudgetWhen",
@@ -396,8 +396,8 @@ class BudgetBook:
     def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
                       tier: str | None, reserve: bool, admit: Any = None) -> BudgetVerdict | None:
         """The check (and reservation) against the shared counters; None when they are unavailable."""
-        from ..state.budgets import from_units, to_units, ttl_of  # shared state only ([state] backend = "redis")
-        from ..state.redis_state import Unavailable  # shared state only ([state] backend = "redis")
+        from llmroute.state.shared_budgets import from_units, to_units, ttl_of  # shared state only ([state] backend = "redis")
+        from llmroute.state.redis_state import Unavailable  # shared state only ([state] backend = "redis")
 
         items, held = [], []
         for b, key, need in matching:
@@ -462,7 +462,7 @@ class BudgetBook:
                 window = window_of(b.period, ts)
                 self._add(key, window, add)
                 if self.shared is not None and add:
-                    from ..state.budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
+                    from llmroute.state.shared_budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
 
                     shared.append((self.shared.key(b.name, key[1], window), to_units(add, money=b.max_cost is not None),
                                    ttl_of(b.period)))
@@ -499,7 +499,7 @@ class BudgetBook:
         finally:
             self.shared = shared
         if shared is not None:
-            from ..state.budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
+            from llmroute.state.shared_budgets import to_units, ttl_of  # shared state only ([state] backend = "redis")
 
             with self._lock:
                 values = []

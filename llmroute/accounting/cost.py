@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from ..tokens import normalize_usage
-from .cost_value import Cost
-from .prices import MILLION, ExchangeRates, Price
+from llmroute.accounting.tokens import normalize_usage
+from llmroute.accounting.cost_value import Cost
+from llmroute.accounting.prices import MILLION, ExchangeRates, Price
 
 __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED"]
 
@@ -66,7 +66,7 @@ def read_usage(
     """Normalize any platform's usage object (dict or pydantic model) into a `TokenUsage`.
 
     `timings` is llama.cpp's top-level `timings` object, `perf_metrics` Fireworks' (both sit beside
-    `usage` in the response, not inside it). The reading itself is `llmroute.tokens.normalize_usage`
+    `usage` in the response, not inside it). The reading itself is `llmroute.accounting.tokens.normalize_usage`
     (one place knows where each platform puts its counts).
     """
     extra = {k: v for k, v in (("timings", timings), ("perf_metrics", perf_metrics)) if v is not None}

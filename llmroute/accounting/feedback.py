@@ -30,8 +30,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from ..errors import ConfigError, InvalidRequestError
-from ..forksafe import hold_at_fork
+from llmroute.errors import ConfigError, InvalidRequestError
+from llmroute._runtime.forksafe import hold_at_fork
 
 __all__ = ["FeedbackRecord", "make_feedback", "write_feedback", "FEEDBACK_SQL"]
 
@@ -109,7 +109,7 @@ def make_feedback(
 
 def write_feedback(sink: Any, record: FeedbackRecord) -> None:
     """Store `record` next to the ledger `sink` writes (rules in the module doc)."""
-    from .ledger import JSONLSink, MemorySink, SQLiteSink  # the ledger module loads with the engine
+    from llmroute.accounting.ledger import JSONLSink, MemorySink, SQLiteSink  # the ledger module loads with the engine
 
     writer = getattr(sink, "write_feedback", None)
     if callable(writer):

@@ -83,11 +83,11 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from ..errors import ConfigError
-from ..forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
-from ..secrets import scrub
+from llmroute.errors import ConfigError
+from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
+from llmroute._runtime.secrets import scrub
 
-from .cost_value import Cost
+from llmroute.accounting.cost_value import Cost
 
 __all__ = [
     "LedgerRecord",

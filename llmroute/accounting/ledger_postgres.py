@@ -31,7 +31,7 @@ import zlib
 from pathlib import Path
 from typing import Any, Iterator, Optional
 
-from .ledger import COLUMNS, LedgerRecord, _BatchingSink, open_wal_sqlite, select_sql
+from llmroute.accounting.ledger import COLUMNS, LedgerRecord, _BatchingSink, open_wal_sqlite, select_sql
 
 __all__ = ["PostgresSink", "read_postgres", "is_postgres_url", "record_id_of", "PG_SCHEMA_VERSION"]
 

@@ -34,7 +34,7 @@ from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import ConfigError
+from llmroute.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -54,12 +54,12 @@ from decimal import Decimal
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..errors import ConfigError, LLMRouteError
-from ..percentile import percentile
-from .cost import compute_cost
-from .ledger import LedgerRecord, is_probe, is_shadow
-from .sinks import read_records
-from .prices import ExchangeRates, PriceBook, PricingConfig
+from llmroute.errors import ConfigError, LLMRouteError
+from llmroute._runtime.percentile import percentile
+from llmroute.accounting.cost import compute_cost
+from llmroute.accounting.ledger import LedgerRecord, is_probe, is_shadow
+from llmroute.accounting.sinks import read_records
+from llmroute.accounting.prices import ExchangeRates, PriceBook, PricingConfig
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS", "latency_by_length",
            "to_table", "to_csv", "to_length_table"]
@@ -775,7 +775,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not is_url and not Path(ledger).exists():
             print(f"llmroute report: no ledger at {ledger}", file=sys.stderr)
             return 2
-        from ..cli_paths import check_ledger_input, check_output  # loaded when the command runs, not at import
+        from llmroute.cli.paths import check_ledger_input, check_output  # loaded when the command runs, not at import
 
         if not is_url:
             check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
@@ -798,7 +798,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         elif args.format == "csv":
             text = to_csv(rows, by_keys)
         elif args.format == "table":
-            from ..batch.savings import savings_text  # loaded when the command runs, not at import
+            from llmroute.accounting.batch_savings import savings_text  # loaded when the command runs, not at import
 
             text = to_table(rows, by_keys, wide=args.wide) + savings_text(read_records(
                 ledger, since=parse_time(args.since, now=now), until=parse_time(args.until, now=now, what="--until")))

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 from typing import Iterator
 
-from .ledger import JSONLSink, LedgerConfig, LedgerRecord, LedgerSink, MemorySink, SQLiteSink, read_file_records, resolve_path
-from .ledger_postgres import PostgresSink, is_postgres_url, read_postgres
+from llmroute.accounting.ledger import JSONLSink, LedgerConfig, LedgerRecord, LedgerSink, MemorySink, SQLiteSink, read_file_records, resolve_path
+from llmroute.accounting.ledger_postgres import PostgresSink, is_postgres_url, read_postgres
 
 __all__ = ["open_sink", "read_records"]
 

@@ -4,11 +4,11 @@
 `import llmroute` until a client's `batches` is first used.
 """
 
-from .client import AsyncBatches, Batches, open_job_store
-from .job import BatchResult, JobView, OnlineCall
-from .settings import BatchSettings
-from .store import JobStore
-from .store_postgres import PostgresJobStore
+from llmroute.batch.shells import AsyncBatches, Batches, open_job_store
+from llmroute.batch.job import BatchResult, JobView, OnlineCall
+from llmroute.batch.settings import BatchSettings
+from llmroute.batch.store import JobStore
+from llmroute.batch.store_postgres import PostgresJobStore
 
 __all__ = ["Batches", "AsyncBatches", "BatchResult", "JobView", "OnlineCall", "BatchSettings", "JobStore",
            "PostgresJobStore", "open_job_store"]

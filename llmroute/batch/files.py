@@ -15,8 +15,8 @@ import os
 from dataclasses import dataclass
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
-from .. import errors as E
-from .platforms import Limits
+from llmroute import errors as E
+from llmroute.batch.platforms import Limits
 
 __all__ = ["BatchRequest", "read_requests", "PartPlan", "split_parts", "endpoint_of", "CHAT", "EMBEDDINGS",
            "MAX_CUSTOM_ID"]

@@ -15,18 +15,18 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence
 
-from .. import errors as E
-from ..accounting.cost import Cost, compute_cost
-from ..types import ChatCompletion, Route
-from ..tokens import normalize_usage
-from .files import EMBEDDINGS, BatchRequest, endpoint_of, read_requests, split_parts
-from .platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, protocol_for
-from .pricing import batch_price
-from .results import completion_from_body, read_outcomes
-from .settings import FAILURE_POLICIES, BatchSettings
-from ..accounting.ledger import LedgerRecord, SQLiteSink
-from ..accounting.ledger_postgres import connect
-from ..tokens import count_message_tokens, count_text_tokens
+from llmroute import errors as E
+from llmroute.accounting.cost import Cost, compute_cost
+from llmroute.types import ChatCompletion, Route
+from llmroute.accounting.tokens import normalize_usage
+from llmroute.batch.files import EMBEDDINGS, BatchRequest, endpoint_of, read_requests, split_parts
+from llmroute.batch.platforms import BATCH_KINDS, LIMITS, TERMINAL_STATES, JobStatus, protocol_for
+from llmroute.batch.pricing import batch_price
+from llmroute.batch.results import completion_from_body, read_outcomes
+from llmroute.batch.settings import FAILURE_POLICIES, BatchSettings
+from llmroute.accounting.ledger import LedgerRecord, SQLiteSink
+from llmroute.accounting.ledger_postgres import connect
+from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 
 __all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
@@ -106,7 +106,7 @@ class BatchJobs:
         """The batch-capable deployments for `model`, in failover order."""
         config = self.config
         if model == "auto":
-            from ..routing.rules import RouteQuery, decide  # loaded on first use: `import llmroute.batch` stays light
+            from llmroute.routing.rules import RouteQuery, decide  # loaded on first use: `import llmroute.batch` stays light
 
             body = body or {}
             rf = body.get("response_format")
@@ -191,7 +191,7 @@ class BatchJobs:
     def estimate_rows(self, rows: Sequence[Mapping[str, Any]]) -> Dict[str, Dict[str, Decimal]]:
         """Upper-bound cost of requests not yet sent ({"batch"|"online": {currency: amount}}): whole
         prompt at the input rate plus `max_tokens` (1024 when unset) at the output rate."""
-        from ..accounting.budgets import estimate_cost  # loaded on first use: `import llmroute.batch` stays light
+        from llmroute.accounting.budgets import estimate_cost  # loaded on first use: `import llmroute.batch` stays light
 
         totals: Dict[str, Dict[str, Decimal]] = {"batch": {}, "online": {}}
         for r in rows:

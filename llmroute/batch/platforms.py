@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 from typing import Any, Dict, Generator, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
-from .. import errors as E
-from ..providers.error_mapping import error_from_response
+from llmroute import errors as E
+from llmroute.providers.error_mapping import error_from_response
 
 __all__ = [
     "Req", "Resp", "JobStatus", "Limits", "LIMITS", "STATES", "TERMINAL_STATES", "BATCH_KINDS",

@@ -13,8 +13,8 @@ from functools import lru_cache
 from importlib import resources
 from typing import Mapping, Optional, Tuple
 
-from ..accounting.prices import Price, to_decimal
-from ..errors import ConfigError
+from llmroute.accounting.prices import Price, to_decimal
+from llmroute.errors import ConfigError
 
 if sys.version_info >= (3, 11):
     import tomllib

@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Dict, Mapping, Optional
 
-from ..tokens import normalize_usage
-from ..types import ChatCompletion
-from .platforms import lines_of
+from llmroute.accounting.tokens import normalize_usage
+from llmroute.types import ChatCompletion
+from llmroute.batch.platforms import lines_of
 
 __all__ = ["LineOutcome", "read_outcomes", "completion_from_body"]
 

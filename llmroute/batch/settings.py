@@ -24,7 +24,7 @@ from typing import Any, Dict, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .. import errors as E
+from llmroute import errors as E
 
 __all__ = ["BatchSettings", "FAILURE_POLICIES"]
 

@@ -26,7 +26,7 @@ import threading
 from pathlib import Path
 from typing import Any, Dict, Iterable, List, Mapping, Optional
 
-from ..forksafe import hold_at_fork, leave_inherited
+from llmroute._runtime.forksafe import hold_at_fork, leave_inherited
 
 __all__ = ["JobStore"]
 

@@ -15,9 +15,9 @@ import threading
 import zlib
 from typing import Any, Dict, Iterable, List
 
-from ..accounting.ledger_postgres import _redact, connect
-from ..forksafe import renew_at_fork
-from .store import _SCHEMA, JobStore, _row
+from llmroute.accounting.ledger_postgres import _redact, connect
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.batch.store import _SCHEMA, JobStore, _row
 
 __all__ = ["PostgresJobStore", "PG_SCHEMA"]
 

@@ -13,7 +13,7 @@ import math
 from html import escape
 from typing import Any, Mapping, Sequence
 
-from .units import format_ms
+from llmroute.bench.units import format_ms
 
 __all__ = ["render_html", "line_chart", "scatter_chart", "nice_ticks"]
 

@@ -33,8 +33,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from ..errors import ConfigError, LLMRouteError
-from ..accounting.prices import load_price_table
+from llmroute.errors import ConfigError, LLMRouteError
+from llmroute.accounting.prices import load_price_table
 
 __all__ = [
     "main", "LevelChoice", "choose_level", "monthly_costs", "parse_price", "parse_throughput",
@@ -332,7 +332,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
-        from ..cli_paths import check_input, check_output  # loaded when the command runs, not at import
+        from llmroute.cli.paths import check_input, check_output  # loaded when the command runs, not at import
 
         check_input(ns.bench, "--bench")
         check_output(ns.json_out, "--json")
@@ -359,7 +359,7 @@ def _traffic(ns: argparse.Namespace) -> Traffic:
     if ns.ledger:
         import time
 
-        from ..accounting.sinks import read_records  # loaded when the command runs, not at import
+        from llmroute.accounting.sinks import read_records  # loaded when the command runs, not at import
 
         if ns.days <= 0:
             raise ConfigError("must be positive", key="--days")
@@ -394,7 +394,7 @@ def _plan(ns: argparse.Namespace) -> int:
     choice: LevelChoice | None = None
     unit = "GPUs"
     if ns.bench:
-        from .report import load_report  # loaded when the command runs, not at import
+        from llmroute.bench.document import load_report  # loaded when the command runs, not at import
 
         report = load_report(ns.bench, option="--bench")
         choice = choose_level(report, target=ns.target, level=ns.level, min_success_rate=ns.min_success_rate)

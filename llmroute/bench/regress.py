@@ -18,9 +18,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Mapping, Sequence
 
-from ..errors import ConfigError
-from .report import level_key
-from .units import parse_duration_s
+from llmroute.errors import ConfigError
+from llmroute.bench.document import level_key
+from llmroute.bench.units import parse_duration_s
 
 __all__ = ["Rule", "Verdict", "parse_rule", "check"]
 

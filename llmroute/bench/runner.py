@@ -24,10 +24,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
-from ..errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
-from .stats import RequestRecord, StreamTiming, percentile
-from ..tokens import count_message_tokens, count_text_tokens
-from .workload import Prompt
+from llmroute.errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
+from llmroute.bench.stats import RequestRecord, StreamTiming, percentile
+from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
+from llmroute.bench.workload import Prompt
 
 __all__ = [
     "SendFn",

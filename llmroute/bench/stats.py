@@ -23,9 +23,9 @@ from collections import Counter
 from dataclasses import asdict, dataclass, field
 from typing import Any, Iterable, Mapping, Sequence
 
-from ..percentile import percentile
-from ..errors import ConfigError, current_error_name
-from .units import parse_duration_s
+from llmroute._runtime.percentile import percentile
+from llmroute.errors import ConfigError, current_error_name
+from llmroute.bench.units import parse_duration_s
 
 __all__ = [
     "PERCENTILES",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 import re
 
-from ..errors import ConfigError
+from llmroute.errors import ConfigError
 
 __all__ = ["parse_duration_s", "parse_levels", "parse_rates", "format_ms"]
 

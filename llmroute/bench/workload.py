@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping
 
-from ..errors import ConfigError
-from ..jsonl import read_jsonl
-from ..tokens import encoding as _encoding  # the one lazily loaded cl100k encoding of the package
+from llmroute.errors import ConfigError
+from llmroute._runtime.jsonl import read_jsonl
+from llmroute.accounting.tokens import encoding as _encoding  # the one lazily loaded cl100k encoding of the package
 
 __all__ = ["Prompt", "load_prompts", "synthetic_prompts"]
 

@@ -7,12 +7,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
-from .calls import CacheCall, CachedStream, alookup, lookup
-from .policy import CacheConfig, CacheSettings, CallCache, SemanticConfig, TierCacheConfig, pop_cache_args
-from .semantic import Embedder
-from .service import ResponseCache, open_backend
-from ..config import _expand_env
+from llmroute.cache.backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
+from llmroute._call.cache_step import CacheCall, CachedStream, alookup, lookup
+from llmroute.cache.cache_policy import CacheConfig, CacheSettings, CallCache, SemanticConfig, TierCacheConfig, pop_cache_args
+from llmroute.cache.semantic import Embedder
+from llmroute.cache.service import ResponseCache, open_backend
+from llmroute.config import _expand_env
 
 __all__ = [
     "ResponseCache", "CacheConfig", "CacheSettings", "SemanticConfig", "TierCacheConfig", "CallCache",

@@ -23,7 +23,7 @@ import threading
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
 
-from ..forksafe import hold_at_fork, leave_inherited, renew_at_fork
+from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork
 
 if TYPE_CHECKING:
     import sqlite3

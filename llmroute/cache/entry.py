@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Dict, List, Optional
 
-from ..types import ChatCompletion, ChatCompletionChunk
+from llmroute.types import ChatCompletion, ChatCompletionChunk
 
 __all__ = ["Entry", "storable", "encode", "decode", "chunks_from_completion", "STORABLE_FINISH_REASONS"]
 

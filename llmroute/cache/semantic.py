@@ -12,8 +12,8 @@ import logging
 import time
 from typing import Any, Dict, List, Optional
 
-from ..providers.base import HttpRequest
-from ..timeouts import Timeouts
+from llmroute.providers.base import HttpRequest
+from llmroute._http.timeouts import Timeouts
 
 __all__ = ["Embedder"]
 

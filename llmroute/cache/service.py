@@ -16,12 +16,12 @@ from collections import Counter
 from pathlib import Path
 from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
 
-from ..forksafe import renew_at_fork
-from .backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
-from .entry import Entry, decode, encode
-from .key import namespace_for, numbers_of
-from .vectors import dot, normalize, pack, unpack
-from .policy import CacheConfig, CacheSettings
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.cache.backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
+from llmroute.cache.entry import Entry, decode, encode
+from llmroute.cache.key import namespace_for, numbers_of
+from llmroute.cache.vectors import dot, normalize, pack, unpack
+from llmroute.cache.cache_policy import CacheConfig, CacheSettings
 
 __all__ = ["ResponseCache", "open_backend"]
 

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Type
 
-from .base import OpenAICompatAdapter
-from .cloud import FireworksAdapter, SiliconFlowAdapter, TogetherAdapter
-from .dashscope import BailianCompatAdapter, BailianNativeAdapter
-from .registry import KINDS, KindSpec
-from .selfhosted import OllamaAdapter, SelfHostedAdapter
+from llmroute.providers.base import OpenAICompatAdapter
+from llmroute.providers.cloud import FireworksAdapter, SiliconFlowAdapter, TogetherAdapter
+from llmroute.providers.dashscope import BailianCompatAdapter, BailianNativeAdapter
+from llmroute.providers.registry import KINDS, KindSpec
+from llmroute.providers.selfhosted import OllamaAdapter, SelfHostedAdapter
 
 __all__ = ["adapter_class", "KINDS", "KindSpec", "OpenAICompatAdapter"]
 

@@ -14,17 +14,17 @@ from urllib.parse import urlencode
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
-from .. import errors as E
-from ..secrets import reveal_headers
-from ..sse import SSEDecoder, SSEEvent
-from ..tokens import normalize_usage
-from ..types import ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, Usage
-from .error_mapping import error_from_payload, error_from_response, is_error_payload
-from .logprobs import logprobs_from_wire
-from .think import ThinkSplitter, split_think
+from llmroute import errors as E
+from llmroute._runtime.secrets import reveal_headers
+from llmroute._http.sse import SSEDecoder, SSEEvent
+from llmroute.accounting.tokens import normalize_usage
+from llmroute.types import ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, Usage
+from llmroute.providers.error_mapping import error_from_payload, error_from_response, is_error_payload
+from llmroute.providers.logprobs import logprobs_from_wire
+from llmroute.providers.think import ThinkSplitter, split_think
 
 if TYPE_CHECKING:
-    from ..config import Deployment
+    from llmroute.config import Deployment
 
 __all__ = ["HttpRequest", "CallInput", "OpenAICompatAdapter", "StreamDecoder", "StreamAssembler", "FINISH_REASONS"]
 

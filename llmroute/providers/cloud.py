@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .base import CallInput, OpenAICompatAdapter
+from llmroute.providers.base import CallInput, OpenAICompatAdapter
 
 __all__ = ["TogetherAdapter", "FireworksAdapter", "SiliconFlowAdapter"]
 

@@ -17,12 +17,12 @@ import re
 import time
 from typing import Any, Dict, Mapping, Optional
 
-from .base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finish_reason
-from .logprobs import logprobs_from_wire
-from ..sse import SSEEvent
-from ..tokens import normalize_usage
-from ..types import ChatCompletion, ChatCompletionChunk, Usage
-from .. import errors as E
+from llmroute.providers.base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finish_reason
+from llmroute.providers.logprobs import logprobs_from_wire
+from llmroute._http.sse import SSEEvent
+from llmroute.accounting.tokens import normalize_usage
+from llmroute.types import ChatCompletion, ChatCompletionChunk, Usage
+from llmroute import errors as E
 
 __all__ = ["BailianCompatAdapter", "BailianNativeAdapter"]
 

@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from typing import Any, Mapping, Optional, Type
 
-from .. import errors as E
+from llmroute import errors as E
 
 __all__ = ["ErrorBody", "parse_error_body", "error_from_response", "error_from_payload", "retry_after_from_headers"]
 

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Dict, Optional
 
-from .base import CallInput
+from llmroute.providers.base import CallInput
 
 __all__ = ["CONTINUE_STYLE_BY_KIND", "continue_style", "continuation_call"]
 

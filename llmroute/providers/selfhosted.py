@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Dict
 
-from .. import errors as E
-from .base import OpenAICompatAdapter
+from llmroute import errors as E
+from llmroute.providers.base import OpenAICompatAdapter
 
 __all__ = ["SelfHostedAdapter", "OllamaAdapter"]
 

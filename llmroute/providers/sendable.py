@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 import re
 
-from .. import errors as E
-from .base import HttpRequest
+from llmroute import errors as E
+from llmroute.providers.base import HttpRequest
 
 __all__ = ["encode_body", "check_headers"]
 

@@ -6,14 +6,14 @@ reads a clock or touches the network; the client's sync and async shells drive t
 
 from __future__ import annotations
 
-from .breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
-from .failover import Candidate, Done, Exhausted, FailoverPlan, PlannedAttempt, Send, Wait, order_candidates
-from .health import BreakerRegistry, format_health
-from .hedge import HedgePlan, hedge_delay_s
-from .limits import Bulkhead, DeploymentLimits, TokenBucket
-from .outcome import classify_failure
-from .policy import ResiliencePolicy, merge, policy_from_config
-from .retry import Backoff, BudgetRegistry, RatioBudget, decide_retry
+from llmroute.resilience.breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
+from llmroute.resilience.failover import Candidate, Done, Exhausted, FailoverPlan, PlannedAttempt, Send, Wait, order_candidates
+from llmroute.resilience.deployment_health import BreakerRegistry, format_health
+from llmroute.resilience.hedge import HedgePlan, hedge_delay_s
+from llmroute.resilience.limits import Bulkhead, DeploymentLimits, TokenBucket
+from llmroute.resilience.outcome import classify_failure
+from llmroute.resilience.policy import ResiliencePolicy, merge, policy_from_config
+from llmroute.resilience.retry import Backoff, BudgetRegistry, RatioBudget, decide_retry
 
 __all__ = [
     "Backoff",

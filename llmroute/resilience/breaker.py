@@ -36,11 +36,11 @@ from collections import deque
 from dataclasses import asdict, dataclass
 from typing import Any, Literal, Optional
 
-from ..forksafe import renew_at_fork
-from ..percentile import percentile  # one definition for health, hedging, reports and bench
-from .. import errors as E
-from .outcome import describe_error, retry_after_of
-from .policy import ResiliencePolicy
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute._runtime.percentile import percentile  # one definition for health, hedging, reports and bench
+from llmroute import errors as E
+from llmroute.resilience.outcome import describe_error, retry_after_of
+from llmroute.resilience.policy import ResiliencePolicy
 
 __all__ = ["BreakerState", "Permit", "Transition", "BreakerSnapshot", "CircuitBreaker", "percentile"]
 

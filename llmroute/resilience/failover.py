@@ -44,13 +44,13 @@ import random
 from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional, Sequence, Union
 
-from .. import errors as E
-from .breaker import Permit
-from .health import BreakerRegistry
-from .limits import DeploymentLimits, Lease, fits
-from .outcome import classify_failure, describe_error
-from .policy import ResiliencePolicy
-from .retry import BudgetRegistry, decide_retry, dropped_before_reply
+from llmroute import errors as E
+from llmroute.resilience.breaker import Permit
+from llmroute.resilience.deployment_health import BreakerRegistry
+from llmroute.resilience.limits import DeploymentLimits, Lease, fits
+from llmroute.resilience.outcome import classify_failure, describe_error
+from llmroute.resilience.policy import ResiliencePolicy
+from llmroute.resilience.retry import BudgetRegistry, decide_retry, dropped_before_reply
 
 __all__ = [
     "Candidate",

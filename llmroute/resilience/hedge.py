@@ -16,9 +16,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional, Sequence
 
-from .breaker import percentile
-from .policy import ResiliencePolicy
-from .retry import RatioBudget
+from llmroute.resilience.breaker import percentile
+from llmroute.resilience.policy import ResiliencePolicy
+from llmroute.resilience.retry import RatioBudget
 
 __all__ = ["hedge_delay_s", "HedgePlan"]
 

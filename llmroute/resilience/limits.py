@@ -16,8 +16,8 @@ import threading
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..forksafe import renew_at_fork
-from .policy import ResiliencePolicy
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.resilience.policy import ResiliencePolicy
 
 __all__ = ["TokenBucket", "Bulkhead", "Lease", "Admission", "DeploymentLimits", "fits"]
 

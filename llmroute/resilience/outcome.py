@@ -21,8 +21,8 @@ import builtins
 import math
 from typing import Literal
 
-from .. import errors as E
-from ..secrets import scrub
+from llmroute import errors as E
+from llmroute._runtime.secrets import scrub
 
 __all__ = ["Outcome", "classify_failure", "is_retryable_here", "describe_error", "retry_after_of"]
 

@@ -13,7 +13,7 @@ from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..errors import ConfigError
+from llmroute.errors import ConfigError
 
 __all__ = ["ResiliencePolicy", "merge", "policy_from_config"]
 

@@ -27,10 +27,10 @@ from typing import Callable, Optional
 
 import tenacity
 
-from .. import errors as E
-from ..forksafe import renew_at_fork
-from .outcome import is_retryable_here, retry_after_of
-from .policy import ResiliencePolicy
+from llmroute import errors as E
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.resilience.outcome import is_retryable_here, retry_after_of
+from llmroute.resilience.policy import ResiliencePolicy
 
 __all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_retry", "dropped_before_reply", "retry_after_of"]
 

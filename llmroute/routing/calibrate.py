@@ -29,12 +29,12 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from ..errors import ConfigError
-from ..cli_paths import check_input, check_output
-from ..jsonl import conversation_of, read_jsonl
-from .classifier import classify
-from .configured import scorer_from_config
-from .fitted import load_model
+from llmroute.errors import ConfigError
+from llmroute.cli.paths import check_input, check_output
+from llmroute._runtime.jsonl import conversation_of, read_jsonl
+from llmroute.routing.classifier import classify
+from llmroute.routing.configured import scorer_from_config
+from llmroute.routing.fitted import load_model
 
 __all__ = ["threshold_for_share", "load_prompts", "load_scores", "write_threshold", "main"]
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from ..errors import ConfigError
-from .fitted import FittedRouter, load_model
+from llmroute.errors import ConfigError
+from llmroute.routing.fitted import FittedRouter, load_model
 
 __all__ = ["scorer_from_config"]
 

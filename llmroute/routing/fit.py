@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .fitted import DEFAULT_WINDOW, FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
+from llmroute.routing.fitted import DEFAULT_WINDOW, FEATURE_SETS, FittedRouter, _ngram_weight_of, conversation_features
 
 __all__ = ["FitOptions", "Featurized", "featurize", "fit", "fit_featurized", "fit_options_check"]
 

@@ -36,8 +36,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from .classifier import (Classification, _classify, _features, _instruction_window, _numbers, _read_ask,
+from llmroute.errors import ConfigError
+from llmroute.routing.classifier import (Classification, _classify, _features, _instruction_window, _numbers, _read_ask,
                          _window_tokens)
 
 __all__ = ["FittedRouter", "load_model", "conversation_features", "FEATURE_SETS", "MODEL_FORMAT", "MODEL_VERSION"]

@@ -29,8 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..errors import ConfigError
-from ..jsonl import conversation_of, read_jsonl
+from llmroute.errors import ConfigError
+from llmroute._runtime.jsonl import conversation_of, read_jsonl
 
 __all__ = ["Outcome", "load_outcomes", "outcomes_from_ledger", "gain_label"]
 

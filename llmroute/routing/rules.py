@@ -26,9 +26,9 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
-from ..errors import ConfigError
-from .classifier import classify, estimate_tokens
-from .shadow import ShadowConfig
+from llmroute.errors import ConfigError
+from llmroute.routing.classifier import classify, estimate_tokens
+from llmroute.routing.shadow import ShadowConfig
 
 __all__ = [
     "RoutingRuleWhen",
@@ -94,7 +94,7 @@ class RoutingConfig(BaseModel):
         if self.model is None:
             self._scorer = None
             return
-        from .fitted import load_model  # only when [routing] model names a fitted model
+        from llmroute.routing.fitted import load_model  # only when [routing] model names a fitted model
 
         try:
             self._scorer = load_model(self.model, base=base_dir)

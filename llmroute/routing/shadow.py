@@ -43,8 +43,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..accounting.ledger import SHADOW_METADATA_KEY
-from ..forksafe import renew_at_fork
+from llmroute.accounting.ledger import SHADOW_METADATA_KEY
+from llmroute._runtime.forksafe import renew_at_fork
 
 __all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
            "judge_request", "ShadowRunner", "AsyncShadowRunner"]

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Dict, Optional
 
-from .config import StateConfig
+from llmroute.state.backend import StateConfig
 
 __all__ = ["StateConfig", "Fleet", "open_state"]
 
@@ -18,9 +18,9 @@ class Fleet:
     """This process's handle on the shared state: connection, shared budgets and breakers."""
 
     def __init__(self, config: StateConfig) -> None:
-        from .breakers import SharedBreakers  # shared state only: loaded when [state] asks for it
-        from .budgets import SharedBudgetCounters  # shared state only: loaded when [state] asks for it
-        from .redis_state import SharedState  # shared state only: loaded when [state] asks for it
+        from llmroute.state.breakers import SharedBreakers  # shared state only: loaded when [state] asks for it
+        from llmroute.state.shared_budgets import SharedBudgetCounters  # shared state only: loaded when [state] asks for it
+        from llmroute.state.redis_state import SharedState  # shared state only: loaded when [state] asks for it
 
         self.config = config
         self.state = SharedState(config)
@@ -29,7 +29,7 @@ class Fleet:
         self.limits: Any = None
 
     def shared_limits(self, local: Any) -> Any:
-        from .limits import SharedLimits  # shared state only: loaded when [state] asks for it
+        from llmroute.state.shared_limits import SharedLimits  # shared state only: loaded when [state] asks for it
 
         self.limits = SharedLimits(self.state, local)
         return self.limits

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from ..resilience.limits import Admission, Lease
-from .limits import LimitRequest, SharedLimits
+from llmroute.resilience.limits import Admission, Lease
+from llmroute.state.shared_limits import LimitRequest, SharedLimits
 
 __all__ = ["PreAdmitted"]
 

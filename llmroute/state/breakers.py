@@ -31,11 +31,11 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Optional
 
-from ..forksafe import renew_at_fork
-from ..resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
-from ..resilience.policy import ResiliencePolicy
-from .limits import ADMIT_LUA
-from .redis_state import SharedState, Unavailable
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
+from llmroute.resilience.policy import ResiliencePolicy
+from llmroute.state.shared_limits import ADMIT_LUA
+from llmroute.state.redis_state import SharedState, Unavailable
 
 __all__ = ["SharedBreakers", "SharedCircuitBreaker", "PUBLISH_LUA"]
 

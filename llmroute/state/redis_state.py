@@ -17,9 +17,9 @@ import threading
 import time
 from typing import Any, Callable, Optional, TypeVar
 
-from .. import errors as E
-from ..forksafe import renew_at_fork
-from .config import StateConfig
+from llmroute import errors as E
+from llmroute._runtime.forksafe import renew_at_fork
+from llmroute.state.backend import StateConfig
 
 __all__ = ["SharedState", "Unavailable"]
 

@@ -11,7 +11,7 @@ import pytest
 
 import llmroute as L
 from llmroute import Client
-from llmroute.tokens import count_message_tokens
+from llmroute.accounting.tokens import count_message_tokens
 from tests.accounting._client import MESSAGES, config, per_million, provider
 from tests.servers.script import Reply
 

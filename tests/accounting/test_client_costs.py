@@ -21,7 +21,7 @@ from tests.accounting._client import MESSAGES, TABLE_VERSION, config, per_millio
 from tests.providers.helpers import drain
 from tests.servers.bailian import NATIVE_PATH
 from tests.servers.script import Reply
-from llmroute.tokens import count_message_tokens, count_text_tokens
+from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 
 PIECES = ["one", " two", " three", " four", " five"]  # 5 completion tokens on every server
 PROMPT, CACHED, COMPLETION = 1000, 400, len(PIECES)

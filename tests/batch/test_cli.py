@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from llmroute.batch.cli import main
+from llmroute.cli.batch_command import main
 from tests.batch.helpers import MODELS, PROVIDER, requests
 
 

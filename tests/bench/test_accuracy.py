@@ -13,7 +13,7 @@ import asyncio
 import pytest
 
 from llmroute import AsyncClient
-from llmroute.bench.report import build_report
+from llmroute.bench.document import build_report
 from llmroute.bench.runner import LoadPlan, client_send, run_bench
 from llmroute.bench.workload import Prompt
 from tests.servers.fault import reset_before, status, timed

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from llmroute.bench.cli import main
+from llmroute.cli.bench_command import main
 from tests.servers.fault import status, timed
 
 REQUIRED = {"target", "concurrency", "requests", "success_rate", "requests_per_s", "output_tokens_per_s",

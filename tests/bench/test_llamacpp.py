@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from llmroute.bench.cli import main
+from llmroute.cli.bench_command import main
 from tests.servers.llamacpp import MODEL_ALIAS
 
 

@@ -7,7 +7,7 @@ import re
 import pytest
 
 from llmroute.bench.html import line_chart, nice_ticks, render_html
-from llmroute.bench.report import build_report, summary_text
+from llmroute.bench.document import build_report, summary_text
 from llmroute.bench.runner import BenchRun, LevelRun, LoadPlan
 from llmroute.bench.stats import RequestRecord
 

@@ -8,7 +8,7 @@ import pytest
 
 from llmroute.bench.workload import load_prompts, synthetic_prompts
 from llmroute.errors import ConfigError
-from llmroute.tokens import count_text_tokens
+from llmroute.accounting.tokens import count_text_tokens
 
 
 def write(tmp_path, *lines):

@@ -1,4 +1,4 @@
-"""`AsyncClient` with an SQLite cache: lookups and stores run in its worker threads (llmroute/offload.py),
+"""`AsyncClient` with an SQLite cache: lookups and stores run in its worker threads (llmroute/_call/offload.py),
 and a call made after another one returned still finds its answer (a lookup waits for the stores
 still queued)."""
 

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import pytest
 
 from llmroute.cache.key import key_parts, namespace_for, target_id
-from llmroute.cache.policy import CacheConfig, CacheSettings, CallCache, TierCacheConfig, decide, pop_cache_args
+from llmroute.cache.cache_policy import CacheConfig, CacheSettings, CallCache, TierCacheConfig, decide, pop_cache_args
 from llmroute.errors import InvalidRequestError
 
 MSGS = [{"role": "system", "content": "You answer FAQ."}, {"role": "user", "content": "How do I reset my password?"}]

@@ -82,6 +82,6 @@ def test_the_numbers_guard_keeps_a_question_about_another_product_out(vllm_serve
 
 
 def test_the_default_threshold_is_the_measured_one():
-    from llmroute.cache.policy import SemanticConfig
+    from llmroute.cache.cache_policy import SemanticConfig
 
     assert SemanticConfig().threshold == 0.95 and SemanticConfig().enabled is False

@@ -7,7 +7,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from llmroute import Client
-from llmroute.telemetry import Telemetry
+from llmroute._runtime.telemetry import Telemetry
 from tests.cache.conftest import MESSAGES, cache_config
 
 

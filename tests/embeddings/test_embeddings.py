@@ -51,7 +51,7 @@ def _check_answer(platform: str, resp, server, sink) -> None:
     if reports_usage:
         assert tokens == SERVER_TOKENS and resp.route.usage_estimated is False
     else:  # Together sends no usage: counted here with tiktoken, and flagged
-        from llmroute.tokens import count_text_tokens
+        from llmroute.accounting.tokens import count_text_tokens
 
         assert tokens == sum(count_text_tokens(t) for t in TEXTS) and resp.route.usage_estimated is True
     assert resp.usage.total_tokens == tokens
@@ -280,7 +280,7 @@ def test_embedding_spans_say_embeddings_and_carry_tokens_and_cost(vllm_server):
     from opentelemetry.sdk.trace.export import SimpleSpanProcessor
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-    from llmroute.telemetry import Telemetry, TelemetryConfig
+    from llmroute._runtime.telemetry import Telemetry, TelemetryConfig
 
     exporter = InMemorySpanExporter()
     tracer_provider = TracerProvider()

@@ -138,7 +138,7 @@ def test_unknown_keyword_is_a_type_error_like_the_openai_sdk(config: dict[str, A
     with L.Client(config=config) as client:
         with pytest.raises(TypeError, match=name):
             client.chat.completions.create(model=TIER, messages=MESSAGES, **{name: 1})
-    from llmroute import validate
+    from llmroute._call import validate
 
     with pytest.raises(TypeError, match="extra_body"):
         validate.check_create_args({"model": TIER, "messages": MESSAGES, name: 1}, pools={"interactive"})

@@ -144,10 +144,10 @@ LOCKS: dict[str, Callable[[Any], Any]] = {
 # a provider is bound, a client is built (secrets), feedback is written, a sink registers for exit.
 OTHER_LOCKS: dict[str, Callable[[Any], Any]] = {
     "telemetry": lambda c: c._engine.telemetry._bind_lock,
-    "telemetry-api": _module_lock("llmroute.telemetry", "_api_lock"),
-    "redaction": _module_lock("llmroute.redaction", "_lock"),
-    "tokens": _module_lock("llmroute.tokens", "_lock"),
-    "secrets": _module_lock("llmroute.secrets", "_install_lock"),
+    "telemetry-api": _module_lock("llmroute._runtime.telemetry", "_api_lock"),
+    "redaction": _module_lock("llmroute._runtime.redaction", "_lock"),
+    "tokens": _module_lock("llmroute.accounting.tokens", "_lock"),
+    "secrets": _module_lock("llmroute._runtime.secrets", "_install_lock"),
     "feedback": _module_lock("llmroute.accounting.feedback", "_lock"),
     "ledger-exit": _module_lock("llmroute.accounting.ledger", "_atexit_lock"),
 }
@@ -311,7 +311,7 @@ def test_registering_locks_keeps_no_owner_alive_and_names_only_locks() -> None:
     import gc
     import weakref
 
-    from llmroute import forksafe
+    from llmroute._runtime import forksafe
 
     class Owner:
         def __init__(self) -> None:

@@ -15,7 +15,7 @@ from typing import Any, Iterator
 import pytest
 
 import llmroute as L
-from llmroute.sse import SSEDecoder
+from llmroute._http.sse import SSEDecoder
 from tests.resilience.client_helpers import MESSAGES, TIER, tier_config
 from tests.servers.hostile import HostileServer
 

@@ -13,7 +13,7 @@ from typing import Any, Iterable
 import pytest
 
 from llmroute import AsyncClient, Client
-from llmroute.tokens import count_message_tokens, count_text_tokens
+from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 
 __all__ = [
     "MESSAGES", "TIER", "NO_RETRIES", "make_config", "make_client", "drain", "adrain",

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from llmroute import errors as E
 from llmroute.config import Config
 from llmroute.providers.base import OpenAICompatAdapter, StreamDecoder
-from llmroute.sse import SSEEvent
+from llmroute._http.sse import SSEEvent
 
 
 def _adapter(**provider) -> OpenAICompatAdapter:

@@ -98,7 +98,7 @@ def test_retry_after_reaches_the_error():
 
 
 def test_key_echoed_by_platform_is_scrubbed():
-    from llmroute.secrets import SecretStr
+    from llmroute._runtime.secrets import SecretStr
 
     SecretStr("sk-live-abcdef0123456789")
     error = err(401, {"error": {"message": "Incorrect API key provided: sk-live-abcdef0123456789"}})

@@ -279,7 +279,7 @@ def test_snapshot_reports_rates_errors_and_percentiles():
         feed(b, i * 0.1, server_error() if i == 20 else None, ttft_s=i / 10, latency_s=i)
     snap = b.snapshot(2.0)
     assert snap.calls_in_window == 20 and snap.failure_rate == pytest.approx(0.05)
-    # Linear interpolation (llmroute/percentile.py, as reports and bench): 20 samples 1..20.
+    # Linear interpolation (llmroute/_runtime/percentile.py, as reports and bench): 20 samples 1..20.
     assert snap.p50_ttft_s == pytest.approx(1.05) and snap.p95_ttft_s == pytest.approx(1.905)
     assert snap.p50_latency_s == pytest.approx(10.5) and snap.p95_latency_s == pytest.approx(19.05)
     assert snap.last_error.startswith("ServerError") and snap.last_error_at == pytest.approx(2.0)

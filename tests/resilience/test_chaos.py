@@ -24,7 +24,7 @@ from typing import Any, Optional
 import pytest
 
 import llmroute as L
-from llmroute.local import MODEL_ALIAS
+from llmroute.cli.local import MODEL_ALIAS
 from tests.servers.llamacpp import start_llama_server
 
 PRIMARY = f"primary:{MODEL_ALIAS}"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 
-from llmroute.resilience.health import BreakerRegistry, format_health
+from llmroute.resilience.deployment_health import BreakerRegistry, format_health
 from llmroute.resilience.policy import ResiliencePolicy
 
 from .helpers import auth_error, server_error

@@ -10,7 +10,7 @@ from llmroute.accounting.ledger import PROBE_METADATA_KEY
 from llmroute.accounting.sinks import read_records
 from llmroute.cli import main
 from llmroute.resilience.breaker import BreakerSnapshot
-from llmroute.resilience.health import ProbeTally, format_health, health_status
+from llmroute.resilience.deployment_health import ProbeTally, format_health, health_status
 from tests.servers.fault import status
 
 

@@ -32,7 +32,7 @@ def test_never_after_the_first_token():
 
 def test_p95_delay_once_enough_samples_are_known():
     pol = ResiliencePolicy(hedge_after_ms=1500, hedge_delay="p95", hedge_min_samples=20)
-    samples = [0.1 * i for i in range(1, 21)]  # p95 = 1.905 s (linear interpolation, llmroute/percentile.py)
+    samples = [0.1 * i for i in range(1, 21)]  # p95 = 1.905 s (linear interpolation, llmroute/_runtime/percentile.py)
     assert hedge_delay_s(pol, samples) == pytest.approx(1.905)
     assert hedge_delay_s(pol, samples[:19]) == 1.5  # too few: the fixed delay
     assert hedge_delay_s(ResiliencePolicy(hedge_after_ms=1500), samples) == 1.5  # "fixed" ignores samples

@@ -403,7 +403,7 @@ def test_a_cancelled_half_open_probe_gives_its_permit_back(servers):
 
 @pytest.mark.parametrize("mode", ["sync", "async-stream"])
 def test_the_real_llama_cpp_server_continues_a_cut_answer(servers, llama_server, mode):
-    from llmroute.local import MODEL_ALIAS
+    from llmroute.cli.local import MODEL_ALIAS
 
     local = f"local:{MODEL_ALIAS}"
     servers["a"].push(reset_during(2, ["The capital", " of France"], gap_s=0.02))

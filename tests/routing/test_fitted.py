@@ -20,7 +20,7 @@ from llmroute.routing.evaluate import evaluate_scores, quality_curve, roc_auc
 from llmroute.routing.fit import FitOptions, featurize, fit, fit_featurized
 from llmroute.routing.fitted import MODEL_VERSION, FittedRouter, load_model
 from llmroute.routing.outcomes import gain_label, load_outcomes, outcomes_from_ledger
-from llmroute.routing.router_cli import main as router_main
+from llmroute.cli.router_command import main as router_main
 from llmroute.routing.rules import RouteQuery, RoutingConfig, decide
 from tests.routing.test_client_routing import LARGE_DEP, SMALL_DEP, _config, _served_by
 

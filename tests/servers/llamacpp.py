@@ -1,4 +1,4 @@
-"""The real llama.cpp server for the self-hosted tests: `llmroute.local.LocalServer` in a child process.
+"""The real llama.cpp server for the self-hosted tests: `llmroute.cli.local.LocalServer` in a child process.
 
 One server per test session (starting one costs a few seconds), with two slots; tests that kill a
 server (the chaos tests) start their own. Every server stops itself when its fixture ends.
@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 import tempfile
 
-from llmroute.local import MODEL_ALIAS, LocalServer
+from llmroute.cli.local import MODEL_ALIAS, LocalServer
 
 __all__ = ["start_llama_server", "MODEL_ALIAS", "llama_config"]
 

@@ -1,4 +1,4 @@
-"""`AsyncClient` never blocks its event loop on shared state or cache I/O (llmroute/offload.py).
+"""`AsyncClient` never blocks its event loop on shared state or cache I/O (llmroute/_call/offload.py).
 
 A real redis-server behind a proxy that adds `DELAY_S` to every round trip stands for a remote Redis;
 shared budgets and limits (admission: one script before sending) and the response cache on Redis
@@ -56,7 +56,7 @@ async def _calls_with_heartbeat(cfg, *, inline: bool, stream: bool, tag: str):
     stop = asyncio.Event()
     client = L.AsyncClient(config=cfg)
     if inline:
-        client._offload.inline = True  # the steps on the loop thread, as before llmroute/offload.py
+        client._offload.inline = True  # the steps on the loop thread, as before llmroute/_call/offload.py
     io_threads = _spy_io_threads(client)
     beat = asyncio.create_task(_heartbeat(stop, lags))
     await asyncio.sleep(0.02)

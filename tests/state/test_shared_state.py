@@ -11,7 +11,7 @@ import pytest
 
 import llmroute as L
 from llmroute.accounting.ledger_postgres import PostgresSink
-from llmroute.health import main as health_main
+from llmroute.cli.health import main as health_main
 from tests.servers.fault import slow_ttft, status
 from tests.state.servers import free_port
 

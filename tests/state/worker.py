@@ -23,7 +23,7 @@ import time
 from typing import Any
 
 import llmroute as L
-from llmroute.tokens import count_message_tokens
+from llmroute.accounting.tokens import count_message_tokens
 
 MESSAGES = [{"role": "user", "content": "hello from a worker"}]
 

@@ -1,0 +1,279 @@
+"""The cache in one call: the lookup before any attempt, the replay of a hit, the store after a miss.
+
+`begin()` runs at the start of `create()`: it resolves the target (so the key holds the tier or
+deployment that will answer), decides whether the cache is in play, and looks the key up. A hit
+is answered here: the stored completion (or its chunks, for `stream=True`), with a route whose
+`cache` is "hit" or "semantic-hit", one ledger row that costs 0 and carries `cost_saved`, and a
+span with `llmroute.cache`. A miss goes on to the attempts; when the call completes, `completed()`
+stores the answer if it is complete and came from the keyed target. A streamed miss records its
+chunks through `RecordingAssembler`, which the stream's state uses in place of the plain one.
+"""
+
+from __future__ import annotations
+
+import functools
+import time
+from dataclasses import dataclass, field
+from decimal import Decimal
+from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Union
+
+from llmroute.providers.base import StreamAssembler
+from llmroute._call.targets import resolve_target
+from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
+from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
+from llmroute.cache.key import KeyParts, UnkeyableError, key_parts, target_id
+from llmroute.cache.cache_policy import CallCache, Decision, decide
+
+if TYPE_CHECKING:
+    from llmroute._call.call import CallRun, PreparedCall
+    from llmroute._call.engine import Engine
+    from llmroute.cache.service import ResponseCache
+
+__all__ = ["CacheCall", "begin", "lookup", "alookup", "RecordingAssembler", "CachedStream", "AsyncCachedStream"]
+
+
+@dataclass
+class CacheCall:
+    """One call's dealings with the cache."""
+
+    cache: "ResponseCache"
+    outcome: Optional[str]  # "hit" | "semantic-hit" | "miss" | "bypass"
+    decision: Decision
+    namespace: str = ""
+    parts: Optional[KeyParts] = None
+    deployments: frozenset = frozenset()
+    entry: Optional[Entry] = None
+    similarity: Optional[float] = None
+    embedding: Optional[List[float]] = None
+    chunks: Optional[List[ChatCompletionChunk]] = None
+    started_at: float = field(default_factory=time.monotonic)
+    store_later: Optional[Callable[..., None]] = None  # AsyncClient's `Offload.submit`: stores off its loop
+
+    @property
+    def needs_embedding(self) -> bool:
+        """A semantic lookup is due: exact miss, semantic on, an embedder, and a question to embed."""
+        return (self.outcome == "miss" and self.decision.semantic and self.cache.embedder is not None
+                and self.parts is not None and bool(self.parts.query))
+
+    def semantic_lookup(self, embedding: Optional[List[float]]) -> None:
+        """Look among the group's entries with the query's embedding (None: the embedder failed)."""
+        if embedding is None or self.parts is None:
+            return
+        self.embedding = embedding
+        threshold = self.cache.config.semantic.threshold
+        entry, sim = self.cache.similar(self.namespace, self.parts.group, embedding, threshold, self.parts.query)
+        self.similarity = sim
+        if entry is not None:
+            self.entry, self.outcome = entry, "semantic-hit"
+            self.cache.count("miss", -1)
+            self.cache.count("semantic-hit")
+
+    def look_again(self) -> None:
+        """An exact miss while this client's store of the same key was queued: look once more."""
+        assert self.parts is not None
+        entry = self.cache.get(self.namespace, self.parts.exact)
+        if entry is not None:
+            self.entry, self.outcome = entry, "hit"
+            self.cache.count("miss", -1)
+            self.cache.count("hit")
+
+    # -- a miss: the call goes on --------------------------------------------------------------------
+    def assembler(self) -> StreamAssembler:
+        return RecordingAssembler(self) if self.outcome == "miss" else StreamAssembler()
+
+    def completed(self, run: "CallRun", completion: ChatCompletion) -> None:
+        """The call succeeded: store its answer if it is complete and came from the keyed target."""
+        if self.outcome != "miss" or self.parts is None:
+            return
+        route = run.route
+        why = storable(completion, route)
+        if why is None and route.deployment not in self.deployments:
+            why = "answered by a deployment outside the keyed target (fallback or budget downgrade)"
+        if why is not None:
+            self.cache.count("not_stored")
+            return
+        answering = next((a for a in reversed(route.attempts) if a.status == "ok"), None)
+        cost = answering.cost if answering is not None else None
+        now = self.cache.clock()
+        chunks = self.chunks if run.prepared.stream else None
+        entry = Entry(
+            completion=dump_completion(completion),
+            chunks=[dump_chunk(c) for c in chunks] if chunks is not None else None,
+            deployment=route.deployment, provider=route.provider,
+            provider_kind=run.engine.deployment(route.deployment).provider.kind if route.deployment else None,
+            model=route.model, tier=route.tier,
+            cost=cost.amount if cost is not None else None, currency=cost.currency if cost is not None else None,
+            created_at=now, expires_at=now + self.decision.ttl_s, query=self.parts.query,
+        )
+        group = self.parts.group if self.decision.semantic else None
+        put = functools.partial(self.cache.put, self.namespace, self.parts.exact, entry, group=group,
+                                embedding=self.embedding)
+        if self.store_later is not None:
+            self.store_later(put, key=(self.namespace, self.parts.exact))
+        else:
+            put()
+
+    # -- a hit: answered from the entry --------------------------------------------------------------
+    def replay(self, engine: "Engine", prepared: "PreparedCall", *,
+               is_async: bool = False) -> Union[ChatCompletion, "CachedStream"]:
+        from llmroute.accounting.cost import Cost  # pricing loads with the first client, not at import
+
+        entry = self.entry
+        assert entry is not None
+        target = prepared.target
+        completion = entry.completion_model()
+        reason = f"{target.reason}; cache {self.outcome}" if target is not None else f"cache {self.outcome}"
+        route = Route(provider=entry.provider, deployment=entry.deployment, model=entry.model,
+                      tier=target.tier if target is not None else entry.tier, reason=reason,
+                      score=target.score if target is not None else None, pool=prepared.pool,
+                      feature=prepared.feature, request_id=prepared.request_id, cache=self.outcome,
+                      cache_similarity=self.similarity)
+        completion.route = route
+        priced = entry.cost is not None
+        completion.cost = Cost(amount=Decimal(0) if priced else None, currency=entry.currency, priced=priced)
+        engine.recorder.cache_hit(prepared, route, completion, entry, outcome=self.outcome,
+                                  similarity=self.similarity, started_at=self.started_at, now=time.monotonic())
+        if prepared.stream:
+            return (AsyncCachedStream if is_async else CachedStream)(entry.chunk_models(), completion)
+        return completion
+
+
+def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall",
+          call: CallCache) -> Optional[CacheCall]:
+    """Decide and look up (exact key). None: the cache is not in play for this call."""
+    if cache is None or (call.mode is None and not cache.settings.in_use):
+        return None
+    started = time.monotonic()
+    target = prepared.target = resolve_target(engine.config, prepared)
+    decision = decide(cache.settings, call, target.tier, prepared.call.params)
+    if not decision.use:
+        if decision.outcome is None:
+            return None
+        cache.count(decision.outcome)
+        return CacheCall(cache, decision.outcome, decision, started_at=started)
+    try:
+        parts = key_parts(target_id(target.tier, target.deployments), prepared.messages, prepared.call.params,
+                          prepared.call.extra_body)
+    except UnkeyableError:
+        cache.count("bypass")
+        return CacheCall(cache, "bypass", decision, started_at=started)
+    namespace = cache.namespace(prepared.feature, prepared.metadata)
+    entry = cache.get(namespace, parts.exact)
+    outcome = "hit" if entry is not None else "miss"
+    cache.count(outcome)
+    return CacheCall(cache, outcome, decision, namespace, parts, frozenset(d.id for d in target.deployments),
+                     entry=entry, started_at=started)
+
+
+def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
+           transport: Any = None) -> Optional[CacheCall]:
+    """`begin()`, then a semantic lookup if one is due (the embedding fetched on this thread)."""
+    cached = begin(cache, engine, prepared, call)
+    if cached is not None and cached.needs_embedding:
+        cached.semantic_lookup(cached.cache.embedder.embed(cached.parts.query, transport))  # type: ignore
+    prepared.cache = cached
+    return cached
+
+
+async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
+                  transport: Any = None, offload: Any = None) -> Optional[CacheCall]:
+    """`lookup()` for `AsyncClient`: the embedding is awaited; with `offload` (an `offload.Offload`)
+    the backend's lookups run in its worker threads and the store after a miss is handed to it."""
+    if offload is None:
+        cached = begin(cache, engine, prepared, call)
+    else:
+        cached = await offload.run(begin, cache, engine, prepared, call)
+        if cached is not None and cached.outcome == "miss" and cached.parts is not None \
+                and await offload.wait_queued((cached.namespace, cached.parts.exact)):
+            await offload.run(cached.look_again)  # this client's store of that key was still queued
+    if cached is not None and cached.needs_embedding:
+        embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
+        if offload is None:
+            cached.semantic_lookup(embedding)
+        else:
+            await offload.run(cached.semantic_lookup, embedding)
+    if cached is not None and offload is not None:
+        cached.store_later = offload.submit
+    prepared.cache = cached
+    return cached
+
+
+class RecordingAssembler(StreamAssembler):
+    """A `StreamAssembler` that also keeps the chunks, for the cache entry of a streamed miss. The
+    attempt that finishes the call hands its chunks over when it builds the completion."""
+
+    def __init__(self, owner: CacheCall) -> None:
+        super().__init__()
+        self._owner = owner
+        self._chunks: List[ChatCompletionChunk] = []
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        super().add(chunk)
+        self._chunks.append(chunk)
+
+    def completion(self, usage: Usage, fallback_model: str) -> ChatCompletion:
+        self._owner.chunks = self._chunks
+        return super().completion(usage, fallback_model)
+
+
+class CachedStream:
+    """A hit replayed as a stream: the same surface as `Stream` and `AsyncStream` (iterate or
+    `async for`, context manager, `.response`, `.route`, `close()`), no delays between chunks."""
+
+    def __init__(self, chunks: List[ChatCompletionChunk], completion: ChatCompletion) -> None:
+        self._chunks = chunks
+        self._final = completion
+
+    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+        return iter(self._chunks)
+
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+        return self._aiterate()
+
+    async def _aiterate(self) -> AsyncIterator[ChatCompletionChunk]:
+        for chunk in self._chunks:
+            yield chunk
+
+    @property
+    def response(self) -> ChatCompletion:
+        return self._final
+
+    async def aresponse(self) -> ChatCompletion:
+        return self._final
+
+    def get_final_completion(self) -> ChatCompletion:
+        """As `Stream.get_final_completion`: the whole answer (a hit has it already)."""
+        return self._final
+
+    @property
+    def route(self) -> Optional[Route]:
+        return self._final.route
+
+    def close(self) -> None:
+        pass
+
+    async def aclose(self) -> None:
+        pass
+
+    def __enter__(self) -> "CachedStream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        pass
+
+    async def __aenter__(self) -> "CachedStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        pass
+
+
+class AsyncCachedStream(CachedStream):
+    """`CachedStream` for `AsyncClient`, whose streams' `close()` is awaited."""
+
+    async def close(self) -> None:  # type: ignore[override]
+        pass
+
+    async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]
+        """As `AsyncStream.get_final_completion` (awaited)."""
+        return self._final

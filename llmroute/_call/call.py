@@ -1,0 +1,676 @@
+"""One call, from `create()`'s arguments to a finished response, as a sans-I/O state machine.
+
+`Client` and `AsyncClient` share this: `prepare_call` validates the arguments and resolves the
+target (tier, deployment or "auto"); a `CallRun` hands out attempts, takes their outcomes, and
+finishes the response with its route, usage and cost; a `StreamState` turns the bytes of one
+streamed attempt into chunks, holding them back until content arrives so that a stream can fail
+over exactly like a plain call until the caller has seen a token. The shells only move bytes and
+sleep. Times are passed in: `now` arguments are monotonic seconds, and the run's `wall` callable
+(the shells pass `time.time`) stamps attempt records; nothing here reads a clock or a socket.
+
+A `CallRun` owns everything about its call (target, route, attempts, plan, answer, costs). The
+client's shared services (`engine.Engine`: breakers, limits, budgets, prices) answer its questions,
+and the `recorder.CallRecorder` (ledger, budget spend, spans) is told about its events; neither
+changes the run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+
+from llmroute import errors as E
+from llmroute.accounting.plausible import implausible_usage
+from llmroute.config import Config, Deployment
+from llmroute._call.exits import end_call, exit_status
+from llmroute.providers import adapter_class
+from llmroute.providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute.providers.prefill import continuation_call
+from llmroute.providers.registry import KINDS
+from llmroute.providers.sendable import check_headers, encode_body
+from llmroute._call.targets import Target, resolve_target
+from llmroute._http.timeouts import Timeouts
+from llmroute.accounting.tokens import count_message_tokens, estimate_usage
+from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
+from llmroute._call.validate import check_create_args
+
+logger = logging.getLogger("llmroute._call.call")
+
+if TYPE_CHECKING:
+    from llmroute.accounting.cost import Cost
+    from llmroute._call.engine import Admission, Engine
+
+# Modules the call path uses on every call but `import llmroute` does not load (the resilience package
+# loads with the first client, the router's estimate with the first call): bound once by the first
+# `CallRun`, so a call does not pay a function-local import each time.
+_plan_steps: Any = None  # llmroute.resilience.failover
+_classifier: Any = None  # llmroute.routing.classifier
+
+
+def _bind_lazy_modules() -> None:
+    global _plan_steps, _classifier
+    if _classifier is None:
+        from llmroute.resilience import failover  # loaded with the first client
+        from llmroute.routing import classifier  # loaded with the first call
+
+        _plan_steps, _classifier = failover, classifier
+
+
+__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
+
+@dataclass
+class PreparedCall:
+    model: str
+    call: CallInput
+    stream: bool
+    feature: Optional[str]
+    metadata: Dict[str, str]
+    pool: str
+    timeout_s: Optional[float]
+    request_id: str
+    target: Optional[Target] = None
+    input_tokens: Optional[int] = None
+    cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
+    operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
+
+    @property
+    def messages(self) -> List[Dict[str, Any]]:
+        return self.call.messages
+
+
+def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
+    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
+    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
+    args = check_create_args(kwargs, pools=config.sections.pool_names)
+    return PreparedCall(
+        model=args.model,
+        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
+                       extra_headers=args.extra_headers, extra_query=args.extra_query),
+        stream=args.stream,
+        feature=args.feature,
+        metadata=args.metadata,
+        pool=args.pool,
+        timeout_s=args.timeout_s,
+        request_id=os.urandom(16).hex(),
+    )
+
+
+@dataclass
+class AttemptContext:
+    """One attempt in flight: where it goes, what is sent, its limits, and its record in the route."""
+
+    deployment: Deployment
+    adapter: OpenAICompatAdapter
+    request: HttpRequest
+    timeouts: Timeouts
+    started: float
+    deadline: float
+    record: Attempt
+    usage_reported: bool = False
+    trace: Any = None
+    streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
+    continuation: bool = False  # continues the partial answer of a cut attempt
+    partial: Any = None  # the attempt's StreamState, when read as a stream
+    unsent: bool = False  # the request could not be built: nothing reached the platform
+
+    def not_sent(self) -> None:
+        """The transport refused the request before sending it: nothing reached the platform."""
+        self.unsent = True
+
+    def connected(self, connect_s: Optional[float]) -> None:
+        """The transport's connect time for this attempt (None: a pooled connection was reused)."""
+        self.record.connect_s = connect_s
+
+    def correct_request(self, error: E.ProviderError) -> bool:
+        """The platform refused a parameter its adapter can drop or rename (`request_after_error`):
+        the attempt's request becomes the corrected one (True), to be sent once more."""
+        corrected = self.adapter.request_after_error(error, self.request)
+        if corrected is None:
+            return False
+        self.request = corrected
+        return True
+
+
+@dataclass(frozen=True)
+class Send:
+    attempt: AttemptContext
+
+
+@dataclass(frozen=True)
+class Wait:
+    seconds: float
+    deployment: str
+
+
+Step = Union[Send, Wait]
+
+
+class CallRun:
+    """The attempts of one call. The shells loop: `next_step()`, do the I/O, report back."""
+
+    def __init__(self, engine: "Engine", prepared: PreparedCall, now: float, *, wall: Callable[[], float]) -> None:
+        self.engine = engine
+        self.recorder = engine.recorder
+        self.prepared = prepared
+        self.started = now
+        self.wall = wall
+        routed = prepared.target or resolve_target(engine.config, prepared)
+        self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
+        # Guards and budgets: may refuse (raises), cap the output, or downgrade the tier.
+        self.admission: "Admission" = engine.admit(prepared, routed, self.input_tokens, now, wall())
+        self.target = self.admitted_target(routed, self.admission.target)
+        if self.admission.max_tokens is not None:
+            self.apply_output_cap(self.admission.max_tokens)
+        target = self.target
+        self.route.tier, self.route.reason, self.route.score = target.tier, target.reason, target.score
+        if target.pool:
+            self.route.pool = target.pool
+        budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
+        self.deadline = now + budget
+        self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now)
+        _bind_lazy_modules()
+        self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
+        self.trace = self.recorder.call_started(self, now)
+        self.costs: List["Cost"] = []  # billed attempts' costs
+        self._adapters: Dict[str, OpenAICompatAdapter] = {}
+        self._ended = False
+        self.in_flight: Dict[int, AttemptContext] = {}  # attempts started and not yet ended, by number
+        # The answer across attempts: a cut answer finished on another deployment is one answer. The
+        # assemblers of the attempts cut after content, joined only when a cut needs it (`answer`).
+        self._answer_parts: List[StreamAssembler] = []
+        self.earlier_usage: List[Usage] = []  # usage of attempts cut after content (billed)
+
+        if prepared.cache is not None:  # the route (and the span) say what the cache did
+            self.route.cache = prepared.cache.outcome
+            self.route.cache_similarity = prepared.cache.similarity  # a semantic lookup's best, under the threshold
+            self.recorder.cache_outcome(self, prepared.cache.outcome, prepared.cache.similarity)
+
+    @property
+    def answer(self) -> StreamAssembler:
+        """The answer across the attempts cut after content so far."""
+        return StreamAssembler.joined(self._answer_parts)
+
+    def admitted_target(self, routed: Target, admitted: Target) -> Target:
+        """The target the call goes to after admission (a budget's downgrade, when it made one)."""
+        return admitted
+
+    def apply_output_cap(self, max_tokens: int) -> None:
+        """A guard capped the output of a call that asked for no cap."""
+        self.prepared.call.params["max_tokens"] = max_tokens
+
+    # -- attempts --------------------------------------------------------------------------------
+    def next_step(self, now: float) -> Step:
+        step = self.plan.next_step(now)
+        self._sync_skips()
+        if isinstance(step, _plan_steps.Wait):
+            return Wait(step.seconds, step.deployment_id)
+        if isinstance(step, _plan_steps.Exhausted):
+            raise self._exhausted(step, now)
+        return Send(self._begin(step, now))
+
+    def _adapter(self, deployment: Deployment) -> OpenAICompatAdapter:
+        adapter = self._adapters.get(deployment.id)
+        if adapter is None:
+            cls = adapter_class(deployment.provider.kind, deployment.provider.protocol)
+            adapter = self._adapters[deployment.id] = cls(deployment)
+        return adapter
+
+    def streams(self, deployment: Deployment) -> bool:
+        """Is this attempt sent as a stream? Every stream is; a plain call is too (so the first-token
+        and stall limits and mid-answer recovery apply to it), unless the deployment's policy says
+        `plain_via_stream = false`, or the call asks for logprobs and a deployment it may reach does
+        not send them on streamed chunks: a cut answer finished elsewhere is joined from chunks, so
+        every attempt of such a call is plain (docs/platforms.md §11.15)."""
+        if self.prepared.stream:
+            return True
+        params = self.prepared.call.params
+        if params.get("logprobs") or params.get("top_logprobs") is not None:
+            reachable = (*self.target.deployments, *self.target.fallback)
+            if not all(KINDS[d.provider.kind].streams_logprobs for d in reachable):
+                return False
+        return bool(self.engine.policy(deployment.id).plain_via_stream)
+
+    def _begin(self, step: Any, now: float) -> AttemptContext:
+        deployment = self.engine.deployment(step.deployment_id)
+        adapter = self._adapter(deployment)
+        # A continuation is read as a stream whatever the policy: its text is joined to the cut
+        # answer chunk by chunk (and every kind that can continue a prefill streams).
+        streamed = step.is_continuation or self.streams(deployment)
+        call = self.prepared.call
+        cut_text = ""  # a continuation's prefill: the cut answer so far
+        if step.is_restart:
+            self._answer_parts = []  # the cut answer is dropped: this attempt starts it again
+            self.route.recovery = "restarted"
+        elif step.is_continuation:
+            produced = sum(u.completion_tokens for u in self.earlier_usage)
+            cut_text = self.answer.text(0)
+            call = continuation_call(call, cut_text, self.engine.continue_style(deployment) or "",
+                                     produced_tokens=produced)
+        try:
+            request = adapter.build_request(call, stream=streamed)
+            check_headers(request)
+            request.content = encode_body(request)
+        except (E.ProviderError, E.InvalidRequestError) as error:
+            # A parameter this platform cannot take, or a request that cannot be sent: nothing was
+            # sent; the caller must change the call. It never counts against the deployment.
+            self.plan.record(deployment.id, now, error, latency_s=0.0)
+            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]
+            self._end(None, error, now)
+            raise
+        policy = self.engine.policy(deployment.id)
+        total = self.prepared.timeout_s if self.prepared.timeout_s is not None else deployment.timeout_s
+        total = max(0.001, min(total, step.timeout_s, self.deadline - now))
+        # Prefill of a long prompt legitimately takes longer to the first token.
+        ttft_s = deployment.ttft_timeout_s + policy.ttft_per_1k_tokens_s * self.rough_input_tokens() / 1000.0
+        stall_s = policy.stall_timeout_s
+        # The HTTP read timeout cannot change mid-body, so it is the first-token limit for the whole
+        # stream: a silent deployment is abandoned then. The stall limit is checked whenever bytes
+        # arrive (keep-alive bytes without content do not reset it); a stall with no bytes at all
+        # is caught by the read timeout (README: "Timeouts and defaults").
+        if streamed and ttft_s < total:
+            read_s, read_kind = ttft_s, "ttft"
+        else:
+            read_s, read_kind = total, "total"
+        timeouts = Timeouts(
+            connect_s=min(deployment.connect_timeout_s, total), ttft_s=ttft_s, total_s=total,
+            read_s=read_s, read_kind=read_kind, stall_s=stall_s if streamed else None,
+        )
+        notes = [n for n, on in (("retry", step.is_retry), ("fallback tier", step.is_fallback),
+                                 ("hedge", step.is_hedge), ("continuation", step.is_continuation),
+                                 ("restart", step.is_restart)) if on]
+        record = Attempt(
+            deployment=deployment.id,
+            provider=deployment.provider.name,
+            model=deployment.model,
+            tier=step.tier or deployment.tier or self.target.tier,
+            number=len(self.route.attempts) + 1,
+            started_at=self.wall(),
+            note=", ".join(notes) or None,
+        )
+        self.route.attempts.append(record)
+        ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
+                             continuation=step.is_continuation)
+        if step.is_continuation:
+            self.route.recovery = "resumed"
+            self.route.resumed_at.append(len(cut_text))
+        self.in_flight[record.number] = ctx
+        kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
+        ctx.trace = self.recorder.attempt_started(self, ctx, now, kind)
+        return ctx
+
+    def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
+               partial: Optional["StreamState"] = None, recover: bool = True) -> None:
+        """Record a failed attempt; the plan decides what happens next (`next_step`).
+
+        After content started, `recover` lets the plan finish the answer on another deployment
+        (`recovery_mode`); the caller closing a stream passes `recover=False`."""
+        rec = ctx.record
+        self.in_flight.pop(rec.number, None)
+        if rec.status != "cancelled":
+            rec.status = "interrupted" if content_started else "error"
+        rec.error = error
+        rec.error_type = type(error).__name__
+        rec.error_message = str(error)
+        rec.duration_s = now - ctx.started
+        if isinstance(error, E.ProviderError):
+            rec.http_status = error.status
+            rec.request_id = error.request_id
+        partial_text = ""
+        if partial is not None and partial.content_started:
+            self._answer_parts.append(partial.assembler)  # its content is part of the answer
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
+            # A stream that delivered tokens was billed for them, even if it broke afterwards.
+            rec.ttft_s = partial.ttft_s
+            rec.usage, rec.usage_estimated = partial.usage_so_far()
+            rec.billed = True
+            partial_text = self.answer.all_text()
+        if not rec.billed and may_have_been_billed(error):
+            # The request reached the platform, which may have done (and billed) the work: priced
+            # by estimate (the prompt), flagged, never 0.
+            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            rec.usage_estimated = True
+            rec.billed = True
+        mode = self.recovery_mode(ctx, partial) if content_started and recover else None
+        if mode is not None and rec.usage is not None:
+            self.earlier_usage.append(rec.usage)
+        self._attempt_ended(ctx, error, now)
+        self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
+                         content_started=content_started, partial_text=partial_text, recover=mode)
+        if content_started and self.plan.finished:
+            self._end(None, error, now)
+
+    def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
+        """How a cut answer may be finished: streams continue it ("continue") or raise (None); plain
+        calls continue it or answer again ("continue_or_restart"), or only answer again ("restart")
+        when the partial answer cannot be continued (tool calls, several choices, no text)."""
+        continuable = self.answer.continuable()
+        if self.prepared.stream:
+            if self.engine.policy(ctx.deployment.id).stream_recovery != "continue" or not continuable:
+                return None
+            return "continue"
+        return "continue_or_restart" if continuable else "restart"
+
+    def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
+                  ttft_s: Optional[float], attempt_usage: Optional[Usage] = None) -> ChatCompletion:
+        """The attempt answered. `attempt_usage` is this attempt's own usage when the completion joins
+        several attempts (a recovered answer): its usage is then the sum of theirs."""
+        rec = ctx.record
+        self.in_flight.pop(rec.number, None)
+        rec.status = "ok"
+        rec.duration_s = now - ctx.started
+        rec.ttft_s = ttft_s
+        doubt = implausible_usage(completion.usage, ctx.deployment.context_window) if usage_reported else None
+        if doubt is not None:  # not believed: priced as estimated, and the record says why
+            usage_reported = False
+            rec.note = ((rec.note + ", ") if rec.note else "") + f"reported usage implausible ({doubt}): estimated"
+        if attempt_usage is None and not usage_reported:
+            completion.usage = estimate_usage(
+                self.prepared.messages,
+                "".join((c.message.content or "") for c in completion.choices),
+                "".join((c.message.reasoning_content or "") for c in completion.choices),
+                prompt_tokens=self.input_tokens(),
+            )
+        rec.usage = attempt_usage if attempt_usage is not None else completion.usage
+        if self.earlier_usage:
+            completion.usage = sum_usage([*self.earlier_usage, rec.usage])
+        rec.usage_estimated = not usage_reported
+        rec.billed = True
+        rec.http_status = 200
+        route = self.route
+        route.provider = ctx.deployment.provider.name
+        route.deployment = ctx.deployment.id
+        route.model = ctx.deployment.model
+        route.usage_estimated = not usage_reported
+        if rec.tier and rec.tier != route.tier and route.tier is not None:
+            route.reason = f"{route.reason}; fell back to tier {rec.tier}"
+            route.tier = rec.tier
+        if self.earlier_usage:  # a recovered answer is estimated if any part of it was
+            route.usage_estimated = not usage_reported or any(
+                a.usage_estimated for a in route.attempts if a.billed and a is not rec)
+        completion.route = route
+        self._attempt_ended(ctx, None, now)
+        self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
+        self._end(completion, None, now)
+        return completion
+
+    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
+                  why: str = "another attempt answered first", *, status: str = "cancelled",
+                  error: Optional[BaseException] = None) -> None:
+        """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
+        says how). Its prompt was sent, so it may be billed: recorded."""
+        rec = ctx.record
+        if self.in_flight.pop(rec.number, None) is None and rec.status in ("cancelled", "abandoned"):
+            return  # already ended
+        rec.status = status
+        rec.note = ((rec.note + ", ") if rec.note else "") + f"{status}: {why}"
+        rec.duration_s = now - ctx.started
+        if error is not None:
+            rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
+        if partial is not None:
+            rec.ttft_s = partial.ttft_s
+            rec.usage, rec.usage_estimated = partial.usage_so_far()
+        elif not ctx.unsent:
+            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            rec.usage_estimated = True
+        rec.billed = not ctx.unsent
+        self._attempt_ended(ctx, error if status == "error" else None, now)
+        self.plan.cancel(ctx.deployment.id, now)
+
+    def caller_closed(self, state: "StreamState", now: float) -> None:
+        """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
+        it produced."""
+        state.ctx.record.status = "cancelled"
+        error = E.StreamInterruptedError(
+            "closed by the caller before the end", partial_text=state.assembler.all_text(),
+            deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
+        )
+        self.failed(state.ctx, error, now, content_started=True, partial=state, recover=False)
+
+    def abandon(self, now: float, error: BaseException) -> None:
+        """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it
+        failed in our own code: `exits.end_call` records the attempts in flight (their prompts were
+        sent), gives back their breaker permits and limit slots, and ends the call. Idempotent."""
+        end_call(self, exit_status(error), error, now)
+
+    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        """End the call's span (once; later calls do nothing)."""
+        self._end(completion, error, now)
+
+    def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
+        """When to race a second deployment against this attempt (None: this tier does not hedge)."""
+        policy = self.engine.policy(ctx.deployment.id)
+        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation:
+            return None
+        from llmroute.resilience.hedge import HedgePlan  # the resilience package loads with the first client, not at import
+
+        engine = self.engine
+        return HedgePlan.start(
+            policy, now=now, budget=engine.retry_budgets.hedge(self.target.tier or ctx.deployment.id, policy),
+            recent_ttft_s=engine.breakers.breaker(ctx.deployment.id).recent_ttft(),
+        )
+
+    def hedge(self, now: float) -> Optional[AttemptContext]:
+        """Start the hedge attempt now, if the plan has a candidate for it."""
+        step = self.plan.hedge_step(now)
+        self._sync_skips()
+        return self._begin(step, now) if step is not None else None
+
+    def _sync_skips(self) -> None:
+        """Copy the deployments the plan skipped (open breakers, limits) into the route, and tell the recorder."""
+        planned = self.plan.attempts
+        for planned_attempt in planned[self._synced_plan_attempts:]:
+            if planned_attempt.status == "skipped":
+                provider, _, model = planned_attempt.deployment.partition(":")
+                record = Attempt(
+                    deployment=planned_attempt.deployment, provider=provider, model=model,
+                    tier=planned_attempt.tier, number=len(self.route.attempts) + 1, status="skipped",
+                    note=planned_attempt.note, started_at=self.wall(),
+                )
+                self.route.attempts.append(record)
+                self.recorder.attempt_skipped(self, record, self.engine.provider_kind(record.deployment))
+        self._synced_plan_attempts = len(planned)
+
+    def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
+        """Price the ended attempt (its record keeps the cost) and tell the recorder."""
+        rec = ctx.record
+        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated)
+        if rec.billed:
+            self.costs.append(rec.cost)
+        self.recorder.attempt_ended(self, ctx, error, now)
+
+    def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+        if self._ended:
+            return
+        self._ended = True
+        self.engine.settle(self.admission)
+        total = self.engine.total_cost(self.costs)
+        if completion is not None:
+            completion.cost = total
+        self.recorder.call_ended(self, completion, total, error, now)
+        if completion is not None and self.prepared.cache is not None:
+            self.prepared.cache.completed(self, completion)
+
+    def rough_input_tokens(self) -> int:
+        """The prompt's size in tokens, counted if something already counted it, else the router's
+        estimate from characters (no tokenizer on the hot path)."""
+        if self.prepared.input_tokens is not None:
+            return self.prepared.input_tokens
+        return _classifier.estimate_tokens(self.prepared.messages)
+
+    def input_tokens(self) -> int:
+        if self.prepared.input_tokens is None:
+            self.prepared.input_tokens = count_message_tokens(self.prepared.messages)
+        return self.prepared.input_tokens
+
+    def _exhausted(self, step: Any, now: float) -> BaseException:
+        """The error the caller gets when the plan gives up, carrying the route's attempts."""
+        error = step.error
+        sent = [a for a in self.route.attempts if a.status not in ("skipped",)]
+        if step.reason in ("all_failed", "deadline"):
+            deployments = {a.deployment for a in sent}
+            last = sent[-1].error if sent else None
+            if len(deployments) == 1 and isinstance(last, E.ProviderError):
+                # Every try went to one deployment: its own typed error says the most (a 401 stays
+                # an AuthenticationError); the attempts ride along.
+                error = last
+        # The plan's errors (ProviderError, AllDeploymentsFailedError) all carry `.attempts`: the
+        # route's, which also show skips, costs and notes.
+        error.attempts = list(self.route.attempts)
+        self._end(None, error, now)
+        return error
+
+
+class StreamState:
+    """The bytes of one streamed attempt -> chunks for the caller, held back until content arrives."""
+
+    def __init__(self, run: CallRun, ctx: AttemptContext) -> None:
+        self.run = run
+        self.ctx = ctx
+        ctx.partial = self
+        self.decoder: StreamDecoder = ctx.adapter.stream_decoder(run.prepared.call)
+        self.assembler = StreamAssembler() if run.prepared.cache is None else run.prepared.cache.assembler()
+        self.held: List[ChatCompletionChunk] = []
+        self.content_started = False
+        self.ttft_s: Optional[float] = None
+        self.last_content_at: Optional[float] = None
+        self.ended = False
+
+    def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
+        """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
+        chunks = self.decoder.feed(data)
+        if self.decoder.skipped:
+            self._report_skips()
+        return self._take(chunks, now)
+
+    def _report_skips(self) -> None:
+        """Malformed events the decoder skipped: a warning on the route, a log line, a span event."""
+        for text in self.decoder.skipped:
+            self.run.route.warnings.append(f"{self.ctx.deployment.id}: {text}")
+            logger.warning("%s: %s", self.ctx.deployment.id, text)
+            if self.ctx.trace is not None:
+                self.ctx.trace.event("llmroute.stream.event_skipped", {"llmroute.reason": text})
+        self.decoder.skipped.clear()
+
+    def _take(self, chunks: Sequence[ChatCompletionChunk], now: float) -> List[ChatCompletionChunk]:
+        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+            raise self._ttft_timeout()  # content that comes after the limit comes too late
+        out: List[ChatCompletionChunk] = []
+        for chunk in chunks:
+            self.assembler.add(chunk)
+            has_content = chunk_has_content(chunk)
+            if has_content:
+                self.last_content_at = now
+            if not self.content_started and has_content:
+                self.content_started = True
+                self.ttft_s = now - self.ctx.started
+                self.note_first_chunk(now)
+                if self.ctx.continuation:
+                    chunk.resumed = True
+            if self.content_started:
+                if self.held:
+                    out.extend(self.held)
+                    self.held = []
+                out.append(chunk)
+            else:
+                self.held.append(chunk)
+        stall_s = self.ctx.timeouts.stall_s
+        if (self.content_started and stall_s is not None and self.last_content_at is not None
+                and now - self.last_content_at > stall_s):
+            raise stall_timeout(self.ctx)
+        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+            raise self._ttft_timeout()
+        if now > self.ctx.deadline:
+            raise E.APITimeoutError(
+                f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
+                seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
+                deployment=self.ctx.deployment.id,
+            )
+        return out
+
+    def _ttft_timeout(self) -> E.APITimeoutError:
+        return E.APITimeoutError(
+            f"time-to-first-token timeout: no content within {self.ctx.timeouts.ttft_s:g}s",
+            timeout="ttft", seconds=self.ctx.timeouts.ttft_s,
+            provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+        )
+
+    def eof(self, now: float) -> List[ChatCompletionChunk]:
+        """The body ended. A stream cut before its end marker is an error, not a short answer."""
+        out = self._take(self.decoder.close(), now)
+        if not self.decoder.complete:
+            raise E.APIConnectionError(
+                "stream ended before the platform's end marker (cut mid-way)",
+                provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+            )
+        self.ended = True
+        if self.held:
+            out.extend(self.held)
+            self.held = []
+        return out
+
+    def usage_so_far(self) -> tuple[Usage, bool]:
+        if self.decoder.usage is not None:
+            return self.decoder.usage, False
+        return (
+            estimate_usage(
+                self.run.prepared.messages, self.assembler.all_text(), self.assembler.all_reasoning(),
+                prompt_tokens=self.run.input_tokens(),
+            ),
+            True,
+        )
+
+    def note_first_chunk(self, now: float) -> None:
+        self.run.recorder.first_chunk(self.ctx, now)
+
+    def interrupted(self, error: BaseException) -> E.StreamInterruptedError:
+        """After content reached the caller: no failover, no replay; say what arrived."""
+        cause = f"{type(error).__name__}: {error}"
+        status = getattr(error, "status", None)
+        return E.StreamInterruptedError(
+            f"stream interrupted after content had started ({cause})",
+            partial_text=self.assembler.all_text(),
+            attempts=self.run.route.attempts,
+            provider=self.ctx.deployment.provider.name,
+            deployment=self.ctx.deployment.id,
+            status=status,
+            request_id=getattr(error, "request_id", None),
+        )
+
+    def finish(self, now: float) -> ChatCompletion:
+        usage, estimated = self.usage_so_far()
+        run = self.run
+        if not run.earlier_usage and run.route.recovery is None:
+            completion = self.assembler.completion(usage, self.ctx.deployment.model)
+            return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
+        # A recovered answer: the joined text, the usage of every attempt that produced it.
+        completion = StreamAssembler.joined([*run._answer_parts, self.assembler]).completion(
+            usage, self.ctx.deployment.model)
+        return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
+
+
+def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:
+    seconds = ctx.timeouts.stall_s
+    return E.APITimeoutError(
+        f"stall timeout: no content for {seconds:g}s after content had started", timeout="stall", seconds=seconds,
+        provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
+    )
+
+
+def may_have_been_billed(error: BaseException) -> bool:
+    """Did the request reach a platform that may have done the work? A read timeout: the platform
+    was still working on it. A connect timeout, a refused connection, an HTTP error status and a
+    keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
+    return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
+
+
+def sum_usage(usages: Sequence[Usage]) -> Usage:
+    """The usage of several attempts that produced one answer."""
+    return Usage(
+        prompt_tokens=sum(u.prompt_tokens for u in usages),
+        completion_tokens=sum(u.completion_tokens for u in usages),
+        total_tokens=sum(u.total_tokens or u.prompt_tokens + u.completion_tokens for u in usages),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages)),
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(u.reasoning_tokens for u in usages)),
+    )

@@ -1,0 +1,310 @@
+"""The services a client shares between its calls, for `Client` and `AsyncClient`. Sans-I/O.
+
+An `Engine` holds what outlives one call: every deployment's breaker and retry budget, client-side
+limits, the price book, the budget book, and the `CallRecorder` that writes the ledger and the
+spans. A call (`call.CallRun`) asks it questions and keeps the answers: `admit` (guards and
+budgets: an `Admission`), `plan_for` (the call's failover plan), `price` and `total_cost`, `settle`
+(give back what `admit` reserved). The engine never changes a call's state. On the request path
+nothing here opens a socket itself: the ledger's own writer thread does the ledger's writes, and
+with `[state] backend = "redis"` the breakers, limits and budgets it holds share their state through
+the Redis client they were given. Building an engine with budgets reloads today's spend from the
+ledger (a file read, or one PostgreSQL query).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import time
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+
+from llmroute import errors as E
+from llmroute.config import Config, Deployment
+from llmroute.providers.prefill import continue_style
+from llmroute._call.recorder import CallRecorder
+from llmroute._call.targets import Target, tier_target
+from llmroute.types import Usage
+from llmroute._runtime.secrets import install_log_scrubbing
+
+if TYPE_CHECKING:
+    from llmroute.accounting.cost import Cost
+    from llmroute._call.call import PreparedCall
+    from llmroute.resilience.failover import FailoverPlan
+
+__all__ = ["Engine", "Admission"]
+
+
+@dataclass
+class Admission:
+    """What `Engine.admit` decided for one call, before anything is sent."""
+
+    target: Target  # the routed target, or the tier a budget downgraded it to
+    max_tokens: Optional[int] = None  # a guard's output cap, for a call that asked none
+    reservation: Any = None  # the budget's reservation, given back by `Engine.settle`
+    pre_admitted: Any = None  # limits admitted together with the reservation (shared state)
+    plan_rng: Optional[random.Random] = None  # the plan's own random order, predicted by `admit`
+
+
+class Engine:
+    def __init__(self, config: Config, *, ledger: Any = None) -> None:
+        # Imported when a client is built, not at `import llmroute` (~60 ms of resilience, ledger,
+        # budget, state and telemetry machinery a config-only or CLI import never uses).
+        from llmroute.accounting.budgets import BudgetBook
+        from llmroute.accounting.cost import compute_cost, sum_costs
+        from llmroute.accounting.ledger import CallableSink, JSONLSink, SQLiteSink
+        from llmroute.accounting.sinks import open_sink
+        from llmroute.resilience.failover import Candidate, FailoverPlan
+        from llmroute.resilience.deployment_health import BreakerRegistry
+        from llmroute.resilience.limits import DeploymentLimits
+        from llmroute.resilience.retry import BudgetRegistry
+        from llmroute.state import open_state
+        from llmroute._runtime.telemetry import Telemetry
+
+        install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
+        self.config = config
+        self._candidate, self._failover_plan = Candidate, FailoverPlan  # used on every call
+        self._compute_cost, self._sum_costs = compute_cost, sum_costs
+        sections = config.sections
+        self.sections = sections
+        self._base_policy = sections.resilience
+        self.rng = random.Random()
+        self.fleet = open_state(getattr(sections, "state", None))  # None: state of this process only
+        if self.fleet is not None:
+            self.breakers = BreakerRegistry(self.policy, on_transition=self.fleet.breakers.publish,
+                                            breaker_factory=self.fleet.breakers.factory, rng=self.rng)
+        else:
+            self.breakers = BreakerRegistry(self.policy, rng=self.rng)
+        self.breakers.register(d.id for d in config.all_deployments())
+        if self.fleet is not None:
+            self.fleet.breakers.attach(self.breakers, (d.id for d in config.all_deployments()))
+        self.retry_budgets = BudgetRegistry(self.policy)
+        uses_limits = bool(sections.pools) or any(
+            p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
+        )
+        self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
+        if self.limits is not None and self.fleet is not None:
+            self.limits = self.fleet.shared_limits(self.limits)
+        self.prices = sections.prices
+        if ledger is None:
+            ledger_sink = open_sink(sections.ledger, base_dir=config.base_dir)
+        elif hasattr(ledger, "write") and hasattr(ledger, "close"):
+            ledger_sink = ledger  # a sink object: SQLiteSink, JSONLSink, MemorySink or the user's own
+        elif callable(ledger):
+            ledger_sink = CallableSink(ledger)
+        else:
+            raise E.ConfigError(f"ledger must be a callable or a sink with write() and close(), not "
+                                f"{type(ledger).__name__}", key="ledger")
+        self.budget_book = None
+        if sections.budgets:
+            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates(),
+                                          shared=self.fleet.budgets if self.fleet is not None else None)
+            if isinstance(ledger_sink, (SQLiteSink, JSONLSink)) and ledger_sink.path.exists():
+                self.budget_book.seed_from_ledger(ledger_sink.path, time.time())
+            elif type(ledger_sink).__name__ == "PostgresSink":
+                self._seed_from_postgres(ledger_sink)
+        self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
+                                     telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
+        self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+
+    @property
+    def ledger(self) -> Any:
+        """The ledger sink (the recorder writes to it)."""
+        return self.recorder.ledger
+
+    @property
+    def telemetry(self) -> Any:
+        """The telemetry hooks (the recorder opens the spans)."""
+        return self.recorder.telemetry
+
+    def _seed_from_postgres(self, sink: Any) -> None:
+        try:
+            self.budget_book.seed_from_ledger(sink.url, time.time())
+        except Exception as exc:  # noqa: BLE001 - an unreachable ledger must not stop the client
+            logging.getLogger("llmroute.budgets").warning(
+                "budgets: could not reload today's spend from the PostgreSQL ledger (%s); counting from zero",
+                type(exc).__name__)
+
+    def policy(self, deployment_id: str) -> Any:
+        return self.sections.policies.get(deployment_id, self._base_policy)
+
+    def _pool_policy(self, pool: str, deployment_id: str) -> Any:
+        """A deployment's limits for one pool's traffic: `[pools.<pool>]` over the deployment's policy."""
+        from llmroute.resilience.policy import merge  # the resilience package loads with the first client
+
+        return merge(self.policy(deployment_id), self.sections.pools.get(pool), key=f"pools.{pool}")
+
+    # -- before the first attempt ----------------------------------------------------------------
+    def admit(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int], now: float,
+              wall_now: float) -> Admission:
+        """Guards and budgets, checked before anything is sent: may refuse (raises), cap the output
+        (`Admission.max_tokens`) or downgrade the tier (`Admission.target`). Changes nothing itself."""
+        sections = self.sections
+        params = prepared.call.params
+        admission = Admission(target=target)
+        requested = params.get("max_tokens") or params.get("max_completion_tokens")
+        if sections.guards:
+            from llmroute.accounting.budgets import check_guards  # imported when guards are configured
+
+            capped = check_guards(sections.guards, prepared.feature, input_tokens=input_tokens(),
+                                  max_tokens=requested)
+            if capped is not None and requested is None:
+                admission.max_tokens = requested = capped
+        if self.budget_book is None:
+            return admission
+        from llmroute.accounting.budgets import estimate_cost  # imported when budgets are configured
+
+        first = target.deployments[0] if target.deployments else None
+        price = self._price(first) if first is not None else None
+        max_tokens = 0 if prepared.operation == "embeddings" else requested  # no output
+        estimate = estimate_cost(price, prompt_tokens=input_tokens(), max_tokens=max_tokens)
+        limits_request = None
+        if self.budget_book.shared is not None:
+            admission.plan_rng = random.Random(self.rng.random())
+            limits_request = self._first_limits_request(prepared, target, input_tokens, admission.plan_rng, now)
+        verdict = self.budget_book.check(
+            wall_now, feature=prepared.feature, metadata=prepared.metadata, tier=target.tier,
+            estimated_cost=estimate.amount, currency=estimate.currency,
+            estimated_tokens=estimate.input_tokens + estimate.output_tokens, reserve=True, admit=limits_request,
+        )
+        admission.reservation = verdict.reservation  # given back by `settle` when the call ends
+        if verdict.admitted is not None:
+            from llmroute.state.admission import PreAdmitted  # shared state only
+
+            admission.pre_admitted = PreAdmitted(self.limits, limits_request,
+                                                 self.limits.admission(limits_request, verdict.admitted))
+        if verdict.action == "downgrade" and verdict.tier:
+            admission.target = tier_target(self.config, verdict.tier, f"budget: {verdict.reason}", prepared.pool,
+                                           score=target.score, pool=target.pool)
+        return admission
+
+    def settle(self, admission: Admission) -> None:
+        """The call ended: give back its budget reservation and the limits admitted with it."""
+        if admission.reservation is not None:
+            self.budget_book.release(admission.reservation)
+        if admission.pre_admitted is not None:
+            admission.pre_admitted.discard()
+
+    def call_deadline_s(self, target: Target) -> float:
+        deps = target.deployments or target.fallback
+        return self.policy(deps[0].id).deadline_s if deps else self._base_policy.deadline_s
+
+    def _plan_inputs(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int]) -> Dict[str, Any]:
+        """The failover plan's arguments that depend on the call and its target."""
+        candidate = self._candidate
+
+        def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Any]:
+            return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
+
+        tier = self.config.tiers.get(target.tier) if target.tier else None
+        sticky_value = None
+        if tier is not None and tier.sticky_key:
+            sticky_value = prepared.metadata.get(tier.sticky_key)
+        needs_context = any(d.context_window for d in [*target.deployments, *target.fallback])
+        params = prepared.call.params
+        max_tokens = params.get("max_tokens") or params.get("max_completion_tokens") or 0
+        return dict(
+            candidates=candidates(target.deployments, target.tier),
+            sticky_value=sticky_value,
+            required_context_tokens=input_tokens() + max_tokens if needs_context else None,
+            fallback=candidates(target.fallback, target.fallback_tier),
+            pool=prepared.pool if target.pool is None else target.pool,
+            request_tokens=input_tokens() + max_tokens if self.limits is not None else 0,
+        )
+
+    def _first_limits_request(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int],
+                              plan_rng: random.Random, now: float) -> Any:
+        """The shared limits' request for the deployment the call's plan will try first (None when
+        limits are not shared or do not apply to it), so the budget reservation can carry it. The
+        plan is given `plan_rng` (`Admission.plan_rng`), so the order predicted here is the plan's."""
+        from llmroute.resilience.failover import order_candidates  # the resilience package loads with the first client
+        from llmroute.state.shared_limits import SharedLimits  # shared state only
+
+        if not isinstance(self.limits, SharedLimits):
+            return None
+        inputs = self._plan_inputs(prepared, target, input_tokens)
+        predict = random.Random()
+        predict.setstate(plan_rng.getstate())
+        required = inputs["required_context_tokens"]
+        for candidates in (inputs["candidates"], inputs["fallback"]):
+            for c in order_candidates(candidates, rng=predict, sticky_value=inputs["sticky_value"]):
+                if (required is not None and c.context_window is not None and c.context_window < required
+                        and self.policy(c.deployment_id).context_precheck):
+                    continue
+                if not self.breakers.breaker(c.deployment_id).peek(now):
+                    continue
+                return self.limits.request(c.deployment_id, pool=inputs["pool"], tokens=inputs["request_tokens"])
+        return None
+
+    def plan_for(self, prepared: "PreparedCall", target: Target, admission: Admission,
+                 input_tokens: Callable[[], int], deadline: float, now: float) -> "FailoverPlan":
+        """The failover plan of one call to `target` (the call owns it from here)."""
+        for dep in [*target.deployments, *target.fallback]:
+            self._deployments.setdefault(dep.id, dep)
+        plan: "FailoverPlan" = self._failover_plan(
+            breakers=self.breakers,
+            budgets=self.retry_budgets,
+            policies=self.policy,
+            deadline_at=deadline,
+            now=now,
+            rng=admission.plan_rng or self.rng,
+            fallback_tier=target.fallback_tier,
+            limits=admission.pre_admitted or self.limits,
+            can_continue=self.can_continue,
+            **self._plan_inputs(prepared, target, input_tokens),
+        )
+        return plan
+
+    def continue_style(self, dep: Deployment) -> Optional[str]:
+        """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot."""
+        return continue_style(dep.provider.kind, dep.provider.protocol, self.policy(dep.id).continue_prefill)
+
+    def can_continue(self, deployment_id: str) -> bool:
+        dep = self._deployments.get(deployment_id)
+        return dep is not None and self.continue_style(dep) is not None
+
+    def deployment(self, deployment_id: str) -> Deployment:
+        return self._deployments[deployment_id]
+
+    def provider_kind(self, deployment_id: str) -> Optional[str]:
+        dep = self._deployments.get(deployment_id)
+        return dep.provider.kind if dep is not None else None
+
+    # -- prices ----------------------------------------------------------------------------------
+    def _price(self, dep: Deployment) -> Any:
+        p = dep.provider
+        return self.prices.lookup(p.name, p.kind, p.region, dep.model)
+
+    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool) -> "Cost":
+        """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost)."""
+        return self._compute_cost(
+            self._price(dep),
+            prompt_tokens=usage.prompt_tokens if usage else 0,
+            completion_tokens=usage.completion_tokens if usage else 0,
+            cached_tokens=usage.prompt_tokens_details.cached_tokens if usage else 0,
+            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens if usage else 0,
+            estimated=estimated,
+        )
+
+    def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:
+        """A call's cost: the sum of its billed attempts' (None when none was billed)."""
+        return self._sum_costs(costs, rates=self.sections.pricing.rates()) if costs else None
+
+    def health(self, now: float) -> Dict[str, Any]:
+        """Every deployment's breaker (with shared state, the fleet's view, read now), plus `.ledger`
+        (the sink's counts) and `.shared_state` (whether Redis answers; None when local)."""
+        from llmroute.resilience.deployment_health import HealthReport  # the resilience package loads with the first client
+
+        if self.fleet is not None:
+            self.fleet.breakers.sync_now()
+        sink_health = getattr(self.ledger, "health", None)
+        report = HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
+        report.shared_state = self.fleet.status() if self.fleet is not None else None
+        return report
+
+    def close(self) -> None:
+        if self.ledger is not None:
+            self.ledger.close()
+        if self.fleet is not None:
+            self.fleet.close()
+

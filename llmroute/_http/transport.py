@@ -1,0 +1,731 @@
+"""The only module that does network I/O: connection pools, sync and async, one per provider.
+
+It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
+they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
+connect / time-to-first-token / total timeouts and connection errors, naming the deployment. The sync
+side runs on httpcore's connection pool, set up as `httpx.Client` sets it up (its limits, TLS context,
+default headers and cookie jar) and raising httpx's exceptions, without httpx's per-request models
+(about 0.6x the CPU of `httpx.Client.send` per request). The async side runs on aiohttp by default
+(`transport="aiohttp"`, or "auto"): it costs several times less CPU per request than httpx's async
+pool and holds up at high concurrency
+(benchmarks/RESULTS.md); `transport="httpx"` chooses httpx's. httpx and aiohttp are imported on
+the first request, so `import llmroute` does not pay for them.
+
+Both sides ask for `Accept-Encoding: identity` unless the request names an encoding: streams are
+read as raw bytes, which a compressed body would garble. The libraries' behaviour relied on here, with
+sources: docs/transport.md.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import sys
+import threading
+import time
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+
+from llmroute import errors as E
+from llmroute._http.bounded import BodyReader, ReadLimits
+from llmroute.providers.base import HttpRequest
+from llmroute._http.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    import httpx
+
+__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
+           "AsyncTransport", "AiohttpResponse", "ConnectTimer",
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+
+
+def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
+    import httpx  # imported on first use: `import llmroute` does not pay for it
+
+    return httpx.Timeout(connect=timeouts.connect_s, read=timeouts.read_s, write=timeouts.read_s,
+                         pool=timeouts.connect_s)
+
+
+# `ProviderError.code` of an APIConnectionError raised when the server closed a pooled keep-alive
+# connection before answering: the request may not have been read; the plan resends it at once, as a
+# visible attempt within max_retries, and the breaker does not count it.
+DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
+
+
+def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
+    """httpx and aiohttp exceptions -> typed errors that say which limit fired."""
+    kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    if _stale_connection(exc):
+        return E.APIConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
+                                 code=DROPPED_BEFORE_REPLY, **kw)
+    if type(exc).__module__.split(".")[0] == "aiohttp":
+        name = type(exc).__name__
+        if name == "ConnectionTimeoutError":
+            return E.APITimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
+                                  timeout="connect", seconds=timeouts.connect_s, **kw)
+        if "Timeout" in name:
+            return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                                  seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
+    if httpx is not None and isinstance(exc, httpx.HTTPError):
+        return _map_httpx_error(httpx, exc, kw, timeouts)
+    if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
+        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+    if isinstance(exc, OSError):
+        return E.APIConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+    raise exc
+
+
+def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts) -> E.ProviderError:
+    if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
+        return E.APITimeoutError(
+            f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
+            seconds=timeouts.connect_s, **kw,
+        )
+    if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
+        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
+                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+    if isinstance(exc, httpx.TimeoutException):
+        return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
+    if isinstance(exc, httpx.ConnectError):
+        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
+        return E.APIConnectionError(f"connection broken: {_reason(exc)}", **kw)
+    return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
+
+
+def _read_timeout_text(timeouts: Timeouts) -> str:
+    if timeouts.read_kind == "ttft":
+        return f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s"
+    return f"total timeout: the call took longer than {timeouts.total_s:g}s"
+
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc) or type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause) and str(cause) not in text:
+        text = f"{text} ({cause})"
+    return text[:300]
+
+
+def _body(request: HttpRequest) -> Dict[str, Any]:
+    return {"content": request.content} if request.content is not None else {"json": request.json}
+
+
+class _UntilDeadline(dict):
+    """httpcore's per-request timeouts, each socket wait cut to what is left before `deadline`: httpcore
+    reads this dict before every read and write, so a server trickling one byte a second (headers or
+    body) cannot hold the request past the attempt's total timeout."""
+
+    def __init__(self, timeouts: Dict[str, Any], deadline: float) -> None:
+        super().__init__(timeouts)
+        self.deadline = deadline
+
+    def get(self, key: str, default: Any = None) -> Any:
+        value = super().get(key, default)
+        left = max(0.001, self.deadline - time.monotonic())
+        return left if value is None else min(value, left)
+
+
+# The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
+_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("llmroute_deadline", default=None)
+
+
+class _DeadlineStream:
+    """httpcore's sync network stream, each read and write cut to what is left before `_DEADLINE`.
+    httpcore reads its timeouts once per phase, so without this a server trickling its headers one
+    byte at a time would hold the request for as long as it likes."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    @staticmethod
+    def _cut(timeout: Optional[float]) -> Optional[float]:
+        deadline = _DEADLINE.get()
+        if deadline is None:
+            return timeout
+        left = max(0.001, deadline - time.monotonic())
+        return left if timeout is None else min(timeout, left)
+
+    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+        return self._inner.read(max_bytes, self._cut(timeout))
+
+    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+        self._inner.write(buffer, self._cut(timeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(self, *args: Any, **kwargs: Any) -> "_DeadlineStream":
+        return _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _DeadlineBackend:
+    """httpcore's sync network backend, handing out `_DeadlineStream`s."""
+
+    def __init__(self, inner: Any) -> None:
+        self._inner = inner
+
+    def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+
+    def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
+        return _DeadlineStream(self._inner.connect_unix_socket(*args, **kwargs))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+    """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
+    A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
+    raised before anything is sent."""
+    try:
+        req = client.build_request(
+            request.method, request.url, headers=_headers(request), **_body(request), timeout=httpx_timeout(timeouts),
+            extensions={"trace": timer} if timer is not None else None,
+        )
+    except (TypeError, ValueError) as exc:  # UnicodeEncodeError and httpx's LocalProtocolError included
+        raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
+            from None
+    req.extensions["timeout"] = _UntilDeadline(req.extensions.get("timeout") or {}, time.monotonic() + timeouts.total_s)
+    return req
+
+
+def _past(deadline: float) -> httpx.ReadTimeout:
+    import httpx
+
+    return httpx.ReadTimeout(f"the attempt's total timeout passed while reading ({time.monotonic() - deadline:.1f}s over)")
+
+
+def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> Iterator[bytes]:
+    """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    for data in response.iter_raw():
+        if time.monotonic() > deadline:
+            raise _past(deadline)
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> bytes:
+    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
+
+
+async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> AsyncIterator[bytes]:
+    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
+
+    On aiohttp, a wait for bytes is also bounded by the request's `sock_read` limit (`read_s`), which
+    fires at most `read_s` after the last bytes came: while more than that is left before the
+    deadline, the deadline cannot pass during the wait, and no timer is set for it."""
+    import asyncio
+
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    raw = response.aiter_raw().__aiter__()
+    read_s = getattr(response, "read_s", None)  # AiohttpResponse: its sock_read limit
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            if read_s is not None and left > read_s:
+                data = await raw.__anext__()
+            else:
+                async with asyncio.timeout(max(0.0, left)):
+                    data = await raw.__anext__()
+        except StopAsyncIteration:
+            break
+        except E.BuiltinTimeoutError:
+            raise _past(deadline) from None
+        out = reader.feed(data)
+        if out:
+            yield out
+    tail = reader.close()
+    if tail:
+        yield tail
+
+
+async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> bytes:
+    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
+                                                        deployment=deployment)])
+
+
+def _content(request: HttpRequest) -> bytes:
+    """The body to send: the adapter's pre-encoded JSON, as is."""
+    if request.content is not None:
+        return request.content
+    import json
+
+    return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _headers(request: HttpRequest) -> Dict[str, str]:
+    """The request's headers, asking for an uncompressed body unless they name an encoding (a
+    server that compresses anyway is decoded within the read caps: bounded.BodyReader)."""
+    headers = request.headers
+    for name in headers:
+        if name.lower() == "accept-encoding":
+            return headers
+    return {**headers, "Accept-Encoding": "identity"}
+
+
+def _limits(max_connections: int) -> "httpx.Limits":
+    import httpx
+
+    return httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections, keepalive_expiry=30)
+
+
+class ConnectTimer:
+    """httpx's `trace` extension: how long this request spent opening a connection (TCP, TLS).
+
+    `connect_s` stays None when the request reused a pooled connection. On aiohttp the same timer
+    is filled by aiohttp's own trace hooks (`_aiohttp_session`)."""
+
+    __slots__ = ("_started", "connect_s")
+
+    def __init__(self) -> None:
+        self._started: Optional[float] = None
+        self.connect_s: Optional[float] = None
+
+    def event(self, name: str) -> None:
+        if name == "connection.connect_tcp.started":
+            self._started = time.perf_counter()
+        elif name in ("connection.connect_tcp.complete", "connection.start_tls.complete") and self._started:
+            self.connect_s = time.perf_counter() - self._started
+
+    def __call__(self, name: str, info: Any) -> None:
+        self.event(name)
+
+
+class AsyncConnectTimer(ConnectTimer):
+    __slots__ = ()
+
+    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
+        self.event(name)
+
+
+async def _aiohttp_connect_started(session: Any, context: Any, params: Any) -> None:
+    timer = context.trace_request_ctx
+    if timer is not None:
+        timer._started = time.perf_counter()
+
+
+async def _aiohttp_connect_ended(session: Any, context: Any, params: Any) -> None:
+    timer = context.trace_request_ctx
+    if timer is not None and timer._started:
+        timer.connect_s = time.perf_counter() - timer._started
+
+
+def _aiohttp_session(max_connections: int) -> Any:
+    """One provider's aiohttp session, made on first use (inside the running loop): the provider's
+    connection limit, 30 s keep-alive like the httpx pools, httpx's TLS context (the same CA bundle
+    as the sync side), no proxy settings from the environment, and trace hooks that time new
+    connections (TCP + TLS) into the request's `ConnectTimer`."""
+    import aiohttp
+    import httpx
+
+    trace = aiohttp.TraceConfig()
+    trace.on_connection_create_start.append(_aiohttp_connect_started)
+    trace.on_connection_create_end.append(_aiohttp_connect_ended)
+    ssl_context = httpx.create_ssl_context(trust_env=False)
+    connector = aiohttp.TCPConnector(limit=max_connections, keepalive_timeout=30, ssl=ssl_context)
+    # Bodies arrive as sent: a server that compresses anyway is decoded by bounded.BodyReader, within
+    # the read caps (aiohttp's own decompression has no cap: a gzip bomb would inflate whole).
+    return aiohttp.ClientSession(connector=connector, trace_configs=[trace], trust_env=False, auto_decompress=False)
+
+
+class AiohttpResponse:
+    """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
+    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
+
+    __slots__ = ("_response", "status_code", "headers", "read_s")
+
+    def __init__(self, response: Any, read_s: Optional[float] = None) -> None:
+        self._response = response
+        self.status_code: int = response.status
+        self.headers = response.headers
+        self.read_s = read_s
+
+    async def aread(self) -> bytes:
+        return await self._response.read()
+
+    def aiter_raw(self) -> AsyncIterator[bytes]:
+        return self._response.content.iter_any()
+
+    async def aclose(self) -> None:
+        """Give the connection back to the pool (closed instead if the body was not read to its end)."""
+        response = self._response
+        response.release()
+        await response.wait_for_close()
+
+
+def _stale_connection(exc: BaseException) -> bool:
+    """The server closed a pooled keep-alive connection before answering.
+
+    llama.cpp's HTTP server, for one, closes a keep-alive connection after a few requests; the next
+    request on it fails before any byte of a response. httpx says "Server disconnected without
+    sending a response"; aiohttp raises ServerDisconnectedError, or ClientOSError "Cannot write to
+    closing transport" when the close raced the write."""
+    err: Optional[BaseException] = exc
+    for _ in range(3):  # the exception and its causes
+        if err is None:
+            break
+        name, text = type(err).__name__, str(err)
+        if name == "RemoteProtocolError" and "without sending" in text:
+            return True
+        if name in ("ServerDisconnectedError", "ClientConnectionResetError"):
+            return True
+        if name == "ClientOSError" and "closing transport" in text:
+            return True
+        err = err.__cause__
+    return False
+
+
+# Headers `httpx.Client` adds to every request unless the request names them (Host and Content-Length
+# are added per request, as httpx does).
+_CLIENT_HEADERS = (("accept", b"Accept", b"*/*"), ("connection", b"Connection", b"keep-alive"))
+
+# httpcore's exceptions -> httpx's of the same name, as `httpx.HTTPTransport` maps them.
+_HTTPCORE_ERRORS: Any = None
+
+
+def _httpcore_errors() -> Any:
+    global _HTTPCORE_ERRORS
+    if _HTTPCORE_ERRORS is None:
+        import httpcore
+
+        _HTTPCORE_ERRORS = (httpcore.TimeoutException, httpcore.NetworkError, httpcore.ProtocolError,
+                            httpcore.ProxyError, httpcore.UnsupportedProtocol)
+    return _HTTPCORE_ERRORS
+
+
+def _as_httpx_error(exc: Exception) -> Exception:
+    """The httpx exception httpx.Client would raise for an httpcore one (the same name, `exc` its cause)."""
+    import httpx
+
+    for cls in type(exc).__mro__:
+        mapped = getattr(httpx, cls.__name__, None)
+        if isinstance(mapped, type) and issubclass(mapped, httpx.HTTPError):
+            error = mapped(str(exc))
+            error.__cause__ = exc
+            return error
+    return exc
+
+
+class _Target:
+    """A URL as httpx parses it once: httpcore's URL, the Host header, and the httpx URL (cookies)."""
+
+    __slots__ = ("url", "host", "httpx_url")
+
+    def __init__(self, url: str) -> None:
+        import httpcore
+        import httpx
+
+        parsed = httpx.URL(url)
+        self.httpx_url = parsed
+        self.url = httpcore.URL(scheme=parsed.raw_scheme, host=parsed.raw_host, port=parsed.port,
+                                target=parsed.raw_path)
+        self.host = parsed.netloc
+
+
+class SyncHeaders(Mapping[str, str]):
+    """A response's headers, read case-insensitively; several values of one name are joined with
+    ", " (as `httpx.Headers.get` joins them). `raw` holds them as received."""
+
+    __slots__ = ("raw", "_values")
+
+    def __init__(self, raw: List[Tuple[bytes, bytes]]) -> None:
+        self.raw = raw
+        values: Dict[str, str] = {}
+        encoding = _header_encoding(raw)
+        for name, value in raw:
+            key, text = name.decode("ascii", "replace").lower(), value.decode(encoding)
+            values[key] = f"{values[key]}, {text}" if key in values else text
+        self._values = values
+
+    def __getitem__(self, name: str) -> str:
+        return self._values[name.lower()]
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._values.get(name.lower(), default)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name.lower() in self._values
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __repr__(self) -> str:
+        return f"SyncHeaders({list(self._values)})"  # names only: a value may hold a secret
+
+
+def _header_encoding(raw: List[Tuple[bytes, bytes]]) -> str:
+    """httpx's choice: ASCII, else UTF-8, else ISO-8859-1 (which decodes any bytes)."""
+    for encoding in ("ascii", "utf-8"):
+        try:
+            for _, value in raw:
+                value.decode(encoding)
+        except UnicodeDecodeError:
+            continue
+        return encoding
+    return "iso-8859-1"
+
+
+class SyncResponse:
+    """A response from the sync pool with the few httpx.Response members the clients use:
+    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive), `read()` and
+    `close()`. Errors while reading are httpx's exceptions, as from an httpx.Response."""
+
+    __slots__ = ("_response", "status_code", "headers")
+
+    def __init__(self, response: Any) -> None:
+        self._response = response
+        self.status_code: int = response.status
+        self.headers = SyncHeaders(response.headers)
+
+    def iter_raw(self) -> Iterator[bytes]:
+        try:
+            yield from self._response.stream
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
+
+    def read(self) -> bytes:
+        """The whole body, decoded when the server compressed it (as `httpx.Response.read()`)."""
+        content = b"".join(self.iter_raw())
+        encoding = self.headers.get("content-encoding", "identity").strip().lower()
+        if encoding in ("", "identity"):
+            return content
+        import httpx
+
+        return httpx.Response(self.status_code, headers=self.headers.raw, content=content).read()
+
+    def close(self) -> None:
+        """Give the connection back to the pool (closed instead if the body was not read to its end)."""
+        try:
+            self._response.close()
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
+
+
+class _SyncPool:
+    """One provider's httpcore pool as `httpx.Client(limits=..., trust_env=False)` builds it (the same
+    TLS context, limits and default headers), with reads cut to the attempt's deadline, and httpx's
+    cookie jar kept only once a response sets a cookie."""
+
+    def __init__(self, max_connections: int) -> None:
+        import httpcore
+        import httpx
+
+        limits = _limits(max_connections)
+        self.pool = httpcore.ConnectionPool(
+            ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=limits.max_connections,
+            max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
+            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+        )
+        self.user_agent = f"python-httpx/{httpx.__version__}".encode()
+        self.targets: Dict[str, _Target] = {}
+        self.cookies: Any = None  # an httpx.Cookies, once a response set one
+
+    def target(self, url: str) -> _Target:
+        target = self.targets.get(url)
+        if target is None:
+            target = _Target(url)
+            if len(self.targets) < 256:  # URLs differ only by extra_query: a few, kept; more, parsed each time
+                self.targets[url] = target
+        return target
+
+    def build(self, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> Any:
+        """httpcore's request, with the headers and body httpx would send. A request that cannot be
+        built (a header value httpx could not encode, an unparsable URL) is an InvalidRequestError,
+        raised before anything is sent."""
+        import httpcore
+
+        try:
+            target = self.target(request.url)
+            headers = _headers(request)
+            given = {name.lower() for name in headers}
+            content = request.content
+            if content is None and request.json is not None:
+                content = _content(request)
+                if "content-type" not in given:
+                    headers = {**headers, "Content-Type": "application/json"}
+            raw: List[Tuple[bytes, bytes]] = [] if "host" in given else [(b"Host", target.host)]
+            for key, name, value in _CLIENT_HEADERS:
+                if key not in given:
+                    raw.append((name, value))
+            if "user-agent" not in given:
+                raw.append((b"User-Agent", self.user_agent))
+            for name, text in headers.items():
+                raw.append((name.encode("ascii"), text.encode("ascii")))
+            if content is not None and "content-length" not in given:
+                raw.append((b"Content-Length", str(len(content)).encode()))
+            if self.cookies:
+                raw.extend(self._cookie_header(request.method, target))
+        except (TypeError, ValueError) as exc:  # UnicodeEncodeError included
+            raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
+                from None
+        limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
+                  "pool": timeouts.connect_s}
+        extensions: Dict[str, Any] = {"timeout": _UntilDeadline(limits, time.monotonic() + timeouts.total_s)}
+        if timer is not None:
+            extensions["trace"] = timer
+        return httpcore.Request(request.method, target.url, headers=raw, content=content, extensions=extensions)
+
+    def _cookie_header(self, method: str, target: _Target) -> List[Tuple[bytes, bytes]]:
+        import httpx
+
+        probe = httpx.Request(method, target.httpx_url)
+        self.cookies.set_cookie_header(probe)
+        cookie = probe.headers.get("cookie")
+        return [(b"Cookie", cookie.encode("latin-1"))] if cookie else []
+
+    def keep_cookies(self, request: HttpRequest, response: Any) -> None:
+        """httpx.Client's jar: what a response's Set-Cookie says is sent back on later requests."""
+        if not any(name.lower() == b"set-cookie" for name, _ in response.headers):
+            return
+        import httpx
+
+        if self.cookies is None:
+            self.cookies = httpx.Cookies()
+        probe = httpx.Request(request.method, self.target(request.url).httpx_url)
+        self.cookies.extract_cookies(httpx.Response(response.status, headers=response.headers, request=probe))
+
+
+class SyncTransport:
+    """One connection pool per provider (base URLs and keys differ), created on first use."""
+
+    def __init__(self) -> None:
+        self._clients: Dict[str, _SyncPool] = {}
+        self._lock = threading.Lock()
+        self._closed = False
+
+    def _client(self, provider: str, max_connections: int) -> _SyncPool:
+        client = self._clients.get(provider)
+        if client is None:
+            with self._lock:
+                if self._closed:
+                    raise RuntimeError("the client is closed")
+                client = self._clients.get(provider)
+                if client is None:
+                    client = self._clients[provider] = _SyncPool(max_connections)
+        return client
+
+    def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
+             timer: Optional[ConnectTimer] = None) -> SyncResponse:
+        """Send and return the response with its body unread (the caller reads or streams it)."""
+        client = self._client(provider, max_connections)
+        req = client.build(request, timeouts, timer)
+        token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
+        try:
+            response = client.pool.handle_request(req)
+        except _httpcore_errors() as exc:
+            raise _as_httpx_error(exc) from exc
+        finally:
+            _DEADLINE.reset(token)
+        client.keep_cookies(request, response)
+        return SyncResponse(response)
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            client.pool.close()
+
+
+class AsyncTransport:
+    """One pool per provider: an aiohttp `ClientSession` (`backend="aiohttp"`, the default; "auto"
+    means the same) or an `httpx.AsyncClient` (`backend="httpx"`)."""
+
+    def __init__(self, backend: str = "auto") -> None:
+        if backend not in ("auto", "httpx", "aiohttp"):
+            raise E.ConfigError(
+                f"unknown async transport {backend!r}; expected 'auto', 'httpx' or 'aiohttp'", key="transport"
+            )
+        self.backend = "aiohttp" if backend == "auto" else backend
+        self._clients: Dict[str, Any] = {}
+        self._closed = False
+
+    def _make(self, max_connections: int) -> Any:
+        if self.backend == "aiohttp":
+            return _aiohttp_session(max_connections)
+        import httpx
+
+        return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+
+    def _client(self, provider: str, max_connections: int) -> Any:
+        if self._closed:
+            raise RuntimeError("the client is closed")
+        client = self._clients.get(provider)
+        if client is None:
+            client = self._clients[provider] = self._make(max_connections)
+        return client
+
+    async def open(
+        self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
+        timer: Optional[AsyncConnectTimer] = None,
+    ) -> Any:
+        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
+        client = self._client(provider, max_connections)
+        import asyncio
+
+        if self.backend == "aiohttp":
+            # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
+            # map_transport_error names that case and the failover plan resends it, visibly.
+            try:
+                headers, content = _headers(request), _content(request)
+            except (TypeError, ValueError) as exc:
+                raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
+                                            field="request") from None
+            # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
+            async with asyncio.timeout(timeouts.total_s):
+                response = await client.request(
+                    request.method, request.url, headers=headers, data=content,
+                    timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
+                )
+            return AiohttpResponse(response, timeouts.read_s)
+        req = _build(client, request, timeouts, timer)
+        async with asyncio.timeout(timeouts.total_s):
+            return await client.send(req, stream=True)
+
+    async def aclose(self) -> None:
+        self._closed = True
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            if self.backend == "httpx":
+                await client.aclose()
+            else:
+                await client.close()
+
+
+_AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}
+
+
+def _aiohttp_timeout(timeouts: Timeouts) -> Any:
+    """aiohttp's timeouts for one attempt's limits. `connect` covers
+    waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
+    `sock_read` bounds each wait for bytes; the total is checked between reads by the call.
+    Made once per pair of limits (a call's limits shrink with its deadline: a few hundred kept)."""
+    key = (timeouts.connect_s, timeouts.read_s)
+    timeout = _AIOHTTP_TIMEOUTS.get(key)
+    if timeout is None:
+        import aiohttp
+
+        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                        sock_read=timeouts.read_s)
+        if len(_AIOHTTP_TIMEOUTS) < 256:
+            _AIOHTTP_TIMEOUTS[key] = timeout
+    return timeout

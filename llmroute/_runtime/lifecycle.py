@@ -1,0 +1,56 @@
+"""A client's life: open, forked, bound to an event loop, closed. No I/O of its own.
+
+`Client` and `AsyncClient` ask `ClientLife.check()` before each call:
+
+- after `close()`: `ClientClosedError`;
+- in a child process after `fork()`: `check()` returns True once, and the client rebuilds its
+  connection pools there (the parent's sockets are never written from the child). The locks of its
+  services and the ledger's writer thread are renewed at the fork itself (`forksafe`, docs/fork.md);
+- an `AsyncClient` is bound to the event loop of its first call (its pools belong to it); a call
+  from another loop is an `EventLoopError` (a forked child binds to the loop of its own first call).
+
+A client dropped without `close()` is closed when it is garbage-collected, with a `ResourceWarning`
+as the standard library's files and sockets do (`warn_unclosed`).
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from typing import Any, Optional
+
+from llmroute import errors as E
+
+__all__ = ["ClientLife", "warn_unclosed"]
+
+
+class ClientLife:
+    __slots__ = ("name", "pid", "closed", "loop")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.pid = os.getpid()
+        self.closed = False
+        self.loop: Any = None
+
+    def check(self, loop: Optional[Any] = None) -> bool:
+        """Raise if the client may not make a call now; True if this is a forked child's first call."""
+        if self.closed:
+            raise E.ClientClosedError(f"this {self.name} is closed: create a new one to make more calls")
+        forked = os.getpid() != self.pid
+        if forked:  # the parent's event loop does not run here: bind to the child's
+            self.pid, self.loop = os.getpid(), None
+        if loop is not None:
+            if self.loop is None:
+                self.loop = loop
+            elif self.loop is not loop:
+                raise E.EventLoopError(
+                    f"this {self.name} is bound to the event loop of its first call (its connection pools "
+                    f"live there); create one {self.name} per event loop"
+                )
+        return forked
+
+
+def warn_unclosed(client: Any) -> None:
+    warnings.warn(f"unclosed {client!r}: call close() (or use it as a context manager); closed now by the "
+                  f"garbage collector", ResourceWarning, stacklevel=2, source=client)

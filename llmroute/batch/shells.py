@@ -1,0 +1,241 @@
+"""`client.batches` and `async_client.batches`: thin shells that drive `job.BatchJobs` over httpx.
+
+They send the `Req`s a job step yields (httpx, `trust_env=False`, like the chat transport), run
+`OnlineCall`s through the owning client, sleep between polls, and nothing else: every decision is
+in `job.py`, every state in the job store.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any, Callable, Dict, List, Mapping, Optional
+
+import httpx
+
+from llmroute import errors as E
+from llmroute.accounting.ledger_postgres import is_postgres_url
+from llmroute._http.timeouts import Timeouts
+from llmroute._http.transport import httpx_timeout, map_transport_error
+from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall
+from llmroute.batch.platforms import Req, Resp
+from llmroute.batch.settings import BatchSettings
+from llmroute.batch.store import JobStore
+from llmroute.batch.store_postgres import PostgresJobStore
+
+__all__ = ["Batches", "AsyncBatches", "open_job_store"]
+
+# Batch calls move files, not tokens: a long read limit, no first-token limit.
+_TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
+
+
+def open_job_store(where: str) -> Any:
+    """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
+    if is_postgres_url(where):
+        return PostgresJobStore(where)
+    return JobStore(where)
+
+
+def _provider_of(req: Req) -> str:
+    return req.url.split("/")[2] if "//" in req.url else "batch"
+
+
+def _jobs(client: Any, settings: Optional[BatchSettings], store: Any) -> BatchJobs:
+    settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
+    store = store or open_job_store(settings.store)
+    return BatchJobs(client.config, client._engine, settings, store)
+
+
+def _create_args(requests: Any, model: str, feature: Optional[str], metadata: Optional[Mapping[str, str]],
+                 on_failure: Optional[str], completion_window: Optional[str]) -> Dict[str, Any]:
+    return dict(requests=requests, model=model, feature=feature, metadata=dict(metadata or {}),
+                on_failure=on_failure, completion_window=completion_window)
+
+
+def _resume(step: Any, value: Any, error: Optional[BaseException]) -> tuple[bool, Any]:
+    """Send a step its last answer (or error): (True, its return value) or (False, its next effect)."""
+    try:
+        return False, (step.throw(error) if error is not None else step.send(value))
+    except StopIteration as stop:
+        return True, stop.value
+
+
+def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]) -> Optional[float]:
+    """Seconds to sleep before the next poll, or None when `wait` should return."""
+    if view.finished or (timeout_s is not None and now - started >= timeout_s):
+        return None
+    pause = max(0.0, (view.next_action_at or now) - now)
+    return pause if timeout_s is None else min(pause, max(0.0, started + timeout_s - now))
+
+
+class Batches:
+    """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
+
+    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+        self._client = client
+        self.jobs = _jobs(client, settings, store)
+        self._clock = clock
+        self._sleep = sleep
+        self._http: Optional[httpx.Client] = None
+
+    def _send(self, req: Req) -> Resp:
+        if self._http is None:
+            self._http = httpx.Client(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
+        try:
+            r = self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
+                                   data=req.data)
+        except (httpx.HTTPError, OSError) as exc:
+            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
+        return Resp(r.status_code, r.headers, r.content)
+
+    def _drive(self, step: Any) -> Any:
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            done, effect = _resume(step, value, error)
+            if done:
+                return effect
+            value, error = None, None
+            try:
+                if isinstance(effect, Req):
+                    value = self._send(effect)
+                elif isinstance(effect, OnlineCall):
+                    value = self._client.chat.completions.create(**effect.kwargs)
+                else:  # pragma: no cover - a bug in job.py
+                    raise TypeError(f"unknown batch effect {effect!r}")
+            except E.LLMRouteError as exc:
+                error = exc
+
+    def create(self, requests: Any, *, model: str, feature: Optional[str] = None,
+               metadata: Optional[Mapping[str, str]] = None, on_failure: Optional[str] = None,
+               completion_window: Optional[str] = None, submit: bool = True) -> JobView:
+        """Store a job (checked before any I/O) and, with `submit=True`, upload and create its platform jobs."""
+        job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
+                                                                         on_failure, completion_window))
+        return self.poll(job_id) if submit else self.retrieve(job_id)
+
+    def retrieve(self, job_id: str) -> JobView:
+        """The job as stored (no network)."""
+        return self.jobs.view(job_id, self._clock())
+
+    def poll(self, job_id: str) -> JobView:
+        """One pass: submit what is pending, poll what is due, collect what finished."""
+        return self._drive(self.jobs.advance(job_id, self._clock()))
+
+    def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
+             on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
+        """Poll until the job finishes (resuming a job a previous process started)."""
+        started = self._clock()
+        while True:
+            view = self.poll(job_id)
+            if on_progress is not None:
+                on_progress(view)
+            pause = _pause(view, started, self._clock(), timeout_s)
+            if pause is None:
+                return view
+            self._sleep(pause)
+
+    def results(self, job_id: str) -> Dict[str, BatchResult]:
+        """`{custom_id: BatchResult}` for every request that finished (ok or failed for good)."""
+        return self.jobs.results(job_id)
+
+    def cancel(self, job_id: str) -> JobView:
+        self.jobs._job(job_id)
+        self.jobs.store.request_cancel(job_id)
+        return self.poll(job_id)
+
+    def list(self) -> List[JobView]:
+        now = self._clock()
+        return [self.jobs.view(j["job_id"], now) for j in self.jobs.store.jobs()]
+
+    def close(self) -> None:
+        if self._http is not None:
+            self._http.close()
+            self._http = None
+        self.jobs.store.close()
+
+
+class AsyncBatches:
+    """Batch jobs for `AsyncClient`: the same methods as `Batches`, awaited."""
+
+    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None) -> None:
+        self._client = client
+        self.jobs = _jobs(client, settings, store)
+        self._clock = clock
+        self._sleep = sleep
+        self._http: Optional[httpx.AsyncClient] = None
+
+    async def _send(self, req: Req) -> Resp:
+        if self._http is None:
+            self._http = httpx.AsyncClient(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
+        try:
+            r = await self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
+                                         data=req.data)
+        except (httpx.HTTPError, OSError) as exc:
+            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
+        return Resp(r.status_code, r.headers, r.content)
+
+    async def _drive(self, step: Any) -> Any:
+        value: Any = None
+        error: Optional[BaseException] = None
+        while True:
+            done, effect = _resume(step, value, error)
+            if done:
+                return effect
+            value, error = None, None
+            try:
+                if isinstance(effect, Req):
+                    value = await self._send(effect)
+                elif isinstance(effect, OnlineCall):
+                    value = await self._client.chat.completions.create(**effect.kwargs)
+                else:  # pragma: no cover
+                    raise TypeError(f"unknown batch effect {effect!r}")
+            except E.LLMRouteError as exc:
+                error = exc
+
+    async def create(self, requests: Any, *, model: str, feature: Optional[str] = None,
+                     metadata: Optional[Mapping[str, str]] = None, on_failure: Optional[str] = None,
+                     completion_window: Optional[str] = None, submit: bool = True) -> JobView:
+        job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
+                                                                         on_failure, completion_window))
+        return await self.poll(job_id) if submit else self.retrieve(job_id)
+
+    def retrieve(self, job_id: str) -> JobView:
+        return self.jobs.view(job_id, self._clock())
+
+    async def poll(self, job_id: str) -> JobView:
+        return await self._drive(self.jobs.advance(job_id, self._clock()))
+
+    async def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
+                   on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
+        import asyncio
+
+        sleep = self._sleep or asyncio.sleep
+        started = self._clock()
+        while True:
+            view = await self.poll(job_id)
+            if on_progress is not None:
+                on_progress(view)
+            pause = _pause(view, started, self._clock(), timeout_s)
+            if pause is None:
+                return view
+            await sleep(pause)
+
+    def results(self, job_id: str) -> Dict[str, BatchResult]:
+        return self.jobs.results(job_id)
+
+    async def cancel(self, job_id: str) -> JobView:
+        self.jobs._job(job_id)
+        self.jobs.store.request_cancel(job_id)
+        return await self.poll(job_id)
+
+    def list(self) -> List[JobView]:
+        now = self._clock()
+        return [self.jobs.view(j["job_id"], now) for j in self.jobs.store.jobs()]
+
+    async def aclose(self) -> None:
+        if self._http is not None:
+            await self._http.aclose()
+            self._http = None
+        self.jobs.store.close()

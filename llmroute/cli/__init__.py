@@ -1,0 +1,77 @@
+"""The `llmroute` command: `demo`, `local`, `bench`, `plan`, `report`, `prices`, `health`, `calibrate`,
+`router`, `cache`, `batch`.
+
+Each subcommand lives in the module of its concept and is imported only when it runs, so
+`llmroute --help` stays fast and no subcommand pays for another's imports.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from typing import List, Optional
+from llmroute.errors import LLMRouteError
+
+__all__ = ["main", "COMMANDS"]
+
+# name -> (module:function, one-line help)
+COMMANDS = {
+    "demo": ("llmroute.cli.demo:main", "run the no-key demo on two local llama.cpp servers"),
+    "local": ("llmroute.cli.local:main", "serve the bundled model with llama.cpp on 127.0.0.1"),
+    "bench": ("llmroute.cli.bench_command:main", "load-test deployments: TTFT/TPOT/ITL/E2E percentiles, throughput"),
+    "plan": ("llmroute.bench.plan:main", "instances and monthly cost needed to hold a peak rate"),
+    "report": ("llmroute.accounting.report:main", "cost-per-feature reports from the ledger"),
+    "prices": ("llmroute.cli.prices_command:main", "the shipped price table, or what a config is charged"),
+    "health": ("llmroute.cli.health:main", "breaker state of every deployment in a config"),
+    "calibrate": ("llmroute.routing.calibrate:main", "router threshold that sends a share to the large tier"),
+    "router": ("llmroute.cli.router_command:main", "fit and evaluate a router on your own outcome data"),
+    "cache": ("llmroute.cli.cache_command:main", "response cache: backend stats, clear a namespace or all"),
+    "batch": ("llmroute.cli.batch_command:main", "batch jobs on the platforms' batch APIs: submit, status, wait, fetch"),
+}
+
+
+def _usage() -> str:
+    width = max(len(n) for n in COMMANDS)
+    lines = ["usage: llmroute <command> [options]", "", "commands:"]
+    lines += [f"  {name.ljust(width)}  {help_}" for name, (_, help_) in COMMANDS.items()]
+    lines += ["", "Run 'llmroute <command> --help' for a command's options."]
+    return "\n".join(lines)
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(_usage())
+        return 0
+    if args[0] in ("-V", "--version"):
+        from llmroute import __version__  # loaded when the command runs, not at import
+
+        print(f"llmroute {__version__}")
+        return 0
+    name, rest = args[0], args[1:]
+    if name not in COMMANDS:
+        print(f"llmroute: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        return 2
+    target, _ = COMMANDS[name]
+    module_name, func_name = target.split(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        print(f"llmroute {name}: not available ({exc})", file=sys.stderr)
+        return 2
+
+    try:
+        return int(getattr(module, func_name)(rest) or 0)
+    except LLMRouteError as exc:
+        print(f"llmroute {name}: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # a file problem a command did not check up front: one line, not a traceback
+        where = f"{exc.filename}: " if exc.filename else ""
+        print(f"llmroute {name}: {where}{exc.strerror or exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
