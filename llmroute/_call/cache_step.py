@@ -15,9 +15,9 @@ import functools
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
-from llmroute.providers.base import StreamAssembler
+from llmroute.providers.base import StreamAssembler, for_caller, usage_chunks_wanted
 from llmroute._call.targets import resolve_target
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
@@ -134,7 +134,8 @@ class CacheCall:
         engine.recorder.cache_hit(prepared, route, completion, entry, outcome=self.outcome,
                                   similarity=self.similarity, started_at=self.started_at, now=time.monotonic())
         if prepared.stream:
-            return (AsyncCachedStream if is_async else CachedStream)(entry.chunk_models(), completion)
+            chunks = for_caller(entry.chunk_models(), usage_chunks_wanted(prepared.call.params))
+            return (AsyncCachedStream if is_async else CachedStream)(chunks, completion)
         return completion
 
 
@@ -223,16 +224,22 @@ class CachedStream:
     def __init__(self, chunks: List[ChatCompletionChunk], completion: ChatCompletion) -> None:
         self._chunks = chunks
         self._final = completion
+        self._next = iter(chunks)
 
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        return iter(self._chunks)
+    def __iter__(self) -> "CachedStream":
+        return self
 
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self._aiterate()
+    def __next__(self) -> ChatCompletionChunk:
+        return next(self._next)
 
-    async def _aiterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        for chunk in self._chunks:
-            yield chunk
+    def __aiter__(self) -> "CachedStream":
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        try:
+            return next(self._next)
+        except StopIteration:
+            raise StopAsyncIteration from None
 
     @property
     def response(self) -> ChatCompletion:

@@ -26,7 +26,8 @@ from llmroute.accounting.plausible import implausible_usage
 from llmroute.config import Config, Deployment
 from llmroute._call.exits import end_call, exit_status
 from llmroute.providers import adapter_class
-from llmroute.providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute.providers.base import (CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder,
+                                     chunk_has_content, for_caller, usage_chunks_wanted)
 from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
 from llmroute.providers.sendable import check_headers, encode_body
@@ -536,6 +537,8 @@ class StreamState:
         self.ttft_s: Optional[float] = None
         self.last_content_at: Optional[float] = None
         self.ended = False
+        # The usage-only chunk reaches the caller only when it asked (`stream_options.include_usage`).
+        self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
@@ -587,7 +590,7 @@ class StreamState:
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
-        return out
+        return for_caller(out, self.usage_wanted)
 
     def _ttft_timeout(self) -> E.APITimeoutError:
         return E.APITimeoutError(
@@ -606,7 +609,7 @@ class StreamState:
             )
         self.ended = True
         if self.held:
-            out.extend(self.held)
+            out.extend(for_caller(self.held, self.usage_wanted))
             self.held = []
         return out
 

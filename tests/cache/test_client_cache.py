@@ -126,8 +126,11 @@ def _stream(client, **kw):
 def test_a_streamed_answer_is_replayed_chunk_for_chunk(vllm_server):
     vllm_server.push(Reply(pieces=["Hel", "lo", " from", " the", " cache"], reasoning=["thinking", " hard"]))
     with Client(config=cache_config(vllm_server)) as client:
-        first, original = _stream(client)
-        second, replayed = _stream(client)
+        usage = {"stream_options": {"include_usage": True}}  # the usage chunk is replayed to a caller that asks
+        first, original = _stream(client, **usage)
+        second, replayed = _stream(client, **usage)
+        third, without = _stream(client)
+    assert without == [c for c in original if c.choices] and third.response.usage == first.response.usage
     assert (first.route.cache, second.route.cache) == ("miss", "hit")
     assert len(original) >= 7 and replayed == original
     assert [c.usage for c in replayed] == [c.usage for c in original] and original[-1].usage is not None
@@ -146,7 +149,7 @@ def test_plain_and_streamed_calls_hit_each_other(vllm_server):
         assert plain.route.cache == "hit" and plain.choices[0].message.content == "one two"
         assert plain.usage == streamed.response.usage
         first_plain = call(client, max_tokens=2)
-        replay, chunks = _stream(client, max_tokens=2)
+        replay, chunks = _stream(client, max_tokens=2, stream_options={"include_usage": True})
     assert replay.route.cache == "hit" and sent(vllm_server) == 2
     text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
     assert text == first_plain.choices[0].message.content
