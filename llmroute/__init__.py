@@ -40,6 +40,7 @@ from llmroute.errors import (
     APITimeoutError,
 )
 from llmroute.errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
 from llmroute.errors import deprecated_error as _deprecated_error
 from llmroute._http.bounded import ReadLimits
 from llmroute._runtime.secrets import SecretStr
@@ -136,4 +137,10 @@ __all__ = [
     "Model",
     "ModelList",
     "SharedStateUnavailableError",
+    # openai-python's exception names (llmroute/errors.py draws the one tree)
+    "APIError",
+    "APIStatusError",
+    "ConflictError",
+    "InternalServerError",
+    "UnprocessableEntityError",
 ]

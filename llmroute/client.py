@@ -382,6 +382,8 @@ class Client(_ClientSurface):
         try:
             try:
                 op.response = self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -406,6 +408,8 @@ class Client(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             op.response.close()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except sync_network_errors() as exc:
@@ -755,6 +759,8 @@ class AsyncClient(_ClientSurface):
         try:
             try:
                 op.response = await self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -776,6 +782,8 @@ class AsyncClient(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             await op.response.aclose()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except network_errors() as exc:

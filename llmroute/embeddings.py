@@ -335,6 +335,8 @@ class Embeddings:
                     finally:
                         response.close()
                     batches.add(response.headers, content)
+            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
+                raise
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
@@ -384,6 +386,8 @@ class AsyncEmbeddings:
                     finally:
                         await response.aclose()
                     batches.add(response.headers, content)
+            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
+                raise
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue

@@ -318,6 +318,8 @@ class CallRun:
         if isinstance(error, E.ProviderError):
             rec.http_status = error.status
             rec.request_id = error.request_id
+            if error.request is None:  # openai-python's `e.request`: the request this error answered
+                error.request = E.RequestInfo(ctx.request.method, ctx.request.url)
         partial_text = ""
         if partial is not None and partial.content_started:
             self._answer_parts.append(partial.assembler)  # its content is part of the answer

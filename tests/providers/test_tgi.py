@@ -60,8 +60,8 @@ def test_context_overflow_is_a_422(client):
     "reply, cls, status",
     [
         (Reply(error="overloaded"), L.OverloadedError, 429),  # TGI's 429 is its queue being full
-        (Reply(error="validation"), L.BadRequestError, 422),
-        (Reply(error="template"), L.BadRequestError, 422),
+        (Reply(error="validation"), L.UnprocessableEntityError, 422),
+        (Reply(error="template"), L.UnprocessableEntityError, 422),
         (Reply(error="generation"), L.ServerError, 424),
         (Reply(error="server"), L.ServerError, 500),
     ],
