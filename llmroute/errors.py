@@ -301,6 +301,8 @@ class ProviderError(APIError):
         text = f"{head}: {self.message}" if head else self.message
         if self.request_id:
             text += f" (request_id={self.request_id})"
+        if self.held:
+            text += " [held: nothing was sent; the deployment is held by this error]"
         return text
 
 

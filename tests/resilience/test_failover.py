@@ -248,7 +248,7 @@ def test_fatal_errors_move_on_and_disable_the_deployment():
     steps = w.drive(plan, {A: [auth_error(A)]})
     assert sends(steps) == [(A, False), (B, False)]
     snap = w.breakers.health(w.now)[A]
-    assert snap.state == "open" and math.isinf(snap.open_until)
+    assert snap.state == "open" and w.now < snap.open_until <= w.now + 300  # auth_recheck_s from the 401
     later = w.plan()
     w.drive(later, {})
     assert later.attempts[0].status == "skipped" and "DISABLED" in later.attempts[0].note
