@@ -592,6 +592,9 @@ class AsyncStream(_Ends):
         the stream's life."""
         if self._aiterator is None:
             self._aiterator = self._iterate()
+        if self._loop is not _running_loop():
+            raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
+                                   "read it on the loop that created it")
         return await self._aiterator.__anext__()
 
     async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
@@ -934,8 +937,7 @@ class AsyncClient(_ClientSurface):
             warn_unclosed(self)
             self._offload.close(wait=False)
             self._engine.close()
-            for client in list(self._transport._clients.values()):
-                _aclose_later(client, life.loop)
+            self._transport.close_later()  # each loop's pools, on their own loop
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 

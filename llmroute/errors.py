@@ -7,7 +7,7 @@ LLMRouteError                          base of every llmroute error
 ├── RequestGuardError                  a per-feature guard refused the call before sending
 ├── SharedStateUnavailableError        Redis did not answer and [state] on_unavailable = "refuse"
 ├── ClientClosedError                  a call on a client after its close()
-├── EventLoopError                     an AsyncClient used where a loop cannot be served (a closed loop)
+├── EventLoopError                     an AsyncStream read on another loop than the one it was opened on
 ├── StreamNotFinishedError             `stream.response` read before the stream ended (also a RuntimeError)
 └── APIError                           openai's base: `.message .body .code .param .type .request`
     ├── AllDeploymentsFailedError      every candidate failed for mixed reasons; `.attempts`, `.causes`
@@ -471,8 +471,10 @@ class ClientClosedError(LLMRouteError):
 
 
 class EventLoopError(LLMRouteError):
-    """An `AsyncClient` used from an event loop other than the one of its first call (its connection
-    pools belong to that loop): create one client per event loop."""
+    """An event loop that cannot be served: an `AsyncStream` read on a loop other than the one it was
+    opened on (its connection lives there). An `AsyncClient` itself serves any loop: it keeps one
+    connection pool per loop, made on first use there."""
+
 class StreamNotFinishedError(LLMRouteError, RuntimeError):
     """`stream.response` was read before the stream ended (inside the loop, before it, or after an
     early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""
