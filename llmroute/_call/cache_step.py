@@ -12,6 +12,8 @@ chunks through `RecordingAssembler`, which the stream's state uses in place of t
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
@@ -23,6 +25,8 @@ from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
 from llmroute.cache.key import KeyParts, UnkeyableError, key_parts, target_id
 from llmroute.cache.cache_policy import CallCache, Decision, decide
+
+logger = logging.getLogger("llmroute.cache")
 
 if TYPE_CHECKING:
     from llmroute._call.call import CallRun, PreparedCall
@@ -151,12 +155,15 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
         if decision.outcome is None:
             return None
         cache.count(decision.outcome)
+        if call.mode is not False:
+            warn_bypass(cache, target.tier, decision.reason)
         return CacheCall(cache, decision.outcome, decision, started_at=started)
     try:
         parts = key_parts(target_id(target.tier, target.deployments), prepared.messages, prepared.call.params,
                           prepared.call.extra_body)
-    except UnkeyableError:
+    except UnkeyableError as exc:
         cache.count("bypass")
+        warn_bypass(cache, target.tier, f"the request cannot be keyed ({exc})")
         return CacheCall(cache, "bypass", decision, started_at=started)
     namespace = cache.namespace(prepared.feature, prepared.metadata)
     entry = cache.get(namespace, parts.exact)
@@ -164,6 +171,21 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
     cache.count(outcome)
     return CacheCall(cache, outcome, decision, namespace, parts, frozenset(d.id for d in target.deployments),
                      entry=entry, started_at=started)
+
+
+_BYPASS_WARNED: set = set()  # (cache id, tier, reason) already logged
+_BYPASS_LOCK = threading.Lock()
+
+
+def warn_bypass(cache: "ResponseCache", tier: Optional[str], reason: str) -> None:
+    """The cache is on but skipped this call: say why, once per (tier, reason) for this cache."""
+    key = (id(cache), tier, reason)
+    with _BYPASS_LOCK:
+        if key in _BYPASS_WARNED:
+            return
+        _BYPASS_WARNED.add(key)
+    logger.warning("llmroute cache: calls to %s bypass the cache: %s (said once per tier and reason)",
+                   f"tier {tier!r}" if tier else "this target", reason)
 
 
 def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,

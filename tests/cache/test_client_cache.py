@@ -79,6 +79,19 @@ def test_unreproducible_and_opted_out_calls_bypass_the_cache(vllm_server):
     assert [r.cache for r in records] == ["bypass"] * 4 + ["miss", "hit"]
 
 
+def test_cache_true_on_a_call_caches_it_at_any_temperature_and_bypasses_are_said_once(vllm_server, caplog):
+    with Client(config=cache_config(vllm_server)) as client:
+        asked = [call(client, temperature=0.9, cache=True) for _ in range(2)]
+        default = [call(client, temperature=None, cache=True, max_tokens=3) for _ in range(2)]
+        with caplog.at_level("WARNING", logger="llmroute.cache"):
+            hot = [call(client, temperature=0.8) for _ in range(3)]
+    assert [r.route.cache for r in asked + default] == ["miss", "hit", "miss", "hit"]
+    assert [r.route.cache for r in hot] == ["bypass"] * 3
+    said = [r.getMessage() for r in caplog.records if "bypass the cache" in r.getMessage()]
+    assert len(said) == 1 and "tier 't'" in said[0] and "cache=True" in said[0]  # once per (tier, reason)
+    assert sent(vllm_server) == 5
+
+
 def test_without_a_cache_section_nothing_changes_unless_a_call_asks(vllm_server):
     cfg = cache_config(vllm_server)
     del cfg["cache"]
