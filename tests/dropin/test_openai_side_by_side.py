@@ -52,8 +52,8 @@ CASES = {
 def test_the_same_error_has_the_same_shape(openai_server, case):
     reply, change = CASES[case]
     if reply is not None:
-        for n in (1, 2):
-            reply.headers = {"x-request-id": f"req_{case}"}
+        reply.headers = {"x-request-id": f"req_{case}"}
+        for _ in range(2):  # one for each client
             openai_server.push(reply)
     model = change.get("model", MODEL)
     theirs_client = openai.OpenAI(api_key=change.get("api_key", KEY), base_url=openai_server.base_url, max_retries=0)
