@@ -139,3 +139,22 @@ def test_connection_errors_and_timeouts(openai_server):
 
 def test_local_argument_errors_keep_their_llmroute_name():
     assert issubclass(InvalidRequestError, BadRequestError) and issubclass(RoutingError, NotFoundError)
+
+
+def test_a_deployment_refused_for_its_key_comes_back_when_the_key_changes(openai_server):
+    from llmroute._runtime.secrets import SecretStr
+
+    config = loopback(openai_server, providers={"bad": {"api_key": "sk-wrong-key-123456"}}, tier=["bad:" + MODEL])
+    with Client(config=config) as client:
+        with pytest.raises(AuthenticationError):
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        with pytest.raises(AuthenticationError) as held:
+            client.chat.completions.create(model="chat", messages=MESSAGES)
+        assert held.value.held and _sent(openai_server) == 1
+        # The key is rotated in place (what a with_options(api_key=...) client or a reload shares the
+        # breakers with): the provider is frozen, so the test sets the new key the way a reload would.
+        object.__setattr__(client.config.providers["bad"], "api_key", SecretStr("sk-test-openai"))
+        response = client.chat.completions.create(model="chat", messages=MESSAGES)
+        health = client.health()["bad:" + MODEL]
+    assert response.choices[0].message.content == "Hello from openai" and _sent(openai_server) == 2
+    assert health.state == "closed" and not health.disabled
