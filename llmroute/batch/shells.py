@@ -165,10 +165,15 @@ class AsyncBatches:
         self._clock = clock
         self._sleep = sleep
         self._http: Optional[httpx.AsyncClient] = None
+        self._http_loop: Any = None  # the event loop `_http` belongs to
 
     async def _send(self, req: Req) -> Resp:
-        if self._http is None:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        if self._http is None or self._http_loop is not loop:  # an AsyncClient serves any loop: a pool per loop
             self._http = httpx.AsyncClient(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
+            self._http_loop = loop
         try:
             r = await self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
                                          data=req.data)
@@ -235,7 +240,9 @@ class AsyncBatches:
         return [self.jobs.view(j["job_id"], now) for j in self.jobs.store.jobs()]
 
     async def aclose(self) -> None:
-        if self._http is not None:
+        import asyncio
+
+        if self._http is not None and self._http_loop is asyncio.get_running_loop():
             await self._http.aclose()
-            self._http = None
+        self._http = None  # a pool of another loop went with that loop (its sockets cannot be closed here)
         self.jobs.store.close()
