@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import Any, Iterable, Iterator, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -277,12 +277,15 @@ class BudgetVerdict:
 _ALLOW = BudgetVerdict()
 
 
+_CounterKey = tuple[str, tuple[str | None, ...]]  # (budget name, group)
+
+
 @dataclass
 class Reservation:
     """A call's estimate, added to its counters by `check(reserve=True)`; `release` takes it back once."""
 
-    local: list  # (counter key, window, amount) in the local counters
-    shared: list  # (redis key, units, ttl) in the shared counters
+    local: list[tuple[_CounterKey, tuple[int, ...], Decimal | int]]  # (counter key, window, amount) in the local counters
+    shared: list[tuple[str, int, int]]  # (redis key, units, ttl) in the shared counters
     released: bool = False
 
 
@@ -313,7 +316,8 @@ class BudgetBook:
         return self._amount_in(b, amount, currency) if b.max_cost is not None else int(tokens)
 
     def _matching(self, feature: str | None, metadata: Mapping[str, Any], amount: Decimal | None,
-                  currency: str | None, tokens: int):  # fmt: skip
+                  currency: str | None, tokens: int
+                  ) -> Iterator[tuple[BudgetConfig, _CounterKey, Decimal | int]]:  # fmt: skip
         """(budget, counter key, what this call adds) for each budget that counts it. Budgets a money
         figure cannot judge (unpriced, no exchange rate) are skipped."""
         for b in self.budgets:
@@ -322,7 +326,8 @@ class BudgetBook:
                 if value is not None:
                     yield b, (b.name, b.group_of(feature, metadata)), value
 
-    def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None):
+    def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None
+              ) -> Decimal | int:
         """What budget `name` has spent in the window holding `now` (for the group of feature/metadata)."""
         b = next((x for x in self.budgets if x.name == name), None)
         if b is None:
@@ -367,7 +372,7 @@ class BudgetBook:
         with self._lock:
             for b, key, need in matching:
                 spent = self._current(b, key, now)
-                if spent + need <= b.limit:  # type: ignore[operator]
+                if spent + need <= b.limit:
                     continue
                 text = self._over_text(b, feature, metadata, spent, need)
                 if b.action == "refuse":
@@ -393,7 +398,7 @@ class BudgetBook:
         return (f"budget {b.name!r}{scope}: {b.period} limit {_fmt(b.limit)} {b.unit}, spent {_fmt(spent)}, "
                 f"this call ~{_fmt(need)}")
 
-    def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
+    def _check_shared(self, now: float, matching: list[tuple[BudgetConfig, _CounterKey, Decimal | int]], feature: str | None, metadata: Mapping[str, Any],
                       tier: str | None, reserve: bool, admit: Any = None) -> BudgetVerdict | None:
         """The check (and reservation) against the shared counters; None when they are unavailable."""
         from llmroute.state.shared_budgets import from_units, to_units, ttl_of  # shared state only ([state] backend = "redis")
@@ -441,7 +446,7 @@ class BudgetBook:
         if got is None or got[0] < window:
             self._spent[key] = (window, add)
         elif got[0] == window:
-            self._spent[key] = (window, got[1] + add)  # type: ignore[operator]
+            self._spent[key] = (window, got[1] + add)
         # A record from an older window than the counter's (late, out of order) no longer counts.
 
     def record(

@@ -44,7 +44,7 @@ _FIELD_REFUSED_RE = re.compile(
 )
 
 
-def _event_status(comments: tuple) -> Optional[int]:
+def _event_status(comments: tuple[str, ...]) -> Optional[int]:
     for comment in comments:
         if comment.startswith("HTTP_STATUS/") and comment[12:15].isdigit():
             return int(comment[12:15])
@@ -64,7 +64,7 @@ class BailianCompatAdapter(OpenAICompatAdapter):
 
     # (base URL, model) pairs that refused max_completion_tokens as a field: process-wide knowledge,
     # per model, since one endpoint serves models of different generations.
-    _legacy_cap: set = set()
+    _legacy_cap: set[tuple[str, str]] = set()
 
     def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
         body = super().body(call, stream)
@@ -163,7 +163,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
                 "created": int(time.time()),
                 "model": self.deployment.model,
                 "choices": choices,
-                "usage": normalize_usage(raw_usage) if reported else Usage(),
+                "usage": normalize_usage(raw_usage) if isinstance(raw_usage, dict) else Usage(),
             }
         )
         return completion, reported
@@ -222,7 +222,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         )
 
 
-def _native_choices(output: Mapping[str, Any]) -> list:
+def _native_choices(output: Mapping[str, Any]) -> list[dict[str, Any]]:
     if output.get("choices"):
         return [c for c in output["choices"] if isinstance(c, dict)]
     if "text" in output:  # result_format = "text"

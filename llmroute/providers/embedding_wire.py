@@ -77,7 +77,7 @@ class EmbeddingAdapter(OpenAICompatAdapter):
         value = call.input
         if limit is None or call.count <= limit or isinstance(value, str) or isinstance(value[0], int):
             return [call]
-        return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)  # type: ignore[arg-type]
+        return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)
                 for i in range(0, len(value), limit)]
 
     def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]

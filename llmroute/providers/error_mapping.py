@@ -115,8 +115,8 @@ def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = 
         if seconds is not None:
             return seconds
     # OpenAI-style reset durations ("12ms", "1s", "6m0s"): wait for the later of the two.
-    resets = [_duration_s(get(h) or "") for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
-    resets = [r for r in resets if r is not None]
+    parsed = [_duration_s(get(h) or "") for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
+    resets = [r for r in parsed if r is not None]
     return max(resets) if resets else None
 
 
