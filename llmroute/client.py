@@ -25,7 +25,7 @@ from llmroute.completions import AsyncCompletions, Completions
 from llmroute.config import Config, load_config
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
-from llmroute._call.exits import end_call, exit_status
+from llmroute._call.exits import ExitStatus, end_call, exit_status
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
@@ -228,7 +228,7 @@ class Stream(_Ends):
             self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
         """The stream ended other than by its end, an error or close(): release and record it once."""
         self._closed = True
         self._release()
@@ -641,7 +641,7 @@ class AsyncStream(_Ends):
 
     close = aclose
 
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
         """Ended other than by its end, an error or aclose(): record it once; the response is closed
         on its event loop (it cannot be awaited from here)."""
         self._closed = True

@@ -41,7 +41,7 @@ class CacheCall:
     decision: Decision
     namespace: str = ""
     parts: Optional[KeyParts] = None
-    deployments: frozenset = frozenset()
+    deployments: frozenset[str] = frozenset()
     entry: Optional[Entry] = None
     similarity: Optional[float] = None
     embedding: Optional[List[float]] = None

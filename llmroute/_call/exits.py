@@ -21,7 +21,7 @@ cancellation), `abandoned` (a stream garbage-collected unclosed).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Literal, Optional
 
 if TYPE_CHECKING:
     from llmroute._call.call import CallRun
@@ -31,9 +31,10 @@ __all__ = ["end_call", "exit_status", "EXIT_STATUSES"]
 log = logging.getLogger("llmroute")
 
 EXIT_STATUSES = ("ok", "error", "interrupted", "cancelled", "abandoned")
+ExitStatus = Literal["ok", "error", "interrupted", "cancelled", "abandoned"]  # EXIT_STATUSES, as a type
 
 
-def exit_status(exc: Optional[BaseException]) -> str:
+def exit_status(exc: Optional[BaseException]) -> ExitStatus:
     """How a call that ended with `exc` ended: None is a stream dropped unclosed ("abandoned")."""
     if exc is None:
         return "abandoned"
@@ -42,7 +43,7 @@ def exit_status(exc: Optional[BaseException]) -> str:
     return "error"
 
 
-def end_call(run: "CallRun", status: str, error: Optional[BaseException], now: float) -> None:
+def end_call(run: "CallRun", status: ExitStatus, error: Optional[BaseException], now: float) -> None:
     """End every attempt of `run` still in flight as `status`, give back what the plan holds, end the call."""
     what = type(error).__name__ if error is not None else "garbage-collected unclosed"
     for ctx in list(run.in_flight.values()):

@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 __all__ = ["KeyParts", "key_parts", "namespace_for", "target_id", "NOT_IN_KEY", "UnkeyableError", "numbers_of"]
 
@@ -78,7 +78,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def key_parts(target: list[Any], messages: List[Mapping[str, Any]], params: Mapping[str, Any],
+def key_parts(target: list[Any], messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any],
               extra_body: Mapping[str, Any]) -> KeyParts:
     """Keys of one request. Raises `UnkeyableError` when a value has no JSON form."""
     sent = {k: v for k, v in params.items() if k not in NOT_IN_KEY}
