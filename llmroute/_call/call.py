@@ -17,31 +17,30 @@ changes the run.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
-from llmroute.config import Config, Deployment
-from llmroute._call.exits import ExitStatus, end_call, exit_status
+from llmroute.config import Deployment
+from llmroute._call.exits import end_call, exit_status
 from llmroute.providers import adapter_class
-from llmroute.providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute.providers.base import OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute._http.request import HttpRequest
 from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
 from llmroute.providers.sendable import check_headers, encode_body
-from llmroute._call.targets import Target, resolve_target
+from llmroute._call.prepared import PreparedCall, Target, prepare_call
+from llmroute._call.targets import resolve_target
 from llmroute._http.timeouts import Timeouts
 from llmroute.accounting.tokens import count_message_tokens, estimate_usage
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
-from llmroute._call.validate import check_create_args
 
 logger = logging.getLogger("llmroute._call.call")
 
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
     from llmroute._call.engine import Admission, Engine
-    from llmroute.resilience.failover import Exhausted
 
 # Modules the call path uses on every call but `import llmroute` does not load (the resilience package
 # loads with the first client, the router's estimate with the first call): bound once by the first
@@ -60,43 +59,6 @@ def _bind_lazy_modules() -> None:
 
 
 __all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
-
-@dataclass
-class PreparedCall:
-    model: str
-    call: CallInput
-    stream: bool
-    feature: Optional[str]
-    metadata: Dict[str, str]
-    pool: str
-    timeout_s: Optional[float]
-    request_id: str
-    target: Optional[Target] = None
-    input_tokens: Optional[int] = None
-    cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
-    operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
-
-    @property
-    def messages(self) -> List[Dict[str, Any]]:
-        return self.call.messages
-
-
-def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
-    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
-    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
-    args = check_create_args(kwargs, pools=config.sections.pool_names)
-    return PreparedCall(
-        model=args.model,
-        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
-                       extra_headers=args.extra_headers, extra_query=args.extra_query),
-        stream=args.stream,
-        feature=args.feature,
-        metadata=args.metadata,
-        pool=args.pool,
-        timeout_s=args.timeout_s,
-        request_id=os.urandom(16).hex(),
-    )
-
 
 @dataclass
 class AttemptContext:
@@ -257,7 +219,7 @@ class CallRun:
             # A parameter this platform cannot take, or a request that cannot be sent: nothing was
             # sent; the caller must change the call. It never counts against the deployment.
             self.plan.record(deployment.id, now, error, latency_s=0.0)
-            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]  # set on InvalidRequestError too
+            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]
             self._end(None, error, now)
             raise
         policy = self.engine.policy(deployment.id)
@@ -397,7 +359,7 @@ class CallRun:
         return completion
 
     def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
-                  why: str = "another attempt answered first", *, status: ExitStatus = "cancelled",
+                  why: str = "another attempt answered first", *, status: str = "cancelled",
                   error: Optional[BaseException] = None) -> None:
         """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
         says how). Its prompt was sent, so it may be billed: recorded."""
@@ -498,15 +460,14 @@ class CallRun:
         estimate from characters (no tokenizer on the hot path)."""
         if self.prepared.input_tokens is not None:
             return self.prepared.input_tokens
-        estimate: int = _classifier.estimate_tokens(self.prepared.messages)
-        return estimate
+        return _classifier.estimate_tokens(self.prepared.messages)
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
             self.prepared.input_tokens = count_message_tokens(self.prepared.messages)
         return self.prepared.input_tokens
 
-    def _exhausted(self, step: Exhausted, now: float) -> BaseException:
+    def _exhausted(self, step: Any, now: float) -> BaseException:
         """The error the caller gets when the plan gives up, carrying the route's attempts."""
         error = step.error
         sent = [a for a in self.route.attempts if a.status not in ("skipped",)]
@@ -519,7 +480,7 @@ class CallRun:
                 error = last
         # The plan's errors (ProviderError, AllDeploymentsFailedError) all carry `.attempts`: the
         # route's, which also show skips, costs and notes.
-        error.attempts = list(self.route.attempts)  # type: ignore[attr-defined]  # Exhausted.error is a BaseException
+        error.attempts = list(self.route.attempts)
         self._end(None, error, now)
         return error
 
