@@ -183,7 +183,7 @@ def count_input_tokens(call: EmbeddingInput) -> int:
     texts = call.texts()
     if texts is None:
         value = call.input
-        return len(value) if value and isinstance(value[0], int) else sum(len(v) for v in value)  # type: ignore[arg-type]
+        return sum(len(v) if isinstance(v, list) else 1 for v in value)  # token ids, or lists of them
 
     return sum(count_text_tokens(t) for t in texts)
 
@@ -221,7 +221,7 @@ class EmbeddingRun(CallRun):
         """An embeddings answer is one JSON body: never sent as a stream."""
         return False
 
-    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:  # type: ignore[override]
+    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:
         adapter = self._adapters.get(deployment.id)
         if adapter is None:
             cls = embedding_adapter_class(deployment.provider.kind, deployment.provider.protocol)

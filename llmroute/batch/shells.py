@@ -120,7 +120,8 @@ class Batches:
 
     def poll(self, job_id: str) -> JobView:
         """One pass: submit what is pending, poll what is due, collect what finished."""
-        return self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
              on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
@@ -205,7 +206,8 @@ class AsyncBatches:
         return self.jobs.view(job_id, self._clock())
 
     async def poll(self, job_id: str) -> JobView:
-        return await self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = await self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     async def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
                    on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:

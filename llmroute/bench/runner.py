@@ -466,7 +466,7 @@ def client_send(client: Any, *, stream: bool = True, feature: Optional[str] = "b
     async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         start = clock()
         timing = StreamTiming(start)
-        base = {"target": target, "level": 0, "phase": "", "index": 0, "start_s": start}
+        base: dict[str, Any] = {"target": target, "level": 0, "phase": "", "index": 0, "start_s": start}
         try:
             if stream:
                 response_stream = await client.chat.completions.create(

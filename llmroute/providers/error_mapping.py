@@ -251,7 +251,7 @@ def error_from_payload(
     status: Optional[int],
     headers: Mapping[str, str],
     provider: str,
-    deployment: str,
+    deployment: str | None,
     kind: str,
     raw_text: str = "",
 ) -> E.ProviderError:
@@ -277,7 +277,7 @@ def error_from_payload(
 
 
 def error_from_response(
-    status: int, headers: Mapping[str, str], content: bytes, *, provider: str, deployment: str, kind: str
+    status: int, headers: Mapping[str, str], content: bytes, *, provider: str, deployment: str | None, kind: str
 ) -> E.ProviderError:
     """Map a non-2xx HTTP response to a typed error, reading whatever envelope the platform uses."""
     if 300 <= status < 400:
