@@ -18,7 +18,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Union
 
 from pydantic import Field
 
@@ -35,6 +35,10 @@ from llmroute.accounting.tokens import count_text_tokens
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Deployment
+    from llmroute._call.call import AttemptContext
+    from llmroute._call.engine import Engine
+    from llmroute._call.offload import Offload
+    from llmroute._http.transport import SyncResponse
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
            "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]
@@ -299,11 +303,33 @@ def _now() -> float:
     return time.monotonic()
 
 
+class _EmbeddingsClient(Protocol):
+    """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    def _send(self, ctx: AttemptContext) -> SyncResponse: ...
+
+
+class _AsyncEmbeddingsClient(Protocol):
+    """What `AsyncEmbeddings` uses of its `AsyncClient`."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def _offload(self) -> Offload: ...
+    async def _send(self, ctx: AttemptContext) -> Any: ...
+
+
 class Embeddings:
     """`client.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
     metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _EmbeddingsClient) -> None:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
@@ -347,7 +373,7 @@ class Embeddings:
 class AsyncEmbeddings:
     """`AsyncClient.embeddings`: the same `create()`, awaited."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _AsyncEmbeddingsClient) -> None:
         self._client = client
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:

@@ -30,6 +30,8 @@ from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 
 if TYPE_CHECKING:
     from llmroute.batch.store import JobStore
+    from llmroute.config import Config
+    from llmroute._call.engine import Engine
 
 __all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
@@ -97,7 +99,7 @@ def _new_id(prefix: str) -> str:
 class BatchJobs:
     """The job logic over one store, one config and one engine (prices, ledger, routing)."""
 
-    def __init__(self, config: Any, engine: Any, settings: BatchSettings, store: JobStore) -> None:
+    def __init__(self, config: Config, engine: Engine, settings: BatchSettings, store: JobStore) -> None:
         self.config = config
         self.engine = engine
         self.settings = settings

@@ -8,7 +8,7 @@ in `job.py`, every state in the job store.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
 
 import httpx
 
@@ -22,13 +22,39 @@ from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
 
+if TYPE_CHECKING:
+    from llmroute.config import Config
+    from llmroute._call.engine import Engine
+
 __all__ = ["Batches", "AsyncBatches", "open_job_store"]
 
 # Batch calls move files, not tokens: a long read limit, no first-token limit.
 _TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
 
 
-def open_job_store(where: str) -> Any:
+class _Completions(Protocol):
+    @property
+    def create(self) -> Callable[..., Any]: ...  # `chat.completions.create` (awaitable on an AsyncClient)
+
+
+class _Chat(Protocol):
+    @property
+    def completions(self) -> _Completions: ...
+
+
+class BatchClient(Protocol):
+    """What `Batches` and `AsyncBatches` use of their `Client` or `AsyncClient` (client.py imports this
+    module, not the reverse): its config and engine, and `chat.completions.create` for the `online` policy."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def chat(self) -> _Chat: ...
+
+
+def open_job_store(where: str) -> JobStore:
     """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
     if is_postgres_url(where):
         return PostgresJobStore(where)
@@ -39,7 +65,7 @@ def _provider_of(req: Req) -> str:
     return req.url.split("/")[2] if "//" in req.url else "batch"
 
 
-def _jobs(client: Any, settings: Optional[BatchSettings], store: Any) -> BatchJobs:
+def _jobs(client: BatchClient, settings: Optional[BatchSettings], store: Optional[JobStore]) -> BatchJobs:
     settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
     store = store or open_job_store(settings.store)
     return BatchJobs(client.config, client._engine, settings, store)
@@ -70,7 +96,7 @@ def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]
 class Batches:
     """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+    def __init__(self, client: BatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
@@ -159,7 +185,7 @@ class Batches:
 class AsyncBatches:
     """Batch jobs for `AsyncClient`: the same methods as `Batches`, awaited."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+    def __init__(self, client: BatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
