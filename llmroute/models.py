@@ -46,7 +46,7 @@ class ModelList(_OpenAIModel):
     data: List[Model] = Field(default_factory=list)
     errors: Dict[str, Any] = Field(default_factory=dict, exclude=True)
 
-    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]  # the page's models, as openai-python's (not pydantic's field pairs)
         return iter(self.data)
 
     def __len__(self) -> int:

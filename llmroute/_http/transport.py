@@ -325,7 +325,7 @@ class ConnectTimer:
 class AsyncConnectTimer(ConnectTimer):
     __slots__ = ()
 
-    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
+    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]  # httpx's async trace hook is awaited
         self.event(name)
 
 

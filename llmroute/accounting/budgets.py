@@ -152,7 +152,10 @@ class BudgetConfig(BaseModel):
 
     @property
     def limit(self) -> Decimal | int:
-        return self.max_cost if self.max_cost is not None else self.max_tokens  # type: ignore[return-value]
+        if self.max_cost is not None:
+            return self.max_cost
+        assert self.max_tokens is not None  # the validator requires exactly one of the two
+        return self.max_tokens
 
     def group_of(self, feature: str | None, metadata: Mapping[str, Any]) -> tuple[str | None, ...]:
         out: list[str | None] = []

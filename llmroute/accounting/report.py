@@ -215,7 +215,8 @@ def report(
     if rates is None and price_book is not None:
         rates = price_book.rates()
     target = _parse_reprice(reprice) if reprice else None
-    if target is not None and target[0] not in {p.kind for p in price_book.table.entries}:  # type: ignore[union-attr]
+    book = price_book if target is not None else None  # the prices to reprice with (set whenever `reprice` is)
+    if target is not None and book is not None and target[0] not in {p.kind for p in book.table.entries}:
         raise ValueError(f"--reprice: no shipped prices for platform {target[0]!r}")
 
     if isinstance(ledger, (str, Path)):
@@ -243,18 +244,19 @@ def report(
         g = groups[key]
         g.add(rec)
         totals[key[-1]].add(rec)
-        if target is not None:
+        if target is not None and book is not None:
             ck = (rec.provider, rec.model)
             if ck not in class_cache:
-                cls = price_book.class_of(rec.model or "", rec.provider)  # type: ignore[union-attr]
-                class_cache[ck] = cls and price_book.price_for_class(target[0], cls, target[1])  # type: ignore[union-attr]
+                cls = book.class_of(rec.model or "", rec.provider)
+                class_cache[ck] = cls and book.price_for_class(target[0], cls, target[1])
             tp = class_cache[ck]
             if tp:
                 c = compute_cost(
                     tp, prompt_tokens=rec.input_tokens, completion_tokens=rec.output_tokens, cached_tokens=rec.cached_tokens
                 )
+                assert c.amount is not None  # priced: `tp` is a price
                 for gg in (g, totals[key[-1]]):
-                    gg.reprice_cost += c.amount  # type: ignore[operator]
+                    gg.reprice_cost += c.amount
                     gg.reprice_currency.add(tp.currency)
             else:
                 g.reprice_unpriced += 1

@@ -147,11 +147,12 @@ class LocalServer:
         if log is not None:
             log.close()
         deadline = time.monotonic() + self.startup_timeout_s
-        assert self._proc.stdout is not None
+        stdout = self._proc.stdout
+        assert stdout is not None
         ready = threading.Event()
 
         def watch() -> None:
-            for line in self._proc.stdout:  # type: ignore[union-attr]
+            for line in stdout:
                 if line.decode(errors="replace").startswith(READY_MARK):
                     ready.set()
             ready.set()

@@ -94,6 +94,16 @@ class BailianCompatAdapter(OpenAICompatAdapter):
         return None
 
 
+class _NativeDecoder(StreamDecoder):
+    """A `StreamDecoder` that turns the native API's cumulative text back into deltas."""
+
+    def __init__(self, adapter: OpenAICompatAdapter, *, cumulative: bool) -> None:
+        super().__init__(adapter)
+        self.cumulative = cumulative
+        self.previous_text: Dict[int, str] = {}  # choice index -> the text sent so far
+        self.previous_reasoning: Dict[int, str] = {}
+
+
 class BailianNativeAdapter(OpenAICompatAdapter):
     chat_path = "/services/aigc/text-generation/generation"
 
@@ -129,13 +139,9 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         return {"model": self.deployment.model, "input": {"messages": call.messages}, "parameters": parameters}
 
     def stream_decoder(self, call: CallInput) -> StreamDecoder:
-        decoder = StreamDecoder(self)
         # Cumulative text unless incremental_output is on: we ask for it, but a user may turn it off.
         body_params = self.body(call, True)["parameters"]
-        decoder.cumulative = not body_params.get("incremental_output", False)  # type: ignore[attr-defined]
-        decoder.previous_text = {}  # type: ignore[attr-defined]
-        decoder.previous_reasoning = {}  # type: ignore[attr-defined]
-        return decoder
+        return _NativeDecoder(self, cumulative=not body_params.get("incremental_output", False))
 
     def completion_from_dict(self, data: Dict[str, Any]) -> tuple[ChatCompletion, bool]:
         if "output" not in data and "code" in data:
@@ -186,9 +192,9 @@ class BailianNativeAdapter(OpenAICompatAdapter):
             message = choice.get("message") or {}
             text = message.get("content") or ""
             reasoning = message.get("reasoning_content") or ""
-            if getattr(decoder, "cumulative", False):
-                text = _new_part(decoder.previous_text, index, text)  # type: ignore[attr-defined]
-                reasoning = _new_part(decoder.previous_reasoning, index, reasoning)  # type: ignore[attr-defined]
+            if isinstance(decoder, _NativeDecoder) and decoder.cumulative:
+                text = _new_part(decoder.previous_text, index, text)
+                reasoning = _new_part(decoder.previous_reasoning, index, reasoning)
             delta: Dict[str, Any] = {}
             if message.get("role"):
                 delta["role"] = message["role"]

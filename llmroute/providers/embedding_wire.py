@@ -57,9 +57,8 @@ class EmbeddingInput:
         """The input as a list of strings, or None when it is token ids."""
         if isinstance(self.input, str):
             return [self.input]
-        if all(isinstance(v, str) for v in self.input):
-            return list(self.input)  # type: ignore[arg-type]
-        return None
+        strings = [v for v in self.input if isinstance(v, str)]
+        return strings if len(strings) == len(self.input) else None
 
 
 class EmbeddingAdapter(OpenAICompatAdapter):
@@ -227,7 +226,7 @@ def models_request(provider: "Provider") -> HttpRequest:
     if provider.api_key:
         headers["Authorization"] = f"Bearer {provider.api_key.get()}"
     headers.update(provider.headers)
-    return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)  # type: ignore[arg-type]
+    return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)
 
 
 def parse_model_list(provider: "Provider", content: bytes) -> List[Dict[str, Any]]:

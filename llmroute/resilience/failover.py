@@ -148,7 +148,7 @@ def order_candidates(
     weighted = [c for c in candidates if c.weight is not None and c.weight > 0]
     if not weighted:
         return list(candidates)
-    total = sum(c.weight for c in weighted)  # type: ignore[misc]
+    total = sum(c.weight or 0.0 for c in weighted)  # (all set and > 0 here)
     if sticky_value is not None:
         point = sticky_point(sticky_value, salt=weighted[0].tier) * total
     else:
@@ -156,7 +156,7 @@ def order_candidates(
     first = weighted[-1]
     acc = 0.0
     for c in weighted:
-        acc += c.weight  # type: ignore[operator]
+        acc += c.weight or 0.0
         if point < acc:
             first = c
             break
