@@ -255,7 +255,7 @@ class Client(_ClientSurface):
             if isinstance(step, Wait):
                 time.sleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             hedge = run.hedge_plan(ctx, _now())
             if hedge is None or hedge.hedge_at is None:
                 op = self._open(_opened(run, ctx))
@@ -509,7 +509,7 @@ class AsyncClient(_ClientSurface):
             if isinstance(step, Wait):
                 await _asleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             hedge = run.hedge_plan(ctx, _now())
             if hedge is None or hedge.hedge_at is None:
                 op = await self._open(_opened(run, ctx))

@@ -29,6 +29,7 @@ from llmroute.providers.base import OpenAICompatAdapter, StreamAssembler, Stream
 from llmroute._http.request import HttpRequest
 from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
+from llmroute.resilience.failover import Wait
 from llmroute.providers.sendable import check_headers, encode_body
 from llmroute._call.prepared import PreparedCall, Target, prepare_call
 from llmroute._call.targets import resolve_target
@@ -59,7 +60,7 @@ def _bind_lazy_modules() -> None:
         _plan_steps, _classifier = failover, classifier
 
 
-__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
+__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Step", "Wait"]
 
 @dataclass
 class AttemptContext:
@@ -97,18 +98,9 @@ class AttemptContext:
         return True
 
 
-@dataclass(frozen=True)
-class Send:
-    attempt: AttemptContext
-
-
-@dataclass(frozen=True)
-class Wait:
-    seconds: float
-    deployment: str
-
-
-Step = Union[Send, Wait]
+# What `CallRun.next_step` tells the shells: send this attempt now, or sleep (the plan's own `Wait`,
+# with its seconds, deployment and reason); the plan's `Exhausted` is raised as the call's error.
+Step = Union[AttemptContext, "Wait"]
 
 
 class CallRun:
@@ -168,11 +160,11 @@ class CallRun:
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
         self._sync_skips()
-        if isinstance(step, _plan_steps.Wait):
-            return Wait(step.seconds, step.deployment_id)
+        if isinstance(step, Wait):
+            return step
         if isinstance(step, _plan_steps.Exhausted):
             raise self._exhausted(step, now)
-        return Send(self._begin(step, now))
+        return self._begin(step, now)
 
     def _adapter(self, deployment: Deployment) -> OpenAICompatAdapter:
         adapter = self._adapters.get(deployment.id)
