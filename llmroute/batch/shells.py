@@ -25,21 +25,12 @@ from llmroute.batch.store_postgres import PostgresJobStore
 if TYPE_CHECKING:
     from llmroute.config import Config
     from llmroute._call.engine import Engine
+    from llmroute.types import ChatAccess
 
 __all__ = ["Batches", "AsyncBatches", "open_job_store"]
 
 # Batch calls move files, not tokens: a long read limit, no first-token limit.
 _TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
-
-
-class _Completions(Protocol):
-    @property
-    def create(self) -> Callable[..., Any]: ...  # `chat.completions.create` (awaitable on an AsyncClient)
-
-
-class _Chat(Protocol):
-    @property
-    def completions(self) -> _Completions: ...
 
 
 class BatchClient(Protocol):
@@ -51,7 +42,7 @@ class BatchClient(Protocol):
     @property
     def _engine(self) -> Engine: ...
     @property
-    def chat(self) -> _Chat: ...
+    def chat(self) -> ChatAccess: ...
 
 
 def open_job_store(where: str) -> JobStore:

@@ -39,12 +39,15 @@ import random
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any, Callable, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmroute.accounting.ledger import SHADOW_METADATA_KEY
 from llmroute._runtime.forksafe import renew_at_fork
+
+if TYPE_CHECKING:
+    from llmroute.types import ChatAccess
 
 __all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
            "judge_request", "ShadowRunner", "AsyncShadowRunner"]
@@ -127,21 +130,11 @@ def judge_request(kwargs: Mapping[str, Any], judge: str, small_answer: Any, larg
     )
 
 
-class _Completions(Protocol):
-    @property
-    def create(self) -> Callable[..., Any]: ...  # `chat.completions.create` (awaitable on an AsyncClient)
-
-
-class _Chat(Protocol):
-    @property
-    def completions(self) -> _Completions: ...
-
-
 class ShadowClient(Protocol):
     """What a runner uses of its `Client` or `AsyncClient` (client.py imports this module, not the reverse)."""
 
     @property
-    def chat(self) -> _Chat: ...
+    def chat(self) -> ChatAccess: ...
 
     def feedback(self, request_id_or_response: Any, score: float | bool, *, label: str | None = None,
                  comment: str | None = None, messages: list[Mapping[str, Any]] | None = None,
