@@ -51,9 +51,8 @@ CREATE TABLE IF NOT EXISTS batch_events (
 """
 
 
-def _row(row: Any) -> Optional[Dict[str, Any]]:
-    if row is None:
-        return None
+def _row(row: Any) -> Dict[str, Any]:
+    """A fetched row (never None: from fetchall) as a dict, its JSON columns decoded."""
     d = dict(row)
     for key in ("metadata", "status", "body", "result", "error"):
         if key in d and isinstance(d[key], str):
@@ -118,7 +117,7 @@ class JobStore:
 
     def _all(self, sql: str, args: Iterable[Any] = ()) -> List[Dict[str, Any]]:
         with self._lock:
-            return [_row(r) for r in self._db().execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
+            return [_row(r) for r in self._db().execute(sql, tuple(args)).fetchall()]
 
     def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple[Any, ...]]:
         with self._lock:

@@ -88,7 +88,9 @@ class LoadPlan:
         return "concurrency" if self.concurrency is not None else "rate"
 
     def levels(self) -> list[float]:
-        return list(self.concurrency if self.concurrency is not None else self.rates)  # type: ignore[arg-type]
+        levels: Sequence[float] | None = self.concurrency if self.concurrency is not None else self.rates
+        assert levels is not None  # check(): exactly one of the two is set
+        return list(levels)
 
     def warmup_for(self, level: float) -> int:
         if self.warmup is not None:
