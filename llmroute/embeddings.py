@@ -206,7 +206,7 @@ class _Finished:
 class EmbeddingRun(CallRun):
     """The attempts of one embeddings call: a chat `CallRun` with embedding adapters and input counting."""
 
-    def __init__(self, engine: Any, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
+    def __init__(self, engine: Engine, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
         prepared.target = prepared.target or embedding_target(engine.config, prepared)
         super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]
 
@@ -344,7 +344,7 @@ class Embeddings:
             end_call(run, exit_status(exc), exc, _now())
             raise
 
-    def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         client = self._client
         while True:
             step = run.next_step(_now())
@@ -390,7 +390,7 @@ class AsyncEmbeddings:
             end_after(run, exc)
             raise
 
-    async def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    async def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         import asyncio  # not at import llmroute: the sync client never needs it
 
         client = self._client
