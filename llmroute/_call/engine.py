@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
     from llmroute._call.prepared import PreparedCall
     from llmroute.resilience.failover import FailoverPlan
-    from llmroute.state.shared_limits import LimitRequest
+    from llmroute.state.shared_limits import LimitRequest, SharedLimits
 
 __all__ = ["Engine", "Admission"]
 
@@ -84,7 +84,7 @@ class Engine:
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
-        self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
+        self.limits: DeploymentLimits | SharedLimits | None = DeploymentLimits(self._pool_policy) if uses_limits else None
         if self.limits is not None and self.fleet is not None:
             self.limits = self.fleet.shared_limits(self.limits)
         self.prices = sections.prices

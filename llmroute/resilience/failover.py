@@ -47,7 +47,7 @@ from typing import Callable, Literal, Optional, Sequence, Union
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit
 from llmroute.resilience.deployment_health import BreakerRegistry
-from llmroute.resilience.limits import DeploymentLimits, Lease, fits
+from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
 from llmroute.resilience.policy import ResiliencePolicy
 from llmroute.resilience.retry import BudgetRegistry, decide_retry, dropped_before_reply
@@ -214,7 +214,7 @@ class FailoverPlan:
         required_context_tokens: Optional[int] = None,
         fallback: Sequence[Candidate] = (),
         fallback_tier: Optional[str] = None,
-        limits: Optional[DeploymentLimits] = None,
+        limits: Optional[Limits] = None,
         pool: str = "interactive",
         request_tokens: int = 0,
         can_continue: Optional[Callable[[str], bool]] = None,
