@@ -17,12 +17,15 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
 from llmroute.resilience.outcome import classify_failure
 from llmroute.resilience.policy import ResiliencePolicy
+
+if TYPE_CHECKING:
+    from llmroute.accounting.ledger import LedgerHealth
 
 __all__ = ["BreakerRegistry", "HealthReport", "ProbeTally", "health_status", "format_health"]
 
@@ -206,12 +209,13 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
     return "\n".join(lines + notes)
 
 
-class HealthReport(dict[str, Any]):
+class HealthReport(dict[str, BreakerSnapshot]):
     """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
     ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
     and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
 
-    def __init__(self, snapshots: Any, *, ledger: Any = None, shared_state: Any = None) -> None:
+    def __init__(self, snapshots: Mapping[str, BreakerSnapshot], *, ledger: Optional[LedgerHealth] = None,
+                 shared_state: Any = None) -> None:
         super().__init__(snapshots)
         self.ledger = ledger
         self.shared_state = shared_state
