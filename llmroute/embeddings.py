@@ -208,7 +208,7 @@ class EmbeddingRun(CallRun):
 
     def __init__(self, engine: Engine, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
         prepared.target = prepared.target or embedding_target(engine.config, prepared)
-        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]
+        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]  # a PreparedCall in all CallRun reads
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
@@ -230,11 +230,11 @@ class EmbeddingRun(CallRun):
         if adapter is None:
             cls = embedding_adapter_class(deployment.provider.kind, deployment.provider.protocol)
             adapter = self._adapters[deployment.id] = cls(deployment)
-        return adapter  # type: ignore[return-value]
+        return adapter  # type: ignore[return-value]  # CallRun._adapters is typed for chat; here each is an EmbeddingAdapter
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
-            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]
+            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]  # an EmbeddingInput here
         return self.prepared.input_tokens
 
     def billed_before_failing(self, ctx: Any, usage: Usage, *, estimated: bool) -> None:
@@ -245,7 +245,7 @@ class EmbeddingRun(CallRun):
     def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
-        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]
+        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]  # what succeeded() reads of a ChatCompletion
         tokens = view.usage.prompt_tokens
         # The adapter checked every item (a list or a base64 str per input, indices 0..n-1): built
         # without re-validating thousands of floats per vector.

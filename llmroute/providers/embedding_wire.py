@@ -80,7 +80,7 @@ class EmbeddingAdapter(OpenAICompatAdapter):
         return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)
                 for i in range(0, len(value), limit)]
 
-    def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]
+    def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]  # an embedding call, not a chat CallInput
         headers = self.headers(False)
         headers.update(call.extra_headers)
         return HttpRequest("POST", self.provider.base_url + self.embeddings_path, headers, self.embedding_body(call),
