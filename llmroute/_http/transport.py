@@ -259,10 +259,12 @@ async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, prov
                                                         deployment=deployment)])
 
 
-def _content(request: HttpRequest) -> bytes:
-    """The body to send: the adapter's pre-encoded JSON, as is."""
+def _content(request: HttpRequest) -> Optional[bytes]:
+    """The body to send: the adapter's pre-encoded JSON, as is; None for a request without one (a GET)."""
     if request.content is not None:
         return request.content
+    if request.json is None:
+        return None
     import json
 
     return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
