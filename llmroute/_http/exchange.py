@@ -134,13 +134,13 @@ def redirected(request: HttpRequest, status: int, headers: Mapping[str, str]) ->
     url = urljoin(request.url, location)
     method, json, content = request.method, request.json, request.content
     if status == 303 or (status in (301, 302) and method == "POST"):
-        method, json, content = "GET", None, None
+        method, json, content = "GET", None, None  # type: ignore[assignment]  # a GET has no JSON body
     given = request.headers
     if _origin(url) != _origin(request.url):
         given = {k: v for k, v in given.items() if not is_secret_header(k)}
     if content is None and json is None:
         given = {k: v for k, v in given.items() if k.lower() not in ("content-type", "content-length")}
-    return HttpRequest(method, url, given, json, request.stream, content)  # type: ignore[arg-type]
+    return HttpRequest(method, url, given, json, request.stream, content)
 
 
 def _origin(url: str) -> Tuple[str, str]:

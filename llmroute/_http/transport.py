@@ -62,15 +62,13 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
             return E.APITimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
-            return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                                  seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+            return _read_timeout(timeouts, kw)
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
         return _map_httpx_error(httpx, exc, kw, timeouts)
     if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, OSError):
         return E.APIConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
     raise exc
@@ -83,8 +81,7 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, httpx.TimeoutException):
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
@@ -94,10 +91,16 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
     return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
-def _read_timeout_text(timeouts: Timeouts) -> str:
+def _read_timeout(timeouts: Timeouts, kw: Dict[str, Any]) -> E.APITimeoutError:
+    """A read timeout, named for the limit it means (`Timeouts.read_kind`)."""
     if timeouts.read_kind == "ttft":
-        return f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s"
-    return f"total timeout: the call took longer than {timeouts.total_s:g}s"
+        return E.APITimeoutError(f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s", timeout="ttft",
+                                 seconds=timeouts.ttft_s, **kw)
+    if timeouts.read_kind == "read":
+        return E.APITimeoutError(f"read timeout: no bytes for {timeouts.read_s:g}s", timeout="read",
+                                 seconds=timeouts.read_s, **kw)
+    return E.APITimeoutError(f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
+                             seconds=timeouts.total_s, **kw)
 
 
 def _reason(exc: BaseException) -> str:
