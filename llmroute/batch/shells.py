@@ -25,11 +25,12 @@ from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
 from llmroute.providers.base import HttpRequest
 
-__all__ = ["Batches", "AsyncBatches", "open_job_store", "BATCH_READ_LIMITS"]
+__all__ = ["Batches", "AsyncBatches", "open_job_store", "BATCH_READ_LIMITS", "BATCH_TIMEOUTS"]
 
 # Batch calls move files, not tokens: no first-token limit; each wait for bytes up to 5 minutes, and
 # an upload or download of a large file (hundreds of MB) up to 30 minutes in all.
-_TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=1800.0, read_s=300.0, read_kind="read")
+# `Batches(client, timeouts=...)` to change them.
+BATCH_TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=1800.0, read_s=300.0, read_kind="read")
 # A result file holds every answer of a job (the platforms take input files up to 100 MB - 1 GB):
 # read caps well above that, and still a bound. `Batches(client, read_limits=...)` to change them.
 BATCH_READ_LIMITS = ReadLimits(max_response_bytes=4 << 30, max_decoded_bytes=4 << 30)
@@ -49,9 +50,9 @@ def _http_request(req: Req) -> HttpRequest:
     return HttpRequest(req.method, req.url, headers, req.json, False)
 
 
-def _exchange(req: Req, limits: ReadLimits) -> Exchange:
+def _exchange(req: Req, limits: ReadLimits, timeouts: Timeouts) -> Exchange:
     host = req.url.split("/")[2] if "//" in req.url else "batch"
-    return Exchange(_http_request(req), _TIMEOUTS, limits, provider=host, deployment="batch",
+    return Exchange(_http_request(req), timeouts, limits, provider=host, deployment="batch",
                     max_connections=_CONNECTIONS)
 
 
@@ -99,15 +100,16 @@ class Batches:
 
     def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 read_limits: Optional[ReadLimits] = None) -> None:
+                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
         self._sleep = sleep
         self.read_limits = read_limits or BATCH_READ_LIMITS
+        self.timeouts = timeouts or BATCH_TIMEOUTS
 
     def _send(self, req: Req) -> Resp:
-        return _resp(fetch(self._client._transport, _exchange(req, self.read_limits), follow_redirects=True))
+        return _resp(fetch(self._client._transport, _exchange(req, self.read_limits, self.timeouts), follow_redirects=True))
 
     def _drive(self, step: Any) -> Any:
         value: Any = None
@@ -179,15 +181,16 @@ class AsyncBatches:
 
     def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None,
-                 read_limits: Optional[ReadLimits] = None) -> None:
+                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
         self._sleep = sleep
         self.read_limits = read_limits or BATCH_READ_LIMITS
+        self.timeouts = timeouts or BATCH_TIMEOUTS
 
     async def _send(self, req: Req) -> Resp:
-        return _resp(await afetch(self._client._transport, _exchange(req, self.read_limits), follow_redirects=True))
+        return _resp(await afetch(self._client._transport, _exchange(req, self.read_limits, self.timeouts), follow_redirects=True))
 
     async def _drive(self, step: Any) -> Any:
         value: Any = None
