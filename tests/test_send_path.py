@@ -344,3 +344,33 @@ def test_a_redirect_off_the_origin_drops_the_key() -> None:
     seen = redirected(post, 303, {"location": "/v1/y"})
     assert seen is not None and seen.method == "GET" and seen.json is None and "Content-Type" not in seen.headers
     assert redirected(request, 200, {"location": "/elsewhere"}) is None
+
+
+# ---- nothing sends around the path -----------------------------------------------------------------
+
+
+def test_only_the_send_path_opens_a_transport() -> None:
+    """No module outside llmroute/_http imports an HTTP library, and only exchange.py calls a
+    transport's `open` (read from the source, function-local imports included)."""
+    import ast
+
+    package = Path(L.__file__).resolve().parent
+    libraries = {"httpx", "httpcore", "aiohttp", "requests", "urllib3", "urllib.request", "http.client"}
+    importers, openers = [], []
+    for path in package.rglob("*.py"):
+        name = str(path.relative_to(package))
+        tree = ast.parse(path.read_text(encoding="utf-8"))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                mods = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                mods = [node.module or ""]
+            else:
+                mods = []
+            if any(m in libraries or m.split(".")[0] in libraries for m in mods) and not name.startswith("_http/"):
+                importers.append(name)
+            if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "open"
+                    and "transport" in ast.unparse(node.func.value).lower()):
+                openers.append(name)
+    assert importers == []
+    assert set(openers) == {"_http/exchange.py"}
