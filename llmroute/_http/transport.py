@@ -1,4 +1,6 @@
 """The only module that does network I/O: connection pools, sync and async, one per provider.
+Nothing calls it but `exchange.py`, the one send path every operation uses (timeouts, read caps,
+typed errors: docs/transport.md).
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
