@@ -1,5 +1,5 @@
 """The only module that does network I/O: connection pools, sync and async, one per provider.
-Nothing calls it but `exchange.py`, the one send path every operation uses (timeouts, read caps,
+Only `exchange.py` sends through it: the one send path every operation uses (timeouts, read caps,
 typed errors: docs/transport.md).
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
