@@ -374,3 +374,102 @@ def test_only_the_send_path_opens_a_transport() -> None:
                 openers.append(name)
     assert importers == []
     assert set(openers) == {"_http/exchange.py"}
+
+
+# ---- redirects over real sockets (batch downloads) --------------------------------------------------
+
+
+class _Redirecting:
+    """Two loopback HTTP servers (two origins): `/here` on the first redirects to `/there` on itself,
+    `/away` to `/file` on the second; each records the Authorization header it was sent."""
+
+    def __init__(self) -> None:
+        import threading
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+        seen: list[tuple[int, str, Optional[str]]] = []
+        self.seen = seen
+        owner = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:  # noqa: N802 - the stdlib's name
+                port = self.server.server_address[1]
+                seen.append((port, self.path, self.headers.get("Authorization")))
+                if self.path == "/here":
+                    self._answer(302, b"", location="/there")
+                elif self.path == "/away":
+                    self._answer(307, b"", location=f"http://127.0.0.1:{owner.second.server_address[1]}/file")
+                else:
+                    self._answer(200, b'{"ok": true}' + b" " * (4 * KIB))
+
+            def _answer(self, status: int, body: bytes, location: Optional[str] = None) -> None:
+                self.send_response(status)
+                if location:
+                    self.send_header("Location", location)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        self.first = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.second = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        for server in (self.first, self.second):
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+
+    def url(self, path: str) -> str:
+        return f"http://127.0.0.1:{self.first.server_address[1]}{path}"
+
+    def close(self) -> None:
+        for server in (self.first, self.second):
+            server.shutdown()
+            server.server_close()
+
+
+@pytest.fixture
+def redirecting() -> Iterator[_Redirecting]:
+    servers = _Redirecting()
+    yield servers
+    servers.close()
+
+
+def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
+    from llmroute._http.exchange import Exchange, afetch, fetch
+    from llmroute._http.transport import AsyncTransport, SyncTransport
+
+    request = HttpRequest("GET", url, {"Authorization": "Bearer sk-test-secret-000"}, None, False)  # type: ignore[arg-type]
+    timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
+
+    def exchange() -> Exchange:
+        return Exchange(request, timeouts, limits, provider="batch-test", deployment="batch", max_connections=2)
+
+    if mode == "sync":
+        transport = SyncTransport()
+        try:
+            return fetch(transport, exchange(), follow_redirects=True)
+        finally:
+            transport.close()
+
+    async def main() -> Any:
+        atransport = AsyncTransport(mode)
+        try:
+            return await afetch(atransport, exchange(), follow_redirects=True)
+        finally:
+            await atransport.aclose()
+
+    return asyncio.run(main())
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_followed_redirect_keeps_the_key_only_on_its_origin(redirecting: _Redirecting, mode: str) -> None:
+    big = L.ReadLimits()
+    reply = _fetch(mode, redirecting.url("/here"), big)
+    assert reply.status == 200 and reply.body.startswith(b'{"ok": true}')
+    reply = _fetch(mode, redirecting.url("/away"), big)
+    assert reply.status == 200
+    keys = {(port == redirecting.first.server_address[1], path): auth for port, path, auth in redirecting.seen}
+    assert keys[(True, "/here")] == keys[(True, "/there")] == keys[(True, "/away")] == "Bearer sk-test-secret-000"
+    assert keys[(False, "/file")] is None  # the other origin never saw the key
+    with pytest.raises(L.ResponseTooLargeError, match=r"\(response_bytes cap\)"):
+        _fetch(mode, redirecting.url("/away"), TINY)  # the redirected body is read within the caps too

@@ -50,7 +50,7 @@ class Exchange:
     `deployment` is named in errors."""
 
     __slots__ = ("request", "timeouts", "limits", "provider", "deployment", "max_connections", "deadline",
-                 "connect_s", "sent", "status")
+                 "connect_s", "sent", "status", "_timer")
 
     def __init__(self, request: HttpRequest, timeouts: Timeouts, limits: ReadLimits, *, provider: str,
                  deployment: str, max_connections: int, deadline: Optional[float] = None) -> None:
@@ -65,6 +65,26 @@ class Exchange:
         self.connect_s: Optional[float] = None
         self.sent = True
         self.status: Optional[int] = None
+        self._timer: Optional[ConnectTimer] = None
+
+    def sending(self, timer: ConnectTimer) -> Exchange:
+        """`with ex.sending(timer): transport.open(...)`: on the way out, the connect time is recorded,
+        and a request the transport could not build (`InvalidRequestError`) is marked not sent."""
+        self._timer = timer
+        return self
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+        self.connect_s = self._timer.connect_s if self._timer is not None else None
+        if kind is not None and issubclass(kind, E.InvalidRequestError):
+            self.sent = False
+
+    def opened(self, response: Any, on_error: Optional[ErrorFromResponse]) -> bool:
+        """Note the response's status; True if its body is an error for `on_error` to read."""
+        self.status = response.status_code
+        return on_error is not None and response.status_code >= 300
 
     def __repr__(self) -> str:  # the request's headers hold the key: never shown
         return f"Exchange({self.request.method} {self.request.url}, status={self.status})"
@@ -156,20 +176,11 @@ def send(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromRes
     the error body is read within the caps and `on_error`'s error raised. Transport exceptions pass
     through (the caller maps them: `typed_error`, or the call core's `transport_error`)."""
     timer = ConnectTimer()
-    try:
+    with ex.sending(timer):
         response = transport.open(ex.request, ex.timeouts, provider=ex.provider, max_connections=ex.max_connections,
                                   timer=timer)
-    except E.InvalidRequestError:
-        ex.sent = False
-        raise
-    finally:
-        ex.connect_s = timer.connect_s
-    ex.status = response.status_code
-    if on_error is not None and response.status_code >= 300:
-        content = read(response, ex)
-        error = on_error(response.status_code, response.headers, content)
-        del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
-        raise error
+    if ex.opened(response, on_error):
+        raise _error(on_error, response, read(response, ex))
     return response
 
 
@@ -189,23 +200,38 @@ def chunks(response: SyncResponse, ex: Exchange) -> Iterator[bytes]:
 def fetch(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None, *,
           follow_redirects: bool = False) -> Reply:
     """Send and read whole: a `Reply`, or a typed error (`ProviderError`) for whatever went wrong."""
+    hop = 0
     try:
-        for _ in range(MAX_REDIRECTS + 1):
+        while True:
             response = send(transport, ex, None if follow_redirects else on_error)
-            body = read(response, ex)
-            after = redirected(ex.request, response.status_code, response.headers) if follow_redirects else None
+            after = _next_hop(ex, response, hop, follow_redirects)
             if after is None:
-                break
-            ex.request = after
-        return _reply(response, body, on_error)
+                return _reply(response, read(response, ex), on_error)
+            read(response, ex)  # the redirect's own body, drained within the caps: the connection is reused
+            ex.request, hop = after, hop + 1
     except sync_network_errors() as exc:
         raise typed_error(exc, ex) from None
 
 
+def _error(on_error: Any, response: Any, body: bytes) -> Exception:
+    """`on_error`'s error for a non-2xx answer. The body (which may echo a key) is only this frame's
+    argument, gone before the error is raised: no traceback's locals hold it (error trackers)."""
+    return on_error(response.status_code, response.headers, body)  # type: ignore[no-any-return]
+
+
 def _reply(response: Any, body: bytes, on_error: Optional[ErrorFromResponse]) -> Reply:
     if on_error is not None and response.status_code >= 300:
-        raise on_error(response.status_code, response.headers, body)
+        error = _error(on_error, response, body)
+        del body  # out of this frame's locals before the raise
+        raise error
     return Reply(response.status_code, response.headers, body)
+
+
+def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> Optional[HttpRequest]:
+    """The request a redirect asks for, when redirects are followed and fewer than MAX_REDIRECTS were."""
+    if not follow_redirects or hop >= MAX_REDIRECTS:
+        return None
+    return redirected(ex.request, response.status_code, response.headers)
 
 
 # ---- async ------------------------------------------------------------------------------------------
@@ -214,20 +240,11 @@ def _reply(response: Any, body: bytes, on_error: Optional[ErrorFromResponse]) ->
 async def asend(transport: AsyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None) -> Any:
     """`send` for `AsyncTransport`: an `httpx.Response` or an `AiohttpResponse`, body unread."""
     timer = AsyncConnectTimer()
-    try:
+    with ex.sending(timer):
         response = await transport.open(ex.request, ex.timeouts, provider=ex.provider,
                                         max_connections=ex.max_connections, timer=timer)
-    except E.InvalidRequestError:
-        ex.sent = False
-        raise
-    finally:
-        ex.connect_s = timer.connect_s
-    ex.status = response.status_code
-    if on_error is not None and response.status_code >= 300:
-        content = await aread(response, ex)
-        error = on_error(response.status_code, response.headers, content)
-        del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
-        raise error
+    if ex.opened(response, on_error):
+        raise _error(on_error, response, await aread(response, ex))
     return response
 
 
@@ -247,14 +264,14 @@ def achunks(response: Any, ex: Exchange) -> AsyncIterator[bytes]:
 async def afetch(transport: AsyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None, *,
                  follow_redirects: bool = False) -> Reply:
     """`fetch` for `AsyncTransport`."""
+    hop = 0
     try:
-        for _ in range(MAX_REDIRECTS + 1):
+        while True:
             response = await asend(transport, ex, None if follow_redirects else on_error)
-            body = await aread(response, ex)
-            after = redirected(ex.request, response.status_code, response.headers) if follow_redirects else None
+            after = _next_hop(ex, response, hop, follow_redirects)
             if after is None:
-                break
-            ex.request = after
-        return _reply(response, body, on_error)
+                return _reply(response, await aread(response, ex), on_error)
+            await aread(response, ex)  # drained within the caps: the connection is reused
+            ex.request, hop = after, hop + 1
     except network_errors() as exc:
         raise typed_error(exc, ex) from None
