@@ -199,10 +199,14 @@ class _ShapedBatchServer(TogetherBatchServer):
         super().__init__(**kwargs)
         self.pad: Optional[str] = None
         self.slow: Optional[str] = None
+        self.echo: Optional[str] = None  # this operation is refused with a 400 that echoes the request's key
 
     async def handle(self, request: RecordedRequest) -> Response:  # type: ignore[override]
         response = await super().handle(request)
         operation = _batch_operation(request)
+        if operation is not None and operation == self.echo:
+            return Response.json({"error": {"message": f"refused for {request.headers.get('authorization')}",
+                                            "type": "invalid_request_error"}}, 400)
         if operation is not None and operation == self.pad:
             response.body += b" " * (4 * KIB)  # trailing blanks: still the same JSON / JSONL
         if operation is not None and operation == self.slow:
@@ -220,9 +224,9 @@ def batch_server() -> Iterator[_ShapedBatchServer]:
 @pytest.fixture
 def shaped(batch_server: _ShapedBatchServer) -> Iterator[_ShapedBatchServer]:
     batch_server.reset()
-    batch_server.pad = batch_server.slow = None
+    batch_server.pad = batch_server.slow = batch_server.echo = None
     yield batch_server
-    batch_server.pad = batch_server.slow = None
+    batch_server.pad = batch_server.slow = batch_server.echo = None
     batch_server.reset()
 
 
@@ -309,6 +313,26 @@ def test_the_timeout_holds_for_every_batch_operation(shaped: _ShapedBatchServer,
     assert timed_out and all("timeout" in d.lower() for d in timed_out), view.events
     if operation != "cancel":  # (a cancel the server carried out before its slow answer ends the job anyway)
         assert not view.finished
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_key_echoed_by_a_batch_refusal_is_scrubbed(shaped: _ShapedBatchServer, tmp_path: Path, mode: str) -> None:
+    shaped.echo = "upload"
+    view = _run_batch(mode, _batch_config(shaped, tmp_path), "upload", "refused")
+    refused = [e["detail"] for e in view.events if e["kind"] == "refused"]
+    assert refused and all("refused for Bearer ***" in d for d in refused), view.events
+    assert shaped.api_key and not any(shaped.api_key in str(e) for e in view.events)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_key_echoed_by_a_model_list_refusal_is_scrubbed(openai_server: Any, mode: str) -> None:
+    key = openai_server.api_key
+    assert key
+    openai_server.push(Reply(status=401, body={"error": {"message": f"Incorrect API key provided: {key}",
+                                                         "type": "invalid_request_error"}}), path="/v1/models")
+    with pytest.raises(L.AuthenticationError) as info:
+        _run(mode, _config(openai_server), _models)
+    assert key not in str(info.value) and key not in repr(info.value) and "***" in str(info.value)
 
 
 def test_the_batch_defaults_allow_large_result_files() -> None:
