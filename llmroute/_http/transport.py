@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
 
 
 def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
@@ -221,11 +221,6 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
         yield tail
 
 
-def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-              deployment: str) -> bytes:
-    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
-
-
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
     """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
@@ -256,12 +251,6 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
     tail = reader.close()
     if tail:
         yield tail
-
-
-async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-                     deployment: str) -> bytes:
-    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
-                                                        deployment=deployment)])
 
 
 def _content(request: HttpRequest) -> Optional[bytes]:
@@ -352,7 +341,8 @@ def _aiohttp_session(max_connections: int) -> Any:
 
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
-    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `headers` (case-insensitive), `aiter_raw()` (bytes as they arrive) and `aclose()`. Bodies are
+    read through `exchange.py` (within the read caps), never whole by the response itself.
     `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
 
     __slots__ = ("_response", "status_code", "headers", "read_s")
@@ -362,9 +352,6 @@ class AiohttpResponse:
         self.status_code: int = response.status
         self.headers = response.headers
         self.read_s = read_s
-
-    async def aread(self) -> bytes:
-        return await self._response.read()
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
@@ -493,8 +480,9 @@ def _header_encoding(raw: List[Tuple[bytes, bytes]]) -> str:
 
 class SyncResponse:
     """A response from the sync pool with the few httpx.Response members the clients use:
-    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive), `read()` and
-    `close()`. Errors while reading are httpx's exceptions, as from an httpx.Response."""
+    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive) and `close()`.
+    Errors while reading are httpx's exceptions, as from an httpx.Response. Bodies are read through
+    `exchange.py` (within the read caps), never whole by the response itself."""
 
     __slots__ = ("_response", "status_code", "headers")
 
@@ -508,16 +496,6 @@ class SyncResponse:
             yield from self._response.stream
         except _httpcore_errors() as exc:
             raise _as_httpx_error(exc) from exc
-
-    def read(self) -> bytes:
-        """The whole body, decoded when the server compressed it (as `httpx.Response.read()`)."""
-        content = b"".join(self.iter_raw())
-        encoding = self.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("", "identity"):
-            return content
-        import httpx
-
-        return httpx.Response(self.status_code, headers=self.headers.raw, content=content).read()
 
     def close(self) -> None:
         """Give the connection back to the pool (closed instead if the body was not read to its end)."""
