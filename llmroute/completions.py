@@ -10,16 +10,28 @@ checked by `llmroute._call.validate` before anything is sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Literal, Mapping, Protocol, Sequence, overload
 
 from llmroute.types import ChatCompletion
 
 if TYPE_CHECKING:
-    from llmroute.client import AsyncClient, AsyncStream, Client, Stream
+    from llmroute.streams import AsyncStream, Stream
 
 __all__ = ["Completions", "AsyncCompletions", "Messages"]
 
 Messages = Sequence[Mapping[str, Any] | Any]  # dicts, or pydantic messages (model_dump'ed)
+
+
+class _SyncCaller(Protocol):
+    """What `Completions` needs of its `Client`: the call itself."""
+
+    def _create(self, kwargs: dict[str, Any]) -> ChatCompletion | Stream: ...
+
+
+class _AsyncCaller(Protocol):
+    """What `AsyncCompletions` needs of its `AsyncClient`: the call itself."""
+
+    def _create(self, kwargs: dict[str, Any]) -> Awaitable[ChatCompletion | AsyncStream]: ...
 
 
 def _given(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -31,7 +43,7 @@ class Completions:
     """`client.chat.completions` of a `Client`: `create()` takes the OpenAI Chat Completions
     arguments llmroute supports and llmroute's own, by keyword; others go in `extra_body`."""
 
-    def __init__(self, client: Client) -> None:
+    def __init__(self, client: _SyncCaller) -> None:
         self._client = client
 
     @overload
@@ -235,7 +247,7 @@ class AsyncCompletions:
     """`client.chat.completions` of an `AsyncClient`: `create()` takes the OpenAI Chat Completions
     arguments llmroute supports and llmroute's own, by keyword; others go in `extra_body`."""
 
-    def __init__(self, client: AsyncClient) -> None:
+    def __init__(self, client: _AsyncCaller) -> None:
         self._client = client
 
     @overload

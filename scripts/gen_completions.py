@@ -35,16 +35,28 @@ checked by `llmroute._call.validate` before anything is sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Literal, Mapping, Sequence, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Literal, Mapping, Protocol, Sequence, overload
 
 from llmroute.types import ChatCompletion
 
 if TYPE_CHECKING:
-    from llmroute.client import AsyncClient, AsyncStream, Client, Stream
+    from llmroute.streams import AsyncStream, Stream
 
 __all__ = ["Completions", "AsyncCompletions", "Messages"]
 
 Messages = Sequence[Mapping[str, Any] | Any]  # dicts, or pydantic messages (model_dump'ed)
+
+
+class _SyncCaller(Protocol):
+    """What `Completions` needs of its `Client`: the call itself."""
+
+    def _create(self, kwargs: dict[str, Any]) -> ChatCompletion | Stream: ...
+
+
+class _AsyncCaller(Protocol):
+    """What `AsyncCompletions` needs of its `AsyncClient`: the call itself."""
+
+    def _create(self, kwargs: dict[str, Any]) -> Awaitable[ChatCompletion | AsyncStream]: ...
 
 
 def _given(arguments: dict[str, Any]) -> dict[str, Any]:
@@ -58,13 +70,13 @@ class {name}:
     """`client.chat.completions` of a{n} `{client}`: `create()` takes the OpenAI Chat Completions
     arguments llmroute supports and llmroute's own, by keyword; others go in `extra_body`."""
 
-    def __init__(self, client: {client}) -> None:
+    def __init__(self, client: {caller}) -> None:
         self._client = client
 '''
 
-# (the class, its client, its stream class, "async " or "", "await " or "")
-CLASSES = (("Completions", "Client", "Stream", "", ""),
-           ("AsyncCompletions", "AsyncClient", "AsyncStream", "async ", "await "))
+# (the class, its client, what it needs of it, its stream class, "async " or "", "await " or "")
+CLASSES = (("Completions", "Client", "_SyncCaller", "Stream", "", ""),
+           ("AsyncCompletions", "AsyncClient", "_AsyncCaller", "AsyncStream", "async ", "await "))
 
 
 def load_table(path: Path = TABLE) -> ModuleType:
@@ -103,8 +115,8 @@ def render(table: ModuleType) -> str:
     rows = _check(table)
     doc = "\n".join(("        " + line if line else line) for line in table.DOC.splitlines())
     out = [HEAD]
-    for name, client, stream_class, is_async, wait in CLASSES:
-        out.append(CLASS.format(name=name, client=client, n="n" if client[0] in "AEIOU" else ""))
+    for name, client, caller, stream_class, is_async, wait in CLASSES:
+        out.append(CLASS.format(name=name, client=client, caller=caller, n="n" if client[0] in "AEIOU" else ""))
         either = f"ChatCompletion | {stream_class}"
         for stream, returns in (("Literal[False] = False", "ChatCompletion"), ("Literal[True]", stream_class),
                                 ("bool", either)):

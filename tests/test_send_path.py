@@ -24,7 +24,7 @@ from llmroute._http.exchange import redirected
 from llmroute._http.multipart import encode_multipart
 from llmroute._http.timeouts import Timeouts
 from llmroute.batch import AsyncBatches, Batches
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 from tests.batch.helpers import MODELS, provider_entry, requests
 from tests.servers.base import Response
 from tests.servers.batch import TogetherBatchServer, parse_multipart

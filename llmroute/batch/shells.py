@@ -23,7 +23,7 @@ from llmroute.batch.platforms import Req, Resp
 from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 
 __all__ = ["Batches", "AsyncBatches", "open_job_store", "BATCH_READ_LIMITS", "BATCH_TIMEOUTS"]
 

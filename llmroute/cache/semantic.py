@@ -14,8 +14,8 @@ from typing import Any, Dict, List, Optional
 
 from llmroute._http.bounded import DEFAULT_READ_LIMITS
 from llmroute._http.exchange import Exchange, afetch, fetch
+from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
-from llmroute.providers.base import HttpRequest
 
 __all__ = ["Embedder"]
 

@@ -172,7 +172,7 @@ class LocalServer:
         from llmroute._http.exchange import Exchange, fetch
         from llmroute._http.timeouts import Timeouts
         from llmroute._http.transport import SyncTransport
-        from llmroute.providers.base import HttpRequest
+        from llmroute._http.request import HttpRequest
 
         probe = HttpRequest("GET", f"http://{self.host}:{self.port}/health", {}, None, False)  # type: ignore[arg-type]
         limits = Timeouts(connect_s=2.0, ttft_s=2.0, total_s=2.0, read_s=2.0, read_kind="total")
