@@ -358,7 +358,8 @@ def test_a_multipart_body_reads_back_field_by_field() -> None:
 
 def test_a_redirect_off_the_origin_drops_the_key() -> None:
     request = HttpRequest("GET", "https://api.example.test/v1/files/f1/content",
-                          {"Authorization": "Bearer sk-secret-key", "Accept": "*/*"}, None, False)  # type: ignore[arg-type]
+                          {"Authorization": "Bearer sk-secret-key", "Accept": "*/*"}, None,  # type: ignore[arg-type]
+                          False)
     same = redirected(request, 302, {"location": "/v1/files/f1/raw"})
     assert same is not None and same.url == "https://api.example.test/v1/files/f1/raw"
     assert same.headers["Authorization"] == "Bearer sk-secret-key"
@@ -462,7 +463,8 @@ def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
     from llmroute._http.exchange import Exchange, afetch, fetch
     from llmroute._http.transport import AsyncTransport, SyncTransport
 
-    request = HttpRequest("GET", url, {"Authorization": "Bearer sk-test-secret-000"}, None, False)  # type: ignore[arg-type]
+    key = {"Authorization": "Bearer sk-test-secret-000"}
+    request = HttpRequest("GET", url, key, None, False)  # type: ignore[arg-type]
     timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
 
     def exchange() -> Exchange:

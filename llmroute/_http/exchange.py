@@ -35,7 +35,8 @@ from llmroute._runtime.redaction import is_secret_header
 from llmroute._http.request import HttpRequest
 
 __all__ = ["Exchange", "Reply", "ErrorFromResponse", "send", "read", "chunks", "fetch", "asend", "aread", "achunks",
-           "afetch", "typed_error", "at_deadline", "sync_network_errors", "network_errors", "redirected", "MAX_REDIRECTS"]
+           "afetch", "typed_error", "at_deadline", "sync_network_errors", "network_errors", "redirected",
+           "MAX_REDIRECTS"]
 
 # (status, headers, body) of a non-2xx response -> the error to raise (an adapter's error mapping).
 ErrorFromResponse = Callable[[int, Mapping[str, str], bytes], Exception]

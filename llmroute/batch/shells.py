@@ -109,7 +109,8 @@ class Batches:
         self.timeouts = timeouts or BATCH_TIMEOUTS
 
     def _send(self, req: Req) -> Resp:
-        return _resp(fetch(self._client._transport, _exchange(req, self.read_limits, self.timeouts), follow_redirects=True))
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(fetch(self._client._transport, ex, follow_redirects=True))
 
     def _drive(self, step: Any) -> Any:
         value: Any = None
@@ -190,7 +191,8 @@ class AsyncBatches:
         self.timeouts = timeouts or BATCH_TIMEOUTS
 
     async def _send(self, req: Req) -> Resp:
-        return _resp(await afetch(self._client._transport, _exchange(req, self.read_limits, self.timeouts), follow_redirects=True))
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(await afetch(self._client._transport, ex, follow_redirects=True))
 
     async def _drive(self, step: Any) -> Any:
         value: Any = None

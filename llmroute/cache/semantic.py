@@ -1,8 +1,8 @@
 """The prompt embedder of the semantic cache: one POST to an OpenAI-compatible `/embeddings`
 endpoint (a llama.cpp server started with `--embedding`, vLLM, TEI, a platform's API), sent through
 the client's own transport on the one send path (`_http/exchange.py`). Request building and
-response parsing are sans-I/O; `embed`/`aembed` are the thin shells. An embedder that fails (down, slow, a bad body) makes the lookup an exact-only
-miss: a warning and a count, never a failed call.
+response parsing are sans-I/O; `embed`/`aembed` are the thin shells. An embedder that fails (down,
+slow, a bad body) makes the lookup an exact-only miss: a warning and a count, never a failed call.
 """
 
 from __future__ import annotations
