@@ -17,8 +17,11 @@ __all__ = ["transport_error", "sync_network_errors", "network_errors"]
 def transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamState] = None) -> E.ProviderError:
     """The attempt's typed error for what its transport raised: a read cut at the attempt's deadline is
     the total timeout (`exchange.at_deadline`), a read timeout after content a stall."""
-    error = at_deadline(map_transport_error(exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
-                                            timeouts=ctx.timeouts), ctx.timeouts, ctx.deadline)
+    error = map_transport_error(exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
+                                timeouts=ctx.timeouts)
+    total = at_deadline(error, ctx.timeouts, ctx.deadline)
+    if total is not error:  # cut at the deadline: the total timeout, content or not
+        return total
     if isinstance(error, E.APITimeoutError) and state is not None and state.content_started and ctx.timeouts.stall_s:
         return stall_timeout(ctx)  # the read timeout fired after content: a stall, not a slow first token
     return error

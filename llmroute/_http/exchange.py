@@ -28,11 +28,11 @@ from urllib.parse import urljoin, urlsplit
 
 from llmroute import errors as E
 from llmroute._http.bounded import ReadLimits
+from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport,
                                       aiter_body, iter_body, map_transport_error)
 from llmroute._runtime.redaction import is_secret_header
-from llmroute._http.request import HttpRequest
 
 __all__ = ["Exchange", "Reply", "ErrorFromResponse", "send", "read", "chunks", "fetch", "asend", "aread", "achunks",
            "afetch", "typed_error", "at_deadline", "sync_network_errors", "network_errors", "redirected",
