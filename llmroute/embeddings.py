@@ -9,7 +9,8 @@ and its span (`gen_ai.operation.name = "embeddings"`). Embeddings are never hedg
 
 The response is OpenAI's `CreateEmbeddingResponse` (`data[i].embedding`, `usage.prompt_tokens`),
 plus `route` and `cost` that `model_dump()` leaves out. `Embeddings` and `AsyncEmbeddings` are the
-thin shells that move bytes; the rest is sans-I/O.
+thin shells that move bytes, through the client's send path (`_http/exchange.py`: timeouts, read
+caps, the attempt's connect time); the rest is sans-I/O.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from pydantic import Field
 from llmroute import errors as E
 from llmroute.accounting.cost_value import Cost
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
+from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
 from llmroute._call.exits import end_call, exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
@@ -310,7 +312,7 @@ class _EmbeddingsClient(Protocol):
     def config(self) -> Config: ...
     @property
     def _engine(self) -> Engine: ...
-    def _send(self, ctx: AttemptContext) -> SyncResponse: ...
+    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
 
 
 class _AsyncEmbeddingsClient(Protocol):
@@ -322,7 +324,7 @@ class _AsyncEmbeddingsClient(Protocol):
     def _engine(self) -> Engine: ...
     @property
     def _offload(self) -> Offload: ...
-    async def _send(self, ctx: AttemptContext) -> Any: ...
+    async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
 
 
 class Embeddings:
@@ -355,12 +357,8 @@ class Embeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = client._send(ctx)
-                    try:
-                        content = response.read()
-                    finally:
-                        response.close()
-                    batches.add(response.headers, content)
+                    response, ex = client._send(ctx)
+                    batches.add(response.headers, read(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
@@ -404,12 +402,8 @@ class AsyncEmbeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = await client._send(ctx)
-                    try:
-                        content = await response.aread()
-                    finally:
-                        await response.aclose()
-                    batches.add(response.headers, content)
+                    response, ex = await client._send(ctx)
+                    batches.add(response.headers, await aread(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
