@@ -416,7 +416,8 @@ class APIConnectionError(ProviderError):
 
 
 class APITimeoutError(APIConnectionError):
-    """A timeout fired. `timeout` is "connect", "ttft" or "total"; `seconds` its limit."""
+    """A timeout fired. `timeout` is "connect", "ttft" or "total" ("read" for the batch APIs' file
+    transfers: no bytes within `seconds`); `seconds` its limit."""
 
     default_retryable = True
 
