@@ -499,3 +499,39 @@ def test_a_followed_redirect_keeps_the_key_only_on_its_origin(redirecting: _Redi
     assert keys[(False, "/file")] is None  # the other origin never saw the key
     with pytest.raises(L.ResponseTooLargeError, match=r"\(response_bytes cap\)"):
         _fetch(mode, redirecting.url("/away"), TINY)  # the redirected body is read within the caps too
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_semantic_cache_embedder_reads_within_the_caps(openai_server: Any, mode: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A gzip body that inflates past the default 32 MiB decoded cap: the embedder's lookup is a miss
+    (None, one failure counted), not 40 MiB in memory."""
+    from llmroute._http.transport import AsyncTransport, SyncTransport
+    from llmroute.cache.semantic import Embedder
+
+    bomb = gzip.compress(b'{"data": [{"embedding": [' + b" " * (40 << 20) + b"1.0]}]}")
+    embedder = Embedder(openai_server.base_url, "text-embedding-3-small", api_key=openai_server.api_key)
+    for body in (bomb, None):  # the bomb, then a real answer: the same path reads it
+        if body is not None:
+            openai_server.push(Reply(body=body, headers={"Content-Type": "application/json",
+                                                         "Content-Encoding": "gzip"}), path="/v1/embeddings")
+        if mode == "sync":
+            transport = SyncTransport()
+            try:
+                vector = embedder.embed("a prompt", transport)
+            finally:
+                transport.close()
+        else:
+            async def main() -> Any:
+                atransport = AsyncTransport(mode)
+                try:
+                    return await embedder.aembed("a prompt", atransport)
+                finally:
+                    await atransport.aclose()
+
+            vector = asyncio.run(main())
+        if body is not None:
+            assert vector is None and embedder.failures == 1
+            assert "ResponseTooLargeError" in caplog.text and "(decoded_bytes cap)" in caplog.text
+        else:
+            assert vector is not None and len(vector) == 1536 and embedder.failures == 1
