@@ -459,32 +459,35 @@ def redirecting() -> Iterator[_Redirecting]:
     servers.close()
 
 
-def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
-    from llmroute._http.exchange import Exchange, afetch, fetch
+def _with_transport(mode: str, use: Callable[[Any], Any]) -> Any:
+    """`use(transport)` on a fresh transport of `mode` (its result awaited on the async ones), closed after."""
     from llmroute._http.transport import AsyncTransport, SyncTransport
-
-    key = {"Authorization": "Bearer sk-test-secret-000"}
-    request = HttpRequest("GET", url, key, None, False)  # type: ignore[arg-type]
-    timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
-
-    def exchange() -> Exchange:
-        return Exchange(request, timeouts, limits, provider="batch-test", deployment="batch", max_connections=2)
 
     if mode == "sync":
         transport = SyncTransport()
         try:
-            return fetch(transport, exchange(), follow_redirects=True)
+            return use(transport)
         finally:
             transport.close()
 
     async def main() -> Any:
         atransport = AsyncTransport(mode)
         try:
-            return await afetch(atransport, exchange(), follow_redirects=True)
+            return await use(atransport)
         finally:
             await atransport.aclose()
 
     return asyncio.run(main())
+
+
+def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
+    from llmroute._http.exchange import Exchange, afetch, fetch
+
+    key = {"Authorization": "Bearer sk-test-secret-000"}
+    request = HttpRequest("GET", url, key, None, False)  # type: ignore[arg-type]
+    timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
+    ex = Exchange(request, timeouts, limits, provider="batch-test", deployment="batch", max_connections=2)
+    return _with_transport(mode, lambda t: (fetch if mode == "sync" else afetch)(t, ex, follow_redirects=True))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -506,7 +509,6 @@ def test_the_semantic_cache_embedder_reads_within_the_caps(openai_server: Any, m
                                                            caplog: pytest.LogCaptureFixture) -> None:
     """A gzip body that inflates past the default 32 MiB decoded cap: the embedder's lookup is a miss
     (None, one failure counted), not 40 MiB in memory."""
-    from llmroute._http.transport import AsyncTransport, SyncTransport
     from llmroute.cache.semantic import Embedder
 
     bomb = gzip.compress(b'{"data": [{"embedding": [' + b" " * (40 << 20) + b"1.0]}]}")
@@ -515,21 +517,7 @@ def test_the_semantic_cache_embedder_reads_within_the_caps(openai_server: Any, m
         if body is not None:
             openai_server.push(Reply(body=body, headers={"Content-Type": "application/json",
                                                          "Content-Encoding": "gzip"}), path="/v1/embeddings")
-        if mode == "sync":
-            transport = SyncTransport()
-            try:
-                vector = embedder.embed("a prompt", transport)
-            finally:
-                transport.close()
-        else:
-            async def main() -> Any:
-                atransport = AsyncTransport(mode)
-                try:
-                    return await embedder.aembed("a prompt", atransport)
-                finally:
-                    await atransport.aclose()
-
-            vector = asyncio.run(main())
+        vector = _with_transport(mode, lambda t: (embedder.embed if mode == "sync" else embedder.aembed)("a prompt", t))
         if body is not None:
             assert vector is None and embedder.failures == 1
             assert "ResponseTooLargeError" in caplog.text and "(decoded_bytes cap)" in caplog.text
