@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from llmroute.resilience.failover import FailoverPlan
     from llmroute.state.shared_limits import LimitRequest, SharedLimits
 
-__all__ = ["Engine", "Admission"]
+__all__ = ["Engine", "Admission", "EngineClient"]
 
 
 @dataclass
@@ -52,6 +52,15 @@ class Admission:
 def key_fingerprint(secret: Any) -> Optional[str]:
     """A short hash of a provider's key (a `SecretStr`), to tell whether it changed; never the key."""
     return hashlib.sha256(secret.get().encode("utf-8")).hexdigest()[:16] if secret else None
+
+
+class EngineClient(Protocol):
+    """A `Client` or `AsyncClient` as the shells under it (embeddings, batch) see it: its config and its engine."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
 
 
 class Engine:
