@@ -209,9 +209,10 @@ async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: 
     if offload is None:
         cached = begin(cache, engine, prepared, call)
     else:
+        stores_before = offload.keyed_done()
         cached = await offload.run(begin, cache, engine, prepared, call)
         if cached is not None and cached.outcome == "miss" and cached.parts is not None \
-                and await offload.wait_queued((cached.namespace, cached.parts.exact)):
+                and await offload.wait_queued((cached.namespace, cached.parts.exact), since=stores_before):
             await offload.run(cached.look_again)  # this client's store of that key was still queued
     if cached is not None and cached.needs_embedding and cached.parts is not None:  # (needs_embedding: parts set)
         embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)

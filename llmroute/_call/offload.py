@@ -54,6 +54,7 @@ class Offload:
         self._lock = threading.Lock()
         self._closed = False
         self._queued: Dict[Any, "concurrent.futures.Future[Any]"] = {}  # a keyed `submit`'s key -> its latest run
+        self._keyed_done = 0  # keyed submits finished (wait_queued: did a store land since a lookup began?)
 
     def _executor(self) -> "concurrent.futures.ThreadPoolExecutor":
         import concurrent.futures  # with the first step: `import llmroute` stays light
@@ -111,19 +112,28 @@ class Offload:
 
     def _dequeue(self, key: Any, done: "concurrent.futures.Future[Any]") -> None:
         with self._lock:
+            self._keyed_done += 1
             if self._queued.get(key) is done:
                 del self._queued[key]
 
-    async def wait_queued(self, key: Any) -> bool:
+    def keyed_done(self) -> int:
+        """How many keyed `submit`s have finished so far (read before a lookup, for `wait_queued`)."""
+        with self._lock:
+            return self._keyed_done
+
+    async def wait_queued(self, key: Any, since: Optional[int] = None) -> bool:
         """Wait (without holding the loop) for the queued `submit` of `key`, if there is one: a
         cache lookup that missed then looks again, so a call made after another one returned finds
-        its answer, as when the store was made inline. False when nothing was queued."""
+        its answer, as when the store was made inline. Also True, without waiting, when a keyed
+        submit finished after `since` (a `keyed_done()` read before the lookup): the store may have
+        landed between the lookup and this check. False when there is nothing to look again for."""
         import asyncio
 
         with self._lock:
             future = self._queued.get(key)
+            finished_since = since is not None and self._keyed_done != since
         if future is None:
-            return False
+            return finished_since
         await asyncio.wrap_future(future)
         return True
 
