@@ -27,7 +27,7 @@ from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.exits import end_call, exit_status
 from llmroute._runtime.forksafe import renew_at_fork
-from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
+from llmroute._runtime.lifecycle import ClientLife, OpenStreams, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
@@ -66,6 +66,27 @@ def _aclose_later(response: Any, loop: Any) -> None:
         loop.call_soon_threadsafe(lambda: loop.create_task(response.aclose()))
     except RuntimeError:  # the loop closed meanwhile
         pass
+
+
+def _close_with_loop(transport: AsyncTransport, loop: Any) -> Any:
+    """Close `transport`'s connection pools when `loop` ends (`asyncio.run` returning, which cancels
+    the tasks still pending and runs them to their end): an `AsyncClient` left open is then closed
+    on its own loop while that loop still runs, so aiohttp never warns of an unclosed session or
+    connector at exit. Returns the event `aclose()` sets to stop watching."""
+    import asyncio
+
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            await transport.aclose()
+            raise
+
+    task = loop.create_task(watch(), name="llmroute-close-with-loop")
+    task._log_destroy_pending = False  # a loop closed without cancelling its tasks: nothing to say
+    return stop
 
 
 async def _asleep(seconds: float) -> None:
@@ -235,11 +256,14 @@ class Stream(_Ends):
         self._state.ended = True
         end_call(self._run, status, error, _now())
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
+    def abandon(self) -> None:
+        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
+        if not getattr(self, "_closed", True):
             self._end("abandoned", None)
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 
@@ -334,6 +358,7 @@ class Client(_ClientSurface):
         renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
+        self._streams = OpenStreams()  # ended as abandoned by close()
         from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
         from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
 
@@ -498,6 +523,7 @@ class Client(_ClientSurface):
             op = self._attempts(run)
             if prepared.stream:
                 stream = Stream(run, op, self._attempts)
+                self._streams.add(stream)
                 if original is not None:  # [routing.shadow]: offered once the stream has ended
                     stream._when_ended(functools.partial(self._shadow.offer, original))
                 return stream
@@ -527,6 +553,7 @@ class Client(_ClientSurface):
         if self._shadow is not None:
             self._shadow.close()
         self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
         if getattr(self, "_batches", None) is not None:
             self._batches.close()
         self._transport.close()
@@ -651,11 +678,14 @@ class AsyncStream(_Ends):
         if response is not None:
             _aclose_later(response, self._loop)
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
+    def abandon(self) -> None:
+        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
+        if not getattr(self, "_closed", True):
             self._end("abandoned", None)
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 
@@ -697,6 +727,9 @@ class AsyncClient(_ClientSurface):
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
+        self._streams = OpenStreams()  # ended as abandoned by aclose()
+        self._watched_loop: Any = None
+        self._loop_watch: Any = None  # `_close_with_loop`'s event
         from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
         from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
 
@@ -840,6 +873,8 @@ class AsyncClient(_ClientSurface):
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
             self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
+        if self._watched_loop is not self._life.loop:  # the first call on this loop: closed when it ends
+            self._watched_loop, self._loop_watch = self._life.loop, _close_with_loop(self._transport, self._life.loop)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
@@ -854,6 +889,7 @@ class AsyncClient(_ClientSurface):
             op = await self._attempts(run)
             if prepared.stream:
                 stream = AsyncStream(run, op, self._attempts)
+                self._streams.add(stream)
                 if original is not None:  # [routing.shadow]: offered once the stream has ended
                     stream._when_ended(functools.partial(self._shadow.offer, original))
                 return stream
@@ -883,6 +919,9 @@ class AsyncClient(_ClientSurface):
         if self._shadow is not None:
             await self._shadow.aclose()  # shadows still running call through this client: before closing it
         self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
+        if self._loop_watch is not None:
+            self._loop_watch.set()
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()
         await self._transport.aclose()
@@ -905,6 +944,7 @@ class AsyncClient(_ClientSurface):
         life.closed = True
         try:
             warn_unclosed(self)
+            self._streams.abandon_all()
             self._offload.close(wait=False)
             self._engine.close()
             for client in list(self._transport._clients.values()):

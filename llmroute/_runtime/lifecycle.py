@@ -11,17 +11,28 @@
 
 A client dropped without `close()` is closed when it is garbage-collected, with a `ResourceWarning`
 as the standard library's files and sockets do (`warn_unclosed`).
+
+`OpenStreams` keeps (weakly) the streams a client handed out that are still open: `close()` ends
+them as `abandoned`, and so does an exit hook at interpreter exit, while imports and threads still
+work (a stream left to the interpreter's last collection could not even count its prompt's
+tokens). Nothing here may block: ending a stream records its row and gives back what it holds.
 """
 
 from __future__ import annotations
 
+import atexit
+import logging
 import os
+import threading
 import warnings
+import weakref
 from typing import Any, Optional
 
 from llmroute import errors as E
 
-__all__ = ["ClientLife", "warn_unclosed"]
+__all__ = ["ClientLife", "warn_unclosed", "OpenStreams"]
+
+log = logging.getLogger("llmroute")
 
 
 class ClientLife:
@@ -54,3 +65,44 @@ class ClientLife:
 def warn_unclosed(client: Any) -> None:
     warnings.warn(f"unclosed {client!r}: call close() (or use it as a context manager); closed now by the "
                   f"garbage collector", ResourceWarning, stacklevel=2, source=client)
+
+
+_everywhere: "weakref.WeakSet[Any]" = weakref.WeakSet()  # every client's open streams, for the exit hook
+_hook_lock = threading.Lock()
+_hooked = False
+
+
+def _abandon(streams: list[Any]) -> None:
+    for stream in streams:
+        try:
+            stream.abandon()
+        except Exception:  # noqa: BLE001 - every other stream must still be ended
+            log.exception("llmroute: ending an open stream failed")
+
+
+def _end_open_streams_at_exit() -> None:
+    _abandon(list(_everywhere))
+
+
+class OpenStreams:
+    """A client's streams still open (weakly held): each has `abandon()`, which ends it as
+    `abandoned` if it is still open and does nothing otherwise."""
+
+    __slots__ = ("_streams",)
+
+    def __init__(self) -> None:
+        self._streams: "weakref.WeakSet[Any]" = weakref.WeakSet()
+
+    def add(self, stream: Any) -> None:
+        global _hooked
+        if not _hooked:
+            with _hook_lock:
+                if not _hooked:
+                    atexit.register(_end_open_streams_at_exit)
+                    _hooked = True
+        self._streams.add(stream)
+        _everywhere.add(stream)
+
+    def abandon_all(self) -> None:
+        """The client is closing: every stream it handed out that is still open ends as `abandoned`."""
+        _abandon(list(self._streams))
