@@ -749,7 +749,7 @@ def _read_jsonl(p: Path, since: float | None, until: float | None) -> Iterator[L
     # not a record at all means the file is not a ledger.
     seen: set[tuple[Any, ...]] = set()
     torn = 0
-    with open(p, encoding="utf-8", errors="replace") as f:
+    with open(p, encoding="utf-8", errors="replace", newline="\n") as f:  # lines end at \n only
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:

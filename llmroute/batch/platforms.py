@@ -413,7 +413,7 @@ def protocol_for(deployment: Any, *, accounts: Mapping[str, str] = {},
 def lines_of(content: bytes) -> List[Dict[str, Any]]:
     """The JSON objects of a JSONL body; blank and unparsable lines are skipped."""
     out = []
-    for raw in content.splitlines():
+    for raw in content.split(b"\n"):  # JSONL ends lines at \n only (`jsonl.split_lines`)
         raw = raw.strip()
         if not raw:
             continue

@@ -301,7 +301,7 @@ def error_from_response(
 def _sse_error_payload(text: str) -> Any:
     """The JSON of an error sent as an SSE frame with a non-2xx status (DashScope's native protocol
     does this for streamed calls: `id:1`, `event:error`, `:HTTP_STATUS/401`, `data:{...}`)."""
-    for line in reversed(text.splitlines()):
+    for line in reversed(text.split("\n")):  # SSE ends lines at \n, \r\n or \r; JSON stays on its line
         if line.startswith("data:"):
             try:
                 return json.loads(line[5:])

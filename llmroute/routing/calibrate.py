@@ -31,7 +31,7 @@ else:  # pragma: no cover - exercised on 3.10 only
 
 from llmroute.errors import ConfigError
 from llmroute.cli.paths import check_input, check_output
-from llmroute._runtime.jsonl import conversation_of, read_jsonl
+from llmroute._runtime.jsonl import conversation_of, read_jsonl, split_lines
 from llmroute.routing.classifier import classify
 from llmroute.routing.configured import scorer_from_config
 from llmroute.routing.fitted import load_model
@@ -202,7 +202,7 @@ def _structure_lines(lines: list[str]) -> list[bool]:
 
 
 def _with_threshold(text: str, formatted: str) -> str:
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text, keepends=True)  # TOML strings may hold U+2028 raw
     starts = _structure_lines(lines)
     in_routing = False
     routing_header = None
