@@ -41,6 +41,8 @@ __all__ = [
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_ANY = re.compile(r"\$\{([^}]*)\}?")  # anything `${...}`-shaped, to refuse malformed references
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
+# A deployment's `weight` is its share of first choices among the weighted: (0, MAX_WEIGHT].
+MAX_WEIGHT = 1e6
 
 
 class _Section(BaseModel):
@@ -100,7 +102,7 @@ class _Overridable(BaseModel):
 
 class DeploymentConfig(_Overridable):
     id: str
-    weight: Optional[float] = Field(default=None, gt=0)
+    weight: Optional[float] = Field(default=None, gt=0, le=MAX_WEIGHT)  # a share: 1e308 would take every request
     connect_timeout_s: Optional[float] = Field(default=None, gt=0)
     ttft_timeout_s: Optional[float] = Field(default=None, gt=0)
     timeout_s: Optional[float] = Field(default=None, gt=0)
