@@ -272,6 +272,12 @@ class Config:
         return list(seen.values())
 
 
+def not_utf8(exc: UnicodeDecodeError, path: str) -> ConfigError:
+    """A TOML file that is not UTF-8, in one line naming the file and the first bad byte."""
+    return ConfigError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
+                       "TOML files must be UTF-8", path=path)
+
+
 def load_config(path: str | os.PathLike[str]) -> Config:
     """Read and validate a TOML config file. Raises `ConfigError` naming the file and key path."""
     file = Path(path)
@@ -283,8 +289,7 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except IsADirectoryError:
         raise ConfigError("is a directory, not a config file", path=source) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                          "TOML files must be UTF-8", path=source) from None
+        raise not_utf8(exc, source) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=source) from None
     try:
