@@ -68,27 +68,6 @@ def _aclose_later(response: Any, loop: Any) -> None:
         pass
 
 
-def _close_with_loop(transport: AsyncTransport, loop: Any) -> Any:
-    """Close `transport`'s connection pools when `loop` ends (`asyncio.run` returning, which cancels
-    the tasks still pending and runs them to their end): an `AsyncClient` left open is then closed
-    on its own loop while that loop still runs, so aiohttp never warns of an unclosed session or
-    connector at exit. Returns the event `aclose()` sets to stop watching."""
-    import asyncio
-
-    stop = asyncio.Event()
-
-    async def watch() -> None:
-        try:
-            await stop.wait()
-        except asyncio.CancelledError:
-            await transport.aclose()
-            raise
-
-    task = loop.create_task(watch(), name="llmroute-close-with-loop")
-    task._log_destroy_pending = False  # a loop closed without cancelling its tasks: nothing to say
-    return stop
-
-
 async def _asleep(seconds: float) -> None:
     import asyncio
 
@@ -728,8 +707,6 @@ class AsyncClient(_ClientSurface):
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
         self._streams = OpenStreams()  # ended as abandoned by aclose()
-        self._watched_loop: Any = None
-        self._loop_watch: Any = None  # `_close_with_loop`'s event
         from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
         from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
 
@@ -873,8 +850,6 @@ class AsyncClient(_ClientSurface):
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
             self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
-        if self._watched_loop is not self._life.loop:  # the first call on this loop: closed when it ends
-            self._watched_loop, self._loop_watch = self._life.loop, _close_with_loop(self._transport, self._life.loop)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
@@ -920,8 +895,6 @@ class AsyncClient(_ClientSurface):
             await self._shadow.aclose()  # shadows still running call through this client: before closing it
         self._life.closed = True
         self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
-        if self._loop_watch is not None:
-            self._loop_watch.set()
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()
         await self._transport.aclose()

@@ -658,6 +658,7 @@ class AsyncTransport:
         self.backend = "aiohttp" if backend == "auto" else backend
         self._clients: Dict[str, Any] = {}
         self._closed = False
+        self._loop_watch: Any = None  # `_close_with_loop`'s event, once a pool exists
 
     def _make(self, max_connections: int) -> Any:
         if self.backend == "aiohttp":
@@ -671,6 +672,8 @@ class AsyncTransport:
             raise RuntimeError("the client is closed")
         client = self._clients.get(provider)
         if client is None:
+            if self._loop_watch is None:
+                self._loop_watch = _close_with_loop(self)
             client = self._clients[provider] = self._make(max_connections)
         return client
 
@@ -703,12 +706,35 @@ class AsyncTransport:
 
     async def aclose(self) -> None:
         self._closed = True
+        if self._loop_watch is not None:
+            self._loop_watch.set()
         clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             if self.backend == "httpx":
                 await client.aclose()
             else:
                 await client.close()
+
+
+def _close_with_loop(transport: AsyncTransport) -> Any:
+    """Close `transport`'s pools when the running loop ends (`asyncio.run` returning cancels the
+    tasks still pending and runs them to their end): pools left open by a client never closed are
+    closed on their own loop while it still runs, so aiohttp never warns of an unclosed session or
+    connector at exit. Returns the event `aclose()` sets to stop watching."""
+    import asyncio
+
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        try:
+            await stop.wait()
+        except asyncio.CancelledError:
+            await transport.aclose()
+            raise
+
+    task = asyncio.get_running_loop().create_task(watch(), name="llmroute-close-with-loop")
+    task._log_destroy_pending = False  # type: ignore[attr-defined]  # a loop closed without cancelling its tasks
+    return stop
 
 
 _AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}

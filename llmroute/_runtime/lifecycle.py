@@ -81,17 +81,25 @@ def _abandon(streams: list[Any]) -> None:
 
 
 def _end_open_streams_at_exit() -> None:
-    _abandon(list(_everywhere))
+    pid = os.getpid()
+    _abandon([s for s in list(_everywhere) if getattr(s, "_opened_in", pid) == pid])
 
 
 class OpenStreams:
     """A client's streams still open (weakly held): each has `abandon()`, which ends it as
-    `abandoned` if it is still open and does nothing otherwise."""
+    `abandoned` if it is still open and does nothing otherwise. A forked child never ends its
+    parent's streams (their calls, slots and rows are the parent's)."""
 
-    __slots__ = ("_streams",)
+    __slots__ = ("_streams", "_pid")
 
     def __init__(self) -> None:
         self._streams: "weakref.WeakSet[Any]" = weakref.WeakSet()
+        self._pid = os.getpid()
+
+    def _mine(self) -> "weakref.WeakSet[Any]":
+        if os.getpid() != self._pid:  # a forked child: the parent's streams are not its own
+            self._streams, self._pid = weakref.WeakSet(), os.getpid()
+        return self._streams
 
     def add(self, stream: Any) -> None:
         global _hooked
@@ -100,9 +108,10 @@ class OpenStreams:
                 if not _hooked:
                     atexit.register(_end_open_streams_at_exit)
                     _hooked = True
-        self._streams.add(stream)
+        stream._opened_in = os.getpid()
+        self._mine().add(stream)
         _everywhere.add(stream)
 
     def abandon_all(self) -> None:
         """The client is closing: every stream it handed out that is still open ends as `abandoned`."""
-        _abandon(list(self._streams))
+        _abandon(list(self._mine()))
