@@ -87,6 +87,7 @@ class _Opened:
     at_end: bool = False  # the stream ended while opening
     error: Optional[E.ProviderError] = None
     cancelled: bool = False
+    run: Any = None  # the CallRun: a plain body is parsed within its answer caps
 
 
 def _now() -> float:
@@ -94,7 +95,7 @@ def _now() -> float:
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
-    return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None)
+    return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None, run=run)
 
 
 def _plain_answer(state: StreamState, response: Any) -> bool:
@@ -139,6 +140,16 @@ class _Ends:
     @property
     def route(self) -> Route:
         return self._run.route
+
+    def _final_error(self, state: StreamState, error: E.ProviderError) -> E.ProviderError:
+        """Why the answer ended after content: a stream's caller saw part of it (StreamInterruptedError,
+        caused by `error`); a plain call cut by a read cap gets that typed error itself."""
+        if not self._run.prepared.stream and isinstance(error, E.ResponseTooLargeError):
+            error.attempts = list(self._run.route.attempts)
+            return error
+        interrupted = state.interrupted(error)
+        interrupted.__cause__ = error
+        return interrupted
 
     def _record_final(self, final: ChatCompletion) -> None:
         self._final = final
@@ -197,7 +208,7 @@ class Stream(_Ends):
         state.ended = True  # this attempt is over: closing the stream must not end it twice
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
-            raise state.interrupted(error) from error
+            raise self._final_error(state, error)
         self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
@@ -388,9 +399,9 @@ class Client(_ClientSurface):
                     content = read_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     op.response.close()
-                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
-            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            state.bound(self.read_limits)
             op.chunks = iter_body(op.response, self.read_limits, **_body_args(ctx))
             for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
@@ -613,7 +624,7 @@ class AsyncStream(_Ends):
         state.ended = True
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
-            raise state.interrupted(error) from error
+            raise self._final_error(state, error)
         self._switch(await self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
@@ -756,9 +767,9 @@ class AsyncClient(_ClientSurface):
                     content = await aread_body(op.response, self.read_limits, **_body_args(ctx))
                 finally:
                     await op.response.aclose()
-                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
-            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            state.bound(self.read_limits)
             op.chunks = aiter_body(op.response, self.read_limits, **_body_args(ctx))
             async for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))

@@ -166,6 +166,7 @@ class ProviderError(LLMRouteError):
         retry_after: float | None = None,
         provider_message: str | None = None,
         code: str | None = None,
+        usage: Any = None,
     ) -> None:
         self.provider = provider
         self.deployment = deployment
@@ -175,6 +176,10 @@ class ProviderError(LLMRouteError):
         self.retry_after = retry_after
         self.provider_message = scrub(provider_message) if provider_message else provider_message
         self.code = code
+        # What the platform billed, when the error says (usage in an error body), or what arrived
+        # before a read cap cut the answer (`usage_estimated` then says whether it was counted here).
+        self.usage = usage
+        self.usage_estimated = False
         if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
             self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)

@@ -31,6 +31,8 @@ from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
 from llmroute.providers.sendable import check_headers, encode_body
 from llmroute._call.targets import Target, resolve_target
+from llmroute._call.answer_bounds import AnswerMeter
+from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 from llmroute._http.timeouts import Timeouts
 from llmroute.accounting.tokens import count_message_tokens, estimate_usage
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
@@ -326,12 +328,19 @@ class CallRun:
             rec.usage, rec.usage_estimated = partial.usage_so_far()
             rec.billed = True
             partial_text = self.answer.all_text()
+        if not rec.billed and getattr(error, "usage", None) is not None:
+            # The platform said what it billed (usage in an error body), or a cap cut a whole
+            # answer that arrived: priced for that.
+            rec.usage, rec.usage_estimated = error.usage, bool(getattr(error, "usage_estimated", False))
+            rec.billed = True
         if not rec.billed and may_have_been_billed(error):
             # The request reached the platform, which may have done (and billed) the work: priced
             # by estimate (the prompt), flagged, never 0.
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
             rec.usage_estimated = True
             rec.billed = True
+        # An answer cut by a read cap is not finished elsewhere: the caller gets the typed error.
+        recover = recover and not isinstance(error, E.ResponseTooLargeError)
         mode = self.recovery_mode(ctx, partial) if content_started and recover else None
         if mode is not None and rec.usage is not None:
             self.earlier_usage.append(rec.usage)
@@ -340,6 +349,25 @@ class CallRun:
                          content_started=content_started, partial_text=partial_text, recover=mode)
         if content_started and self.plan.finished:
             self._end(None, error, now)
+
+    def parse_answer(self, ctx: AttemptContext, headers: Mapping[str, str], content: bytes,
+                     limits: ReadLimits) -> tuple[ChatCompletion, bool]:
+        """A plain JSON answer -> (ChatCompletion, usage_reported), within the answer caps
+        (`answer_bounds`): one past them raises `ResponseTooLargeError` carrying the usage of what
+        arrived (the platform's, or an estimate), so the attempt is billed for it."""
+        meter = AnswerMeter(limits, self.prepared.call.params, provider=ctx.deployment.provider.name,
+                            deployment=ctx.deployment.id)
+        meter.body(content)
+        completion, reported = ctx.adapter.parse_completion(headers, content)
+        try:
+            meter.completion(completion, reported)
+        except E.ResponseTooLargeError as error:
+            error.usage_estimated = not reported
+            error.usage = completion.usage if reported else estimate_usage(
+                self.prepared.messages, "".join(c.message.content or "" for c in completion.choices),
+                prompt_tokens=self.input_tokens())
+            raise
+        return completion, reported
 
     def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
         """How a cut answer may be finished: streams continue it ("continue") or raise (None); plain
@@ -536,6 +564,14 @@ class StreamState:
         self.ttft_s: Optional[float] = None
         self.last_content_at: Optional[float] = None
         self.ended = False
+        self.meter = AnswerMeter(DEFAULT_READ_LIMITS, run.prepared.call.params, provider=ctx.deployment.provider.name,
+                                 deployment=ctx.deployment.id)
+
+    def bound(self, limits: ReadLimits) -> None:
+        """The client's read caps for this attempt: one SSE line, and the answer across chunks."""
+        self.decoder.sse.max_line = limits.max_sse_line_bytes
+        if limits is not DEFAULT_READ_LIMITS:
+            self.meter = AnswerMeter(limits, self.run.prepared.call.params, **self.meter.where)
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
@@ -559,6 +595,7 @@ class StreamState:
         out: List[ChatCompletionChunk] = []
         for chunk in chunks:
             self.assembler.add(chunk)
+            self.meter.chunk(chunk)  # what arrived is kept (and billed) even when it passes a cap
             has_content = chunk_has_content(chunk)
             if has_content:
                 self.last_content_at = now
@@ -575,6 +612,8 @@ class StreamState:
                 out.append(chunk)
             else:
                 self.held.append(chunk)
+        if chunks and self.decoder.usage is not None:
+            self.meter.usage(self.decoder.usage)  # a platform's running count (vLLM continuous usage)
         stall_s = self.ctx.timeouts.stall_s
         if (self.content_started and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
@@ -615,8 +654,8 @@ class StreamState:
             return self.decoder.usage, False
         return (
             estimate_usage(
-                self.run.prepared.messages, self.assembler.all_text(), self.assembler.all_reasoning(),
-                prompt_tokens=self.run.input_tokens(),
+                self.run.prepared.messages, self.assembler.all_text() + self.assembler.all_tool_arguments(),
+                self.assembler.all_reasoning(), prompt_tokens=self.run.input_tokens(),
             ),
             True,
         )

@@ -245,6 +245,18 @@ def is_error_payload(data: Mapping[str, Any]) -> bool:
     return data.get("object") == "error" or ("message" in data and "code" in data)
 
 
+def billed_usage(payload: Any) -> Any:
+    """The usage an error body reports (some platforms bill a request that failed part-way, and say
+    so beside the error): the platform's figure, recorded as such. None when it reports none."""
+    raw = payload.get("usage") if isinstance(payload, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    from llmroute.accounting.tokens import normalize_usage  # loaded with the adapters already
+
+    usage = normalize_usage(raw)
+    return usage if usage.prompt_tokens or usage.completion_tokens else None
+
+
 def error_from_payload(
     payload: Any,
     *,
@@ -269,6 +281,7 @@ def error_from_payload(
         retry_after=retry_after,
         provider_message=body.message or None,
         code=body.code,
+        usage=billed_usage(payload),
     )
     message = _describe(cls, body, status)
     if cls is E.APITimeoutError:
