@@ -265,7 +265,10 @@ class ServerError(ProviderError):
 
 class ResponseTooLargeError(ServerError):
     """A response passed a read cap (`limit` names it: "response_bytes", "decoded_bytes" or
-    "sse_line_bytes"; `max_bytes` its value). The attempt ended; another deployment may answer."""
+    "sse_line_bytes"; of the answer, "answer_chars", "answer_tokens", "choices", "tool_calls" or
+    "tool_argument_chars"; `max_bytes` holds its value, in the cap's unit). The attempt ended; before
+    content another deployment may answer, after content the answer ends here (billed for what
+    arrived: `usage`)."""
 
     def __init__(self, message: str, *, limit: str, max_bytes: int, **kw: Any) -> None:
         self.limit = limit

@@ -335,8 +335,13 @@ class CallRun:
             rec.billed = True
         if not rec.billed and may_have_been_billed(error):
             # The request reached the platform, which may have done (and billed) the work: priced
-            # by estimate (the prompt), flagged, never 0.
+            # by estimate (the prompt, and a generation it may finish after we left), flagged, never 0.
             rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            bound = abandoned_output_bound(error, self.prepared.call.params)
+            if bound:
+                rec.usage = Usage(prompt_tokens=rec.usage.prompt_tokens, completion_tokens=bound,
+                                  total_tokens=rec.usage.prompt_tokens + bound)
+                rec.note = ((rec.note + ", ") if rec.note else "") + f"output bounded by max_tokens ({bound}): estimated"
             rec.usage_estimated = True
             rec.billed = True
         # An answer cut by a read cap is not finished elsewhere: the caller gets the typed error.
@@ -699,9 +704,22 @@ def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:
 
 def may_have_been_billed(error: BaseException) -> bool:
     """Did the request reach a platform that may have done the work? A read timeout: the platform
-    was still working on it. A connect timeout, a refused connection, an HTTP error status and a
-    keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
+    was still working on it; a connection broken after the request was written whole: it read the
+    prompt. A connect timeout, a refused connection, an HTTP error status and a keep-alive
+    connection closed before any reply mean nothing was produced (docs/failover.md, docs/ledger.md)."""
+    if isinstance(error, E.APIConnectionError):
+        return error.code == "connection_broken_after_send"  # transport.BROKEN_AFTER_SEND
     return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
+
+
+def abandoned_output_bound(error: BaseException, params: Mapping[str, Any]) -> int:
+    """Output tokens a platform may still generate for an attempt abandoned on a timeout before any
+    content (it does not know we left): the call's `max_tokens` when it set one, else 0 (unknown;
+    docs/ledger.md says how to cap it)."""
+    if not isinstance(error, E.APITimeoutError) or error.timeout in ("connect", "platform"):
+        return 0
+    asked = params.get("max_completion_tokens") or params.get("max_tokens")
+    return asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else 0
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

@@ -19,6 +19,7 @@ sources: docs/transport.md.
 from __future__ import annotations
 
 import contextvars
+import errno
 import sys
 import threading
 import time
@@ -32,7 +33,7 @@ from llmroute._http.timeouts import Timeouts
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
+__all__ = ["DROPPED_BEFORE_REPLY", "BROKEN_AFTER_SEND", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
 
@@ -48,6 +49,10 @@ def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
 # connection before answering: the request may not have been read; the plan resends it at once, as a
 # visible attempt within max_retries, and the breaker does not count it.
 DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
+# `ProviderError.code` of an APIConnectionError raised when the connection broke while the reply was
+# awaited or read: the whole request had been written, so the platform read the prompt and may bill
+# it (the attempt is recorded with its prompt estimated, `call.may_have_been_billed`).
+BROKEN_AFTER_SEND = "connection_broken_after_send"
 
 
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
@@ -64,6 +69,8 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
         if "Timeout" in name:
             return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
                                   seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        if name == "ClientPayloadError" or (name == "ClientOSError" and getattr(exc, "errno", None) == errno.ECONNRESET):
+            return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
@@ -89,7 +96,9 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):  # the request was written whole
+        return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
+    if isinstance(exc, (httpx.WriteError, httpx.NetworkError)):
         return E.APIConnectionError(f"connection broken: {_reason(exc)}", **kw)
     return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
