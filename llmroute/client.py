@@ -328,7 +328,10 @@ class _ClientSurface:
                          source=source)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(config={self.config.source!r}, tiers={list(self.config.tiers)})"
+        config = getattr(self, "config", None)  # None while __init__ has not set it (a bad config)
+        if config is None:
+            return f"{type(self).__name__}(not configured)"
+        return f"{type(self).__name__}(config={config.source!r}, tiers={list(config.tiers)})"
 
 
 class Client(_ClientSurface):

@@ -293,9 +293,11 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=source) from None
     try:
-        data = tomllib.loads(text)
+        data = _hide_keys(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
+        del text  # as below
         raise ConfigError(f"invalid TOML: {exc}", path=source) from None
+    del text  # the file may hold keys: out of this frame's locals before anything can fail
     return _build(data, source=source, base_dir=file.resolve().parent)
 
 
@@ -396,8 +398,31 @@ def _expand_env(value: str, *, source: str, key: str) -> str:
     return _ENV_ANY.sub(repl, value) if "${" in value else value
 
 
+def _hide_keys(data: Any) -> Any:
+    """The config with every provider's `api_key` and auth-like header values as `SecretStr`, before
+    anything else reads it: no frame of the loading code holds a plain key afterwards (an error
+    tracker printing the locals of a config error shows masks). Other values are shared, not copied."""
+    providers = data.get("providers") if isinstance(data, Mapping) else None
+    if not isinstance(providers, Mapping):
+        return data
+    hidden = {}
+    for name, cfg in providers.items():
+        if isinstance(cfg, Mapping):
+            cfg = dict(cfg)
+            if isinstance(cfg.get("api_key"), str):
+                cfg["api_key"] = SecretStr(cfg["api_key"])
+            if isinstance(cfg.get("headers"), Mapping):
+                cfg["headers"] = {h: SecretStr(v) if isinstance(v, str) and is_secret_header(str(h)) else v
+                                  for h, v in cfg["headers"].items()}
+        hidden[name] = cfg
+    return {**data, "providers": hidden}
+
+
 def _expand_all(value: Any, *, source: str, key: str) -> Any:
-    """Every string value of the config with its `${VAR}` references expanded (keys are left as is)."""
+    """Every string value of the config with its `${VAR}` references expanded (keys are left as is);
+    a `SecretStr` stays one."""
+    if isinstance(value, SecretStr):
+        return SecretStr(_expand_env(value.get(), source=source, key=key)) if "${" in value.get() else value
     if isinstance(value, str):
         return _expand_env(value, source=source, key=key)
     if isinstance(value, Mapping):
@@ -410,7 +435,7 @@ def _expand_all(value: Any, *, source: str, key: str) -> Any:
 def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError("the config must be a table (dict) at the top level", path=source)
-    data = _expand_all(data, source=source, key="")
+    data = _expand_all(_hide_keys(data), source=source, key="")
     try:
         raw = _RawConfig.model_validate(dict(data))
     except ValidationError as exc:

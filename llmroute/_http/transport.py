@@ -29,6 +29,7 @@ from llmroute import errors as E
 from llmroute._http.bounded import BodyReader, ReadLimits
 from llmroute.providers.base import HttpRequest
 from llmroute._http.timeouts import Timeouts
+from llmroute._runtime.secrets import MASK, wire_headers
 
 if TYPE_CHECKING:
     import httpx
@@ -278,13 +279,22 @@ def _content(request: HttpRequest) -> bytes:
 
 
 def _headers(request: HttpRequest) -> Dict[str, str]:
-    """The request's headers, asking for an uncompressed body unless they name an encoding (a
-    server that compresses anyway is decoded within the read caps: bounded.BodyReader)."""
-    headers = request.headers
+    """The request's headers as the HTTP library sends them, asking for an uncompressed body unless
+    they name an encoding (a server that compresses anyway is decoded within the read caps:
+    bounded.BodyReader). Keys are revealed here, at the last moment, as strings whose repr is the
+    mask (`secrets.wire_headers`): call it inline in the library call, never into a local."""
+    headers = wire_headers(request.headers)
     for name in headers:
         if name.lower() == "accept-encoding":
             return headers
     return {**headers, "Accept-Encoding": "identity"}
+
+
+class _OnTheWireBytes(bytes):
+    """A header value encoded for httpcore, whose repr is the mask (it may hold a key)."""
+
+    def __repr__(self) -> str:
+        return f"b'{MASK}'"
 
 
 def _limits(max_connections: int) -> "httpx.Limits":
@@ -578,12 +588,13 @@ class _SyncPool:
             if "user-agent" not in given:
                 raw.append((b"User-Agent", self.user_agent))
             for name, text in headers.items():
-                raw.append((name.encode("ascii"), text.encode("ascii")))
+                raw.append((name.encode("ascii"), _OnTheWireBytes(text.encode("ascii"))))
             if content is not None and "content-length" not in given:
                 raw.append((b"Content-Length", str(len(content)).encode()))
             if self.cookies:
                 raw.extend(self._cookie_header(request.method, target))
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError included
+            headers, raw = {}, []  # written keys out of this frame's locals (error trackers print them)
             raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
                 from None
         limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
@@ -698,14 +709,14 @@ class AsyncTransport:
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
             try:
-                headers, content = _headers(request), _content(request)
+                content = _content(request)
             except (TypeError, ValueError) as exc:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
             async with asyncio.timeout(timeouts.total_s):
                 response = await client.request(
-                    request.method, request.url, headers=headers, data=content,
+                    request.method, request.url, headers=_headers(request), data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
             return AiohttpResponse(response, timeouts.read_s)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from llmroute import errors as E
-from llmroute._runtime.secrets import reveal_headers
+from llmroute._runtime.secrets import SecretHeader, SecretStr
 from llmroute._http.sse import SSEDecoder, SSEEvent
 from llmroute.accounting.tokens import normalize_usage
 from llmroute.types import ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, Usage
@@ -50,7 +50,7 @@ LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_bo
 class HttpRequest:
     method: str
     url: str
-    headers: Dict[str, str]
+    headers: Dict[str, Any]  # str values, and keys as `SecretStr` until the transport writes them
     json: Dict[str, Any]
     stream: bool
     content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)
@@ -68,6 +68,11 @@ class CallInput:
     extra_body: Dict[str, Any] = field(default_factory=dict)
     extra_headers: Dict[str, str] = field(default_factory=dict)
     extra_query: Dict[str, str] = field(default_factory=dict)  # URL query parameters
+
+
+def bearer(api_key: SecretStr) -> SecretHeader:
+    """`Authorization: Bearer <key>`, held as a secret until the transport writes it."""
+    return SecretHeader(api_key, "Bearer ")
 
 
 def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
@@ -106,11 +111,14 @@ class OpenAICompatAdapter:
         self._chunks_from_json = type(self).normalize_chunk is OpenAICompatAdapter.normalize_chunk
 
     # -- requests ---------------------------------------------------------------------------
-    def headers(self, stream: bool) -> Dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+    def headers(self, stream: bool) -> Dict[str, Any]:
+        """The request's headers. Keys stay secrets (masked in every repr and frame) until the
+        transport writes them (`secrets.wire_headers`)."""
+        headers: Dict[str, Any] = {"Content-Type": "application/json",
+                                   "Accept": "text/event-stream" if stream else "application/json"}
         if self.provider.api_key:
-            headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
-        headers.update(reveal_headers(self.provider.headers))  # the one place a header key is unmasked
+            headers["Authorization"] = bearer(self.provider.api_key)
+        headers.update(self.provider.headers)
         return headers
 
     def url(self, stream: bool) -> str:

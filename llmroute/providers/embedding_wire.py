@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type, Union
 
 from llmroute import errors as E
-from llmroute.providers.base import HttpRequest, OpenAICompatAdapter
+from llmroute.providers.base import HttpRequest, OpenAICompatAdapter, bearer
 from llmroute.types import Usage
 
 if TYPE_CHECKING:
@@ -224,7 +224,7 @@ def models_base_url(provider: "Provider") -> str:
 def models_request(provider: "Provider") -> HttpRequest:
     headers = {"Accept": "application/json"}
     if provider.api_key:
-        headers["Authorization"] = f"Bearer {provider.api_key.get()}"
+        headers["Authorization"] = bearer(provider.api_key)  # revealed by the transport, as it writes it
     headers.update(provider.headers)
     return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)  # type: ignore[arg-type]
 
