@@ -30,7 +30,7 @@ from typing import Any, Optional
 
 from llmroute import errors as E
 
-__all__ = ["ClientLife", "warn_unclosed", "OpenStreams"]
+__all__ = ["ClientLife", "warn_unclosed", "OpenStreams", "start_daemon"]
 
 log = logging.getLogger("llmroute")
 
@@ -60,6 +60,22 @@ class ClientLife:
                     f"live there); create one {self.name} per event loop"
                 )
         return forked
+
+
+def start_daemon(target: Any, name: str) -> Optional[threading.Thread]:
+    """A started daemon thread running `target`, or None when the interpreter is exiting: a thread
+    started during finalisation never runs (and `start()` waits for it for ever), and Python 3.12+
+    refuses to start one at exit. Callers that get None do the work in place, within a bound."""
+    import sys
+
+    if sys.is_finalizing():
+        return None
+    thread = threading.Thread(target=target, name=name, daemon=True)
+    try:
+        thread.start()
+    except RuntimeError:  # "can't create new thread at interpreter shutdown"
+        return None
+    return thread
 
 
 def warn_unclosed(client: Any) -> None:

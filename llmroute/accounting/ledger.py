@@ -87,6 +87,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmroute.errors import ConfigError
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
+from llmroute._runtime.lifecycle import start_daemon
 from llmroute._runtime.secrets import scrub
 
 from llmroute.accounting.cost_value import Cost
@@ -377,7 +378,7 @@ class _BatchingSink:
             else:
                 closed = False
                 if self._thread is None:
-                    self._start()
+                    closed = not self._start()  # no thread at exit: written in place below
         if dropped and not self._overflow_logged:  # once per flush interval; flush() reports the totals
             self._overflow_logged = True
             log.error("ledger %r: storage failing and the spool is full (%d records): the oldest unwritten "
@@ -469,10 +470,11 @@ class _BatchingSink:
         self.close()
 
     # --- internals -------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Start the writer thread (False: the interpreter is exiting, no thread may start)."""
         _register_for_exit(self)
-        self._thread = threading.Thread(target=self._run, name=f"llmroute-ledger-{type(self).__name__}", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self._run, f"llmroute-ledger-{type(self).__name__}")
+        return self._thread is not None
 
     def _run(self) -> None:
         while True:
