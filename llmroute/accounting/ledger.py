@@ -11,7 +11,9 @@ writes what is buffered, `close()` flushes and releases the file.
 * `SQLiteSink(path, flush_interval_s=1.0)`: the default. WAL mode, `synchronous=NORMAL` (a
   committed batch survives the process being killed; only power loss can take the last batch).
   A background thread (started on the first write, never at import) inserts the buffered records
-  in one transaction every `flush_interval_s`. A clean interpreter exit flushes (`atexit`).
+  in one transaction every `flush_interval_s`. A clean interpreter exit flushes (`atexit`), waiting
+  at most `EXIT_WAIT_S` for a write in progress; at exit no thread is started or joined, and a record
+  written then (by a finaliser) is written in place.
   **Bound:** a crash (SIGKILL, OOM) loses at most the records written since the last commit, i.e.
   those of the last flush interval (plus the batch being committed at that instant).
   A failed write (disk full, database locked past the 5 s busy timeout) keeps the batch and retries
