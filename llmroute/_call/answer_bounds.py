@@ -106,7 +106,10 @@ class AnswerMeter:
         """The platform's own count (a running count on each chunk, or the final one)."""
         if usage is None or self.token_cap is None:
             return
-        answer = usage.completion_tokens - usage.completion_tokens_details.reasoning_tokens
+        reasoning = usage.completion_tokens_details.reasoning_tokens
+        if not reasoning and self.chars > self.answer_chars:
+            return  # reasoning arrived but the count does not split it out: the characters bound it
+        answer = usage.completion_tokens - reasoning
         if answer > self.token_cap:
             raise self._cut("answer_tokens", self.token_cap, f"the answer ({answer} tokens by the platform's count)")
 
