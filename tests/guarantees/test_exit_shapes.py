@@ -22,7 +22,7 @@ import pytest
 
 from tests.servers.script import Reply
 
-HANG_S = 60  # far above a normal exit (about 1 s): only a hang reaches it
+HANG_S = 30  # far above a normal exit (about 1 s): only a hang reaches it
 PIECES = ["one", " two", " three"]
 ROOT = Path(__file__).resolve().parents[2]
 
