@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from llmroute.errors import ConfigError
 from llmroute.providers.registry import KINDS, KindSpec
 from llmroute._runtime.secrets import MASK, SecretStr, is_secret_header
+from llmroute._runtime.text_files import not_utf8
 from llmroute.cache.cache_policy import CacheConfig, CacheSettings, TierCacheConfig
 
 if sys.version_info >= (3, 11):
@@ -270,12 +271,6 @@ class Config:
             for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:
                 seen.setdefault(dep.id, dep)
         return list(seen.values())
-
-
-def not_utf8(exc: UnicodeDecodeError, path: str) -> ConfigError:
-    """A TOML file that is not UTF-8, in one line naming the file and the first bad byte."""
-    return ConfigError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                       "TOML files must be UTF-8", path=path)
 
 
 def load_config(path: str | os.PathLike[str]) -> Config:

@@ -13,7 +13,7 @@ import re
 
 from llmroute import errors as E
 from llmroute._runtime.secrets import SecretStr
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 
 __all__ = ["encode_body", "check_headers"]
 

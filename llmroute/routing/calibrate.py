@@ -29,7 +29,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
-from llmroute.config import not_utf8
+from llmroute._runtime.text_files import not_utf8
 from llmroute.errors import ConfigError
 from llmroute.cli.paths import check_input, check_output
 from llmroute._runtime.jsonl import conversation_of, read_jsonl, split_lines

@@ -6,7 +6,7 @@ from __future__ import annotations
 import tomllib
 from pathlib import Path
 
-from llmroute.config import not_utf8
+from llmroute._runtime.text_files import not_utf8
 from llmroute.errors import ConfigError
 from llmroute.routing.fitted import FittedRouter, load_model
 
