@@ -359,6 +359,9 @@ class _BatchingSink:
         self._in_flight = 0  # records taken from the spool by a write that has not finished
         renew_at_fork(self, "_lock", "_wake")
         hold_at_fork(self, "_io_lock")  # no batch is being written (into SQLite) at a fork
+        # Registered now, not at the first write: the exit hook that ends streams still open (registered
+        # later, run earlier) writes their rows before this one flushes and closes the sink.
+        _register_for_exit(self)
 
     # --- interface -------------------------------------------------------------------------
     def health(self) -> LedgerHealth:
