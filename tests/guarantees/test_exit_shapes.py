@@ -113,7 +113,8 @@ def _run(body: str, server: Any, tmp_path: Path) -> tuple[subprocess.CompletedPr
     rows = []
     if ledger.exists():
         with sqlite3.connect(ledger) as conn:
-            rows = conn.execute("SELECT status, input_tokens, output_tokens, estimated FROM ledger").fetchall()
+            if conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'ledger'").fetchone():
+                rows = conn.execute("SELECT status, input_tokens, output_tokens, estimated FROM ledger").fetchall()
     return done, rows
 
 
@@ -158,3 +159,21 @@ def test_exception_on_each_chunk_including_the_last(server: Any, tmp_path: Path)
         assert "Exception ignored" not in done.stderr, (index, done.stderr)
         assert [r[0] for r in rows] == ["abandoned"], (index, rows, done.stderr)
         assert rows[0][1] > 0
+
+
+def test_a_ledger_store_locked_at_exit_delays_the_exit_by_a_bounded_wait(server: Any, tmp_path: Path) -> None:
+    """Another process holds the SQLite ledger locked for the whole run: the script still exits (after
+    the store's busy timeout, within the exit wait), saying its rows were lost, instead of waiting."""
+    ledger = tmp_path / "ledger.db"
+    holder = sqlite3.connect(ledger, isolation_level=None)
+    holder.execute("PRAGMA journal_mode=WAL")
+    holder.execute("CREATE TABLE held (x)")
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        done, rows = _run("import logging\nlogging.basicConfig()\n" + SHAPES["unclosed_client"], server, tmp_path)
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert done.returncode == 0, done.stderr
+    assert rows == []
+    assert "record(s) lost" in done.stderr and "Traceback" not in done.stderr, done.stderr
