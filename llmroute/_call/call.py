@@ -510,6 +510,11 @@ class CallRun:
         return error
 
 
+# Chunks without content held back before the first token (the role chunk, keep-alive deltas):
+# past this many, further empty ones are dropped (they carry nothing for the caller).
+MAX_HELD_CHUNKS = 64
+
+
 class StreamState:
     """The bytes of one streamed attempt -> chunks for the caller, held back until content arrives."""
 
@@ -570,8 +575,11 @@ class StreamState:
                     out.extend(self.held)
                     self.held = []
                 out.append(chunk)
-            else:
+            elif len(self.held) < MAX_HELD_CHUNKS or chunk.usage is not None or any(
+                    c.finish_reason for c in chunk.choices):
                 self.held.append(chunk)
+            # else: one more chunk without content before the first token (a server sending empty
+            # chunks without end): dropped, so memory stays bounded until the first-token limit
         if chunks and self.decoder.usage is not None:
             self.meter.usage(self.decoder.usage)  # a platform's running count (vLLM continuous usage)
         stall_s = self.ctx.timeouts.stall_s

@@ -13,6 +13,7 @@ import pytest
 
 import llmroute as L
 from llmroute._call.answer_bounds import AnswerMeter
+from llmroute.accounting.tokens import count_text_tokens
 from llmroute.types import ChatCompletionChunk
 from tests.resilience.client_helpers import MESSAGES, TIER, tier_config
 from tests.servers.hostile import HostileServer
@@ -135,6 +136,20 @@ def test_memory_per_delivered_character_is_close_to_the_text(config: dict[str, A
             tracemalloc.stop()
     assert len(out.choices[0].message.content) == chars
     assert peak < 6 * chars, f"{peak / chars:.1f} bytes a character"  # was about 23 (a list of 4-character strings)
+
+
+def test_empty_chunks_before_the_first_token_are_not_all_kept(config: dict[str, Any], hostile: HostileServer) -> None:
+    hostile.mode = "empty_sse"  # chunks without content, as fast as they are read, until the first-token limit
+    config["tiers"][TIER]["deployments"] = [{"id": "h:m", "ttft_timeout_s": 2.0}]
+    count_text_tokens("the tokenizer (for the prompt's estimate) loaded outside the count")
+    tracemalloc.start()
+    try:
+        error, _ = _cut(config, limits=L.ReadLimits(**BIG))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert isinstance(error, L.APITimeoutError) and error.timeout == "ttft", repr(error)
+    assert peak < 12 << 20, f"peak {peak >> 20} MiB"  # every held chunk kept: about 1.5 KB each
 
 
 def test_the_meter_counts_without_keeping_text() -> None:

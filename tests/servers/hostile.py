@@ -14,6 +14,7 @@ Behaviours:
 - `runaway_sse`: a valid event stream that never ends, up to `huge_bytes`.
 - `long_sse:<chars>`: a valid, complete event stream of `<chars>` characters in 4-character pieces,
   with usage (one token a piece) in its last chunk.
+- `empty_sse`: an event stream of chunks with empty deltas (no content ever), up to `huge_bytes`.
 - `choices:<n>`: a 200 completion with `<n>` choices (streamed as chunks when the request streams).
 - `tool_args:<chars>`: a streamed tool call whose arguments run to `<chars>` characters.
 - `error_usage:<status>`: an error status whose JSON body also reports `usage` (the platform billed).
@@ -177,6 +178,16 @@ class _Handler(socketserver.BaseRequestHandler):
             end = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
             self._chunked(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+            self._send(b"0\r\n\r\n")
+        elif mode == "empty_sse":
+            self._send(self._headers(content_type="text/event-stream"))
+            empty = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                     "choices": [{"index": 0, "delta": {}, "finish_reason": None}]}
+            piece, sent = (b"data: " + json.dumps(empty).encode() + b"\n\n") * 256, 0
+            while sent < owner.huge_bytes and alive():
+                if not self._chunked(piece):
+                    return
+                sent += len(piece)
             self._send(b"0\r\n\r\n")
         elif mode.startswith("choices:"):
             n = int(mode.split(":", 1)[1])
