@@ -510,6 +510,10 @@ class CallRun:
         return error
 
 
+# `ProviderError.code` of a connection broken after the request was written whole (the value of
+# transport.BROKEN_AFTER_SEND, which this sans-I/O module does not import): the prompt may be billed.
+BROKEN_AFTER_SEND = "connection_broken_after_send"
+
 # Chunks without content held back before the first token (the role chunk, keep-alive deltas):
 # past this many, further empty ones are dropped (they carry nothing for the caller).
 MAX_HELD_CHUNKS = 64
@@ -610,6 +614,7 @@ class StreamState:
             raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
                 provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+                code=BROKEN_AFTER_SEND,  # the platform answered: it read the prompt
             )
         self.ended = True
         if self.held:
@@ -671,7 +676,7 @@ def may_have_been_billed(error: BaseException) -> bool:
     prompt. A connect timeout, a refused connection, an HTTP error status and a keep-alive
     connection closed before any reply mean nothing was produced (docs/failover.md, docs/ledger.md)."""
     if isinstance(error, E.APIConnectionError):
-        return error.code == "connection_broken_after_send"  # transport.BROKEN_AFTER_SEND
+        return error.code == BROKEN_AFTER_SEND
     return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
 
 

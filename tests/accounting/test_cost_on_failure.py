@@ -63,6 +63,16 @@ def test_a_reset_after_the_request_was_written_bills_the_prompt_as_an_estimate(m
 
 
 @pytest.mark.parametrize("mode", MODES)
+def test_a_stream_ended_before_any_event_bills_the_prompt(mode: str) -> None:
+    with HostileServer() as hostile:
+        hostile.mode = "sse_then_nothing"  # the platform answered 200, then its body ended: it read the prompt
+        error, records = _fail(_priced(tier_config({"h": hostile.base_url}), "h"), mode)
+    assert isinstance(error, L.APIConnectionError), repr(error)
+    [record] = records
+    assert record.input_tokens > 0 and record.output_tokens == 0 and record.estimated
+
+
+@pytest.mark.parametrize("mode", MODES)
 @pytest.mark.parametrize("max_tokens", [None, 50])
 def test_a_first_token_timeout_bills_the_prompt_and_bounds_the_output(mode: str, fault_server: Any,
                                                                       max_tokens: Any) -> None:

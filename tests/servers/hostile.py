@@ -14,6 +14,7 @@ Behaviours:
 - `runaway_sse`: a valid event stream that never ends, up to `huge_bytes`.
 - `long_sse:<chars>`: a valid, complete event stream of `<chars>` characters in 4-character pieces,
   with usage (one token a piece) in its last chunk.
+- `sse_then_nothing`: a 200 event stream whose body ends at once, with no event.
 - `empty_sse`: an event stream of chunks with empty deltas (no content ever), up to `huge_bytes`.
 - `choices:<n>`: a 200 completion with `<n>` choices (streamed as chunks when the request streams).
 - `tool_args:<chars>`: a streamed tool call whose arguments run to `<chars>` characters.
@@ -179,6 +180,8 @@ class _Handler(socketserver.BaseRequestHandler):
                    "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
             self._chunked(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
             self._send(b"0\r\n\r\n")
+        elif mode == "sse_then_nothing":
+            self._send(self._headers(content_type="text/event-stream") + b"0\r\n\r\n")
         elif mode == "empty_sse":
             self._send(self._headers(content_type="text/event-stream"))
             empty = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
