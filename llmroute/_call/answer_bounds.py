@@ -31,7 +31,7 @@ if TYPE_CHECKING:
     from llmroute._http.bounded import ReadLimits
     from llmroute.types import ChatCompletion, ChatCompletionChunk, Usage
 
-__all__ = ["AnswerMeter", "CHARS_PER_TOKEN_BOUND", "TOKEN_SLACK"]
+__all__ = ["AnswerMeter", "asked_max_tokens", "CHARS_PER_TOKEN_BOUND", "TOKEN_SLACK"]
 
 CHARS_PER_TOKEN_BOUND = 16
 TOKEN_SLACK = 64
@@ -39,6 +39,12 @@ TOKEN_SLACK = 64
 # (200,000 choices parsed were 510 MB): `"message"` or `"finish_reason"` keys (one of each in a
 # choice) beyond this many per asked choice.
 _MESSAGE_KEYS_PER_CHOICE = 4
+
+
+def asked_max_tokens(params: Mapping[str, Any]) -> int:
+    """The output cap the call asked for (`max_completion_tokens` or `max_tokens`), 0 when none."""
+    asked = params.get("max_completion_tokens") or params.get("max_tokens")
+    return asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else 0
 
 
 class AnswerMeter:
@@ -51,10 +57,8 @@ class AnswerMeter:
         self.limits = limits
         n = params.get("n")
         self.max_choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
-        asked = params.get("max_completion_tokens") or params.get("max_tokens")
-        self.token_cap: Optional[int] = None
-        if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0:
-            self.token_cap = int(asked * limits.max_tokens_margin) + TOKEN_SLACK
+        asked = asked_max_tokens(params)
+        self.token_cap = int(asked * limits.max_tokens_margin) + TOKEN_SLACK if asked else None
         self.char_cap = limits.max_answer_chars
         self.chars = 0  # every character of the answer
         self.answer_chars = 0  # without reasoning: what `max_tokens` bounds

@@ -33,7 +33,7 @@ from llmroute.resilience.failover import Wait
 from llmroute.providers.sendable import check_headers, encode_body
 from llmroute._call.prepared import PreparedCall, Target, prepare_call
 from llmroute._call.targets import resolve_target
-from llmroute._call.answer_bounds import AnswerMeter
+from llmroute._call.answer_bounds import AnswerMeter, asked_max_tokens
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 from llmroute._http.timeouts import Timeouts
 from llmroute.accounting.tokens import count_message_tokens, estimate_usage
@@ -291,12 +291,7 @@ class CallRun:
         if not rec.billed and may_have_been_billed(error):
             # The request reached the platform, which may have done (and billed) the work: priced
             # by estimate (the prompt, and a generation it may finish after we left), flagged, never 0.
-            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
-            bound = abandoned_output_bound(error, self.prepared.call.params)
-            if bound:
-                rec.usage = Usage(prompt_tokens=rec.usage.prompt_tokens, completion_tokens=bound,
-                                  total_tokens=rec.usage.prompt_tokens + bound)
-                rec.note = ((rec.note + ", ") if rec.note else "") + f"output bounded by max_tokens ({bound}): estimated"
+            rec.usage = self._abandoned_usage(rec, abandoned_output_bound(error, self.prepared.call.params))
             rec.usage_estimated = True
             rec.billed = True
         # An answer cut by a read cap is not finished elsewhere: the caller gets the typed error.
@@ -396,15 +391,27 @@ class CallRun:
         rec.duration_s = now - ctx.started
         if error is not None:
             rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
-        if partial is not None:
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
         elif not ctx.unsent:
-            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            # Left before any content: the platform may generate the answer anyway (a cloud platform
+            # does not see the closed connection until it writes): bounded by `max_tokens` if set.
+            rec.usage = self._abandoned_usage(rec, asked_max_tokens(self.prepared.call.params))
             rec.usage_estimated = True
         rec.billed = not ctx.unsent
         self._attempt_ended(ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
+
+    def _abandoned_usage(self, rec: Attempt, output_bound: int) -> Usage:
+        """An attempt abandoned before content: the prompt, counted here, and `output_bound` tokens
+        the platform may still generate (noted on the attempt)."""
+        usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+        if not output_bound:
+            return usage
+        rec.note = ((rec.note + ", ") if rec.note else "") + f"output bounded by max_tokens ({output_bound}): estimated"
+        return Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=output_bound,
+                     total_tokens=usage.prompt_tokens + output_bound)
 
     def caller_closed(self, state: "StreamState", now: float) -> None:
         """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
@@ -686,8 +693,8 @@ def abandoned_output_bound(error: BaseException, params: Mapping[str, Any]) -> i
     docs/ledger.md says how to cap it)."""
     if not isinstance(error, E.APITimeoutError) or error.timeout in ("connect", "platform"):
         return 0
-    asked = params.get("max_completion_tokens") or params.get("max_tokens")
-    return asked if isinstance(asked, int) and not isinstance(asked, bool) and asked > 0 else 0
+    return asked_max_tokens(params)
+
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

@@ -84,3 +84,17 @@ def test_a_first_token_timeout_bills_the_prompt_and_bounds_the_output(mode: str,
     [record] = records
     assert record.input_tokens > 0 and record.estimated
     assert record.output_tokens == (max_tokens or 0)  # the bound it may still generate, when asked for one
+
+
+def test_a_hedge_that_lost_before_content_bounds_its_output(make_server: Any) -> None:
+    primary, backup = make_server("fault"), make_server("fault")
+    primary.push(slow_headers(2.0))  # still generating (as far as we know) when the backup answers
+    config = _priced(tier_config({"p": primary, "b": backup}, tier={"hedge_after_ms": 100, "hedge_budget": 1.0}),
+                     "p", "b")
+    with L.Client(config=config) as client:
+        out = client.chat.completions.create(model=TIER, messages=MESSAGES, max_tokens=40)
+        records = {r.deployment: r for r in client._engine.ledger.records}
+    assert out.route.deployment == "b:m"
+    loser = records["p:m"]
+    assert loser.status == "cancelled" and loser.estimated
+    assert loser.input_tokens > 0 and loser.output_tokens == 40  # what it may still generate
