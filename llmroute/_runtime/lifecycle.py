@@ -78,7 +78,7 @@ def start_daemon(target: Any, name: str) -> Optional[threading.Thread]:
     return thread
 
 
-def warn_unclosed(client: Any) -> None:
+def warn_unclosed(client: object) -> None:
     warnings.warn(f"unclosed {client!r}: call close() (or use it as a context manager); closed now by the "
                   f"garbage collector", ResourceWarning, stacklevel=2, source=client)
 

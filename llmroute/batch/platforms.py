@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
+from llmroute.providers.base import bearer
 from llmroute.providers.error_mapping import error_from_response
+
+if TYPE_CHECKING:
+    from llmroute.config import Deployment
 
 __all__ = [
     "Req", "Resp", "JobStatus", "Limits", "LIMITS", "STATES", "TERMINAL_STATES", "BATCH_KINDS",
@@ -123,12 +127,13 @@ class BatchProtocol:
         self.base_url = provider.base_url.rstrip("/")
 
     # -- shared -------------------------------------------------------------------------------
-    def headers(self, json_body: bool = True) -> Dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def headers(self, json_body: bool = True) -> Dict[str, Any]:
+        """The request's headers; keys stay secrets until the transport writes them."""
+        headers: Dict[str, Any] = {"Accept": "application/json"}
         if json_body:
             headers["Content-Type"] = "application/json"
         if self.provider.api_key:
-            headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
+            headers["Authorization"] = bearer(self.provider.api_key)
         headers.update(self.provider.headers)
         return headers
 
@@ -395,7 +400,7 @@ _PROTOCOLS = {"together": TogetherBatch, "siliconflow": SiliconFlowBatch, "baili
               "fireworks": FireworksBatch}
 
 
-def protocol_for(deployment: Any, *, accounts: Mapping[str, str] = {},
+def protocol_for(deployment: Deployment, *, accounts: Mapping[str, str] = {},
                  control_urls: Mapping[str, str] = {}) -> BatchProtocol:
     """The batch protocol of a deployment's platform; `ConfigError` for a kind without a batch API."""
     provider = deployment.provider
