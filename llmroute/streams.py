@@ -126,6 +126,7 @@ class Stream(_Ends):
         return next(self._iterator)
 
     def _chunks(self) -> Iterator[ChatCompletionChunk]:
+        network_errors = sync_network_errors()  # bound now: finalised at interpreter exit, it cannot import
         while True:
             while self._ready:
                 yield self._ready.pop(0)
@@ -141,7 +142,7 @@ class Stream(_Ends):
             except E.ProviderError as error:
                 self._recover(error)
                 continue
-            except sync_network_errors() as exc:
+            except network_errors as exc:
                 self._recover(transport_error(exc, state.ctx, state))
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another

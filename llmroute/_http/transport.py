@@ -527,9 +527,10 @@ class SyncResponse:
         self.headers = SyncHeaders(response.headers)
 
     def iter_raw(self) -> Iterator[bytes]:
+        errors = _httpcore_errors()  # bound now: a generator finalised at interpreter exit cannot import
         try:
             yield from self._response.stream
-        except _httpcore_errors() as exc:
+        except errors as exc:
             raise _as_httpx_error(exc) from exc
 
     def close(self) -> None:
