@@ -689,9 +689,9 @@ def may_have_been_billed(error: BaseException) -> bool:
     was still working on it; a connection broken after the request was written whole: it read the
     prompt. A connect timeout, a refused connection, an HTTP error status and a keep-alive
     connection closed before any reply mean nothing was produced (docs/failover.md, docs/ledger.md)."""
-    if isinstance(error, E.APIConnectionError):
-        return error.code == BROKEN_AFTER_SEND
-    return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
+    if isinstance(error, E.APITimeoutError):  # a subclass of APIConnectionError, as in openai-python
+        return error.timeout != "connect"
+    return isinstance(error, E.APIConnectionError) and error.code == BROKEN_AFTER_SEND
 
 
 def abandoned_output_bound(error: BaseException, params: Mapping[str, Any]) -> int:
