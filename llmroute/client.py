@@ -26,7 +26,7 @@ from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.exits import end_call, exit_status
 from llmroute._runtime.forksafe import renew_at_fork
-from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
+from llmroute._runtime.lifecycle import ClientLife, OpenStreams, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from llmroute._http import exchange as X
 from llmroute._http.transport import AsyncTransport, SyncResponse, SyncTransport
@@ -61,7 +61,7 @@ async def _asleep(seconds: float) -> None:
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
-    return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None)
+    return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None, run=run)
 
 
 def _plain_answer(state: StreamState, response: Any) -> bool:
@@ -134,7 +134,10 @@ class _ClientSurface:
                          source=source)
 
     def __repr__(self) -> str:
-        return f"{type(self).__name__}(config={self.config.source!r}, tiers={list(self.config.tiers)})"
+        config = getattr(self, "config", None)  # None while __init__ has not set it (a bad config)
+        if config is None:
+            return f"{type(self).__name__}(not configured)"
+        return f"{type(self).__name__}(config={config.source!r}, tiers={list(config.tiers)})"
 
 
 class Client(_ClientSurface):
@@ -154,6 +157,7 @@ class Client(_ClientSurface):
         renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
         self.chat = _Chat(self)
         self._life = ClientLife("Client")
+        self._streams = OpenStreams()  # ended as abandoned by close()
         from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
         from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
 
@@ -192,9 +196,9 @@ class Client(_ClientSurface):
             if state is None or _plain_answer(state, op.response):
                 op.state = None
                 content = X.read(op.response, ex)
-                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
-            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            state.bound(self.read_limits)
             op.chunks = X.chunks(op.response, ex)
             for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
@@ -308,6 +312,7 @@ class Client(_ClientSurface):
             op = self._attempts(run)
             if prepared.stream:
                 stream = Stream(run, op, self._attempts)
+                self._streams.add(stream)
                 if original is not None:  # [routing.shadow]: offered once the stream has ended
                     stream._when_ended(functools.partial(self._shadow.offer, original))
                 return stream
@@ -337,6 +342,7 @@ class Client(_ClientSurface):
         if self._shadow is not None:
             self._shadow.close()
         self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
         if getattr(self, "_batches", None) is not None:
             self._batches.close()
         self._transport.close()
@@ -397,6 +403,7 @@ class AsyncClient(_ClientSurface):
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
         self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
+        self._streams = OpenStreams()  # ended as abandoned by aclose()
         from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
         from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
 
@@ -434,9 +441,9 @@ class AsyncClient(_ClientSurface):
             if state is None or _plain_answer(state, op.response):
                 op.state = None
                 content = await X.aread(op.response, ex)
-                op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
+                op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
-            state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
+            state.bound(self.read_limits)
             op.chunks = X.achunks(op.response, ex)
             async for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
@@ -544,6 +551,7 @@ class AsyncClient(_ClientSurface):
             op = await self._attempts(run)
             if prepared.stream:
                 stream = AsyncStream(run, op, self._attempts)
+                self._streams.add(stream)
                 if original is not None:  # [routing.shadow]: offered once the stream has ended
                     stream._when_ended(functools.partial(self._shadow.offer, original))
                 return stream
@@ -573,6 +581,7 @@ class AsyncClient(_ClientSurface):
         if self._shadow is not None:
             await self._shadow.aclose()  # shadows still running call through this client: before closing it
         self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
         if getattr(self, "_batches", None) is not None:
             await self._batches.aclose()
         await self._transport.aclose()
@@ -595,6 +604,7 @@ class AsyncClient(_ClientSurface):
         life.closed = True
         try:
             warn_unclosed(self)
+            self._streams.abandon_all()
             self._offload.close(wait=False)
             self._engine.close()
             self._transport.close_later()  # each loop's pools, on their own loop

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serial
 from llmroute.errors import ConfigError
 from llmroute.providers.registry import KINDS, KindSpec
 from llmroute._runtime.secrets import MASK, SecretStr, is_secret_header
+from llmroute._runtime.text_files import not_utf8
 from llmroute.cache.cache_policy import CacheConfig, CacheSettings, TierCacheConfig
 
 if TYPE_CHECKING:
@@ -50,6 +51,8 @@ __all__ = [
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_ANY = re.compile(r"\$\{([^}]*)\}?")  # anything `${...}`-shaped, to refuse malformed references
 _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
+# A deployment's `weight` is its share of first choices among the weighted: (0, MAX_WEIGHT].
+MAX_WEIGHT = 1e6
 
 
 class _Section(BaseModel):
@@ -109,7 +112,7 @@ class _Overridable(BaseModel):
 
 class DeploymentConfig(_Overridable):
     id: str
-    weight: Optional[float] = Field(default=None, gt=0)
+    weight: Optional[float] = Field(default=None, gt=0, le=MAX_WEIGHT)  # a share: 1e308 would take every request
     connect_timeout_s: Optional[float] = Field(default=None, gt=0)
     ttft_timeout_s: Optional[float] = Field(default=None, gt=0)
     timeout_s: Optional[float] = Field(default=None, gt=0)
@@ -290,14 +293,15 @@ def load_config(path: str | os.PathLike[str]) -> Config:
     except IsADirectoryError:
         raise ConfigError("is a directory, not a config file", path=source) from None
     except UnicodeDecodeError as exc:
-        raise ConfigError(f"not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset {exc.start}); "
-                          "TOML files must be UTF-8", path=source) from None
+        raise not_utf8(exc, source) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=source) from None
     try:
-        data = tomllib.loads(text)
+        data = _hide_keys(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
+        del text  # as below
         raise ConfigError(f"invalid TOML: {exc}", path=source) from None
+    del text  # the file may hold keys: out of this frame's locals before anything can fail
     return _build(data, source=source, base_dir=file.resolve().parent)
 
 
@@ -398,8 +402,31 @@ def _expand_env(value: str, *, source: str, key: str) -> str:
     return _ENV_ANY.sub(repl, value) if "${" in value else value
 
 
+def _hide_keys(data: Any) -> Any:
+    """The config with every provider's `api_key` and auth-like header values as `SecretStr`, before
+    anything else reads it: no frame of the loading code holds a plain key afterwards (an error
+    tracker printing the locals of a config error shows masks). Other values are shared, not copied."""
+    providers = data.get("providers") if isinstance(data, Mapping) else None
+    if not isinstance(providers, Mapping):
+        return data
+    hidden = {}
+    for name, cfg in providers.items():
+        if isinstance(cfg, Mapping):
+            cfg = dict(cfg)
+            if isinstance(cfg.get("api_key"), str):
+                cfg["api_key"] = SecretStr(cfg["api_key"])
+            if isinstance(cfg.get("headers"), Mapping):
+                cfg["headers"] = {h: SecretStr(v) if isinstance(v, str) and is_secret_header(str(h)) else v
+                                  for h, v in cfg["headers"].items()}
+        hidden[name] = cfg
+    return {**data, "providers": hidden}
+
+
 def _expand_all(value: Any, *, source: str, key: str) -> Any:
-    """Every string value of the config with its `${VAR}` references expanded (keys are left as is)."""
+    """Every string value of the config with its `${VAR}` references expanded (keys are left as is);
+    a `SecretStr` stays one."""
+    if isinstance(value, SecretStr):
+        return SecretStr(_expand_env(value.get(), source=source, key=key)) if "${" in value.get() else value
     if isinstance(value, str):
         return _expand_env(value, source=source, key=key)
     if isinstance(value, Mapping):
@@ -412,7 +439,7 @@ def _expand_all(value: Any, *, source: str, key: str) -> Any:
 def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
     if not isinstance(data, Mapping):
         raise ConfigError("the config must be a table (dict) at the top level", path=source)
-    data = _expand_all(data, source=source, key="")
+    data = _expand_all(_hide_keys(data), source=source, key="")
     try:
         raw = _RawConfig.model_validate(dict(data))
     except ValidationError as exc:

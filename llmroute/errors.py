@@ -253,6 +253,7 @@ class ProviderError(APIError):
         body: Any = None,
         headers: Mapping[str, str] | None = None,
         response_text: str = "",
+        usage: Any = None,
     ) -> None:
         self.provider = provider
         self.deployment = deployment
@@ -267,6 +268,10 @@ class ProviderError(APIError):
         self.body = _scrubbed(body)
         self._response = (ErrorResponse(status, headers, request_id, response_text)
                           if status is not None and (headers is not None or response_text) else None)
+        # What the platform billed, when the error says (usage in an error body), or what arrived
+        # before a read cap cut the answer (`usage_estimated` then says whether it was counted here).
+        self.usage = usage
+        self.usage_estimated = False
         if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
             self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)
@@ -401,7 +406,10 @@ class ServerError(InternalServerError):
 
 class ResponseTooLargeError(ServerError):
     """A response passed a read cap (`limit` names it: "response_bytes", "decoded_bytes" or
-    "sse_line_bytes"; `max_bytes` its value). The attempt ended; another deployment may answer."""
+    "sse_line_bytes"; of the answer, "answer_chars", "answer_tokens", "choices", "tool_calls" or
+    "tool_argument_chars"; `max_bytes` holds its value, in the cap's unit). The attempt ended; before
+    content another deployment may answer, after content the answer ends here (billed for what
+    arrived: `usage`)."""
 
     def __init__(self, message: str, *, limit: str, max_bytes: int, **kw: Any) -> None:
         self.limit = limit

@@ -49,6 +49,7 @@ class _Opened:
     at_end: bool = False  # the stream ended while opening
     error: Optional[E.ProviderError] = None
     cancelled: bool = False
+    run: Any = None  # the CallRun: a plain body is parsed within its answer caps
 
 
 def _now() -> float:
@@ -80,6 +81,16 @@ class _Ends:
     @property
     def route(self) -> Route:
         return self._run.route
+
+    def _final_error(self, state: StreamState, error: E.ProviderError) -> E.ProviderError:
+        """Why the answer ended after content: a stream's caller saw part of it (StreamInterruptedError,
+        caused by `error`); a plain call cut by a read cap gets that typed error itself."""
+        if not self._run.prepared.stream and isinstance(error, E.ResponseTooLargeError):
+            error.attempts = list(self._run.route.attempts)
+            return error
+        interrupted = state.interrupted(error)
+        interrupted.__cause__ = error
+        return interrupted
 
     def _record_final(self, final: ChatCompletion) -> None:
         self._final = final
@@ -115,6 +126,7 @@ class Stream(_Ends):
         return next(self._iterator)
 
     def _chunks(self) -> Iterator[ChatCompletionChunk]:
+        network_errors = sync_network_errors()  # bound now: finalised at interpreter exit, it cannot import
         while True:
             while self._ready:
                 yield self._ready.pop(0)
@@ -130,7 +142,7 @@ class Stream(_Ends):
             except E.ProviderError as error:
                 self._recover(error)
                 continue
-            except sync_network_errors() as exc:
+            except network_errors as exc:
                 self._recover(transport_error(exc, state.ctx, state))
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another
@@ -149,7 +161,7 @@ class Stream(_Ends):
         state.ended = True  # this attempt is over: closing the stream must not end it twice
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
-            raise state.interrupted(error) from error
+            raise self._final_error(state, error)
         self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
@@ -187,11 +199,14 @@ class Stream(_Ends):
         self._state.ended = True
         end_call(self._run, status, error, _now())
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
+    def abandon(self) -> None:
+        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
+        if not getattr(self, "_closed", True):
             self._end("abandoned", None)
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 
@@ -274,7 +289,7 @@ class AsyncStream(_Ends):
         state.ended = True
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
-            raise state.interrupted(error) from error
+            raise self._final_error(state, error)
         self._switch(await self._reopen(self._run))  # raises the plan's error when nothing can finish it
 
     @property
@@ -318,11 +333,14 @@ class AsyncStream(_Ends):
         if response is not None:
             _aclose_later(response, self._loop)
 
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
+    def abandon(self) -> None:
+        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
+        if not getattr(self, "_closed", True):
             self._end("abandoned", None)
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 

@@ -88,3 +88,30 @@ def test_the_same_commands_work_with_good_paths(place, capsys):
     assert main([*BENCH, "--out", "b.json"]) == 0
     assert json.load(open("b.json"))
     assert len(place.requests) >= 2
+
+
+NOT_UTF8 = [
+    ["calibrate", "--prompts", "prompts.jsonl", "--large-share", "0.5", "--config", "latin1.toml", "--write"],
+    ["calibrate", "--prompts", "latin1.jsonl", "--large-share", "0.5"],
+    ["health", "--config", "latin1.toml"],
+    ["prices", "--config", "latin1.toml"],
+    ["report", "--config", "latin1.toml", "--ledger", "led.jsonl"],
+    ["router", "fit", "--outcomes", "latin1.jsonl", "--out", "model.json"],
+    ["router", "eval", "--outcomes", "latin1.jsonl"],
+    ["bench", "--config", "latin1.toml", "--target", "t"],
+    ["bench", "--config", "cfg.toml", "--target", "t", "--prompts", "latin1.jsonl"],
+    ["batch", "--config", "latin1.toml", "list"],
+    ["cache", "--config", "latin1.toml", "stats"],
+]
+
+
+@pytest.mark.parametrize("argv", NOT_UTF8, ids=[" ".join(a[:2]) + f" {i}" for i, a in enumerate(NOT_UTF8)])
+def test_a_file_that_is_not_utf8_is_one_line(place, tmp_path, capsys, argv):
+    (tmp_path / "latin1.toml").write_bytes(b'[routing]\nthreshold = 0.5\n# caf\xe9\n')
+    (tmp_path / "latin1.jsonl").write_bytes(b'{"prompt": "caf\xe9", "needs_large": true}\n')
+    before = (tmp_path / "latin1.toml").read_bytes()
+    assert main(argv) == 2 or argv[0] == "router"  # `router` exits 1 on a bad input file
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1, err
+    assert "UTF-8" in err and "latin1" in err and "Traceback" not in err
+    assert (tmp_path / "latin1.toml").read_bytes() == before  # calibrate --write rewrote nothing

@@ -37,6 +37,9 @@ def refused(path) -> ConfigError:
      "tiers.t.deployments[0].weight", ""),
     (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", weight = -1.0 }]\n' + LEDGER_MEMORY,
      "tiers.t.deployments[0].weight", "greater than 0"),
+    # a weight so large it takes every request (bounded to 1e6)
+    (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", weight = 1e308 }]\n' + LEDGER_MEMORY,
+     "tiers.t.deployments[0].weight", "less than or equal to 1000000"),
     (PROVIDER.replace("v1\"\n", 'v1"\ntimeout_s = inf\n') + TIER + LEDGER_MEMORY, "providers.x.timeout_s", "finite"),
     # the same deployment with other settings in two tiers
     (PROVIDER + '[tiers.a]\ndeployments = [{ id = "x:m", timeout_s = 30 }]\n'

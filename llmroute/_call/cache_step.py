@@ -104,6 +104,9 @@ class CacheCall:
         cost = answering.cost if answering is not None else None
         now = self.cache.clock()
         chunks = self.chunks if run.prepared.stream else None
+        if run.prepared.stream and chunks is None:  # too long to keep chunk by chunk (RecordingAssembler)
+            self.cache.count("not_stored")
+            return
         entry = Entry(
             completion=dump_completion(completion),
             chunks=[dump_chunk(c) for c in chunks] if chunks is not None else None,
@@ -226,6 +229,9 @@ async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: 
     return cached
 
 
+MAX_RECORDED_CHUNKS = 20_000
+
+
 class RecordingAssembler(StreamAssembler):
     """A `StreamAssembler` that also keeps the chunks, for the cache entry of a streamed miss. The
     attempt that finishes the call hands its chunks over when it builds the completion."""
@@ -233,11 +239,14 @@ class RecordingAssembler(StreamAssembler):
     def __init__(self, owner: CacheCall) -> None:
         super().__init__()
         self._owner = owner
-        self._chunks: List[ChatCompletionChunk] = []
+        self._chunks: Optional[List[ChatCompletionChunk]] = []
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         super().add(chunk)
-        self._chunks.append(chunk)
+        if self._chunks is not None:
+            self._chunks.append(chunk)
+            if len(self._chunks) > MAX_RECORDED_CHUNKS:  # a very long stream is not cached: its chunks
+                self._chunks = None                       # would cost about 1.5 KB each to keep
 
     def completion(self, usage: Usage, fallback_model: str) -> ChatCompletion:
         self._owner.chunks = self._chunks

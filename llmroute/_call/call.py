@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
@@ -34,6 +34,8 @@ from llmroute.resilience.failover import Wait
 from llmroute.providers.sendable import check_headers, encode_body
 from llmroute._call.prepared import PreparedCall, Target, prepare_call
 from llmroute._call.targets import resolve_target
+from llmroute._call.answer_bounds import AnswerMeter, asked_max_tokens
+from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 from llmroute._http.timeouts import Timeouts
 from llmroute.accounting.tokens import count_message_tokens, estimate_usage
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
@@ -285,12 +287,19 @@ class CallRun:
             rec.usage, rec.usage_estimated = partial.usage_so_far()
             rec.billed = True
             partial_text = self.answer.all_text()
+        if not rec.billed and isinstance(error, E.ProviderError) and error.usage is not None:
+            # The platform said what it billed (usage in an error body), or a cap cut a whole
+            # answer that arrived: priced for that.
+            rec.usage, rec.usage_estimated = error.usage, error.usage_estimated
+            rec.billed = True
         if not rec.billed and may_have_been_billed(error):
             # The request reached the platform, which may have done (and billed) the work: priced
-            # by estimate (the prompt), flagged, never 0.
-            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            # by estimate (the prompt, and a generation it may finish after we left), flagged, never 0.
+            rec.usage = self._abandoned_usage(rec, abandoned_output_bound(error, self.prepared.call.params))
             rec.usage_estimated = True
             rec.billed = True
+        # An answer cut by a read cap is not finished elsewhere: the caller gets the typed error.
+        recover = recover and not isinstance(error, E.ResponseTooLargeError)
         mode = self.recovery_mode(ctx, partial) if content_started and recover else None
         if mode is not None and rec.usage is not None:
             self.earlier_usage.append(rec.usage)
@@ -299,6 +308,25 @@ class CallRun:
                          content_started=content_started, partial_text=partial_text, recover=mode)
         if content_started and self.plan.finished:
             self._end(None, error, now)
+
+    def parse_answer(self, ctx: AttemptContext, headers: Mapping[str, str], content: bytes,
+                     limits: ReadLimits) -> tuple[ChatCompletion, bool]:
+        """A plain JSON answer -> (ChatCompletion, usage_reported), within the answer caps
+        (`answer_bounds`): one past them raises `ResponseTooLargeError` carrying the usage of what
+        arrived (the platform's, or an estimate), so the attempt is billed for it."""
+        meter = AnswerMeter(limits, self.prepared.call.params, provider=ctx.deployment.provider.name,
+                            deployment=ctx.deployment.id)
+        meter.body(content)
+        completion, reported = ctx.adapter.parse_completion(headers, content)
+        try:
+            meter.completion(completion, reported)
+        except E.ResponseTooLargeError as error:
+            error.usage_estimated = not reported
+            error.usage = completion.usage if reported else estimate_usage(
+                self.prepared.messages, "".join(c.message.content or "" for c in completion.choices),
+                prompt_tokens=self.input_tokens())
+            raise
+        return completion, reported
 
     def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
         """How a cut answer may be finished: streams continue it ("continue") or raise (None); plain
@@ -367,15 +395,27 @@ class CallRun:
         rec.duration_s = now - ctx.started
         if error is not None:
             rec.error, rec.error_type, rec.error_message = error, type(error).__name__, str(error)[:300]
-        if partial is not None:
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
         elif not ctx.unsent:
-            rec.usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+            # Left before any content: the platform may generate the answer anyway (a cloud platform
+            # does not see the closed connection until it writes): bounded by `max_tokens` if set.
+            rec.usage = self._abandoned_usage(rec, asked_max_tokens(self.prepared.call.params))
             rec.usage_estimated = True
         rec.billed = not ctx.unsent
         self._attempt_ended(ctx, error if status == "error" else None, now)
         self.plan.cancel(ctx.deployment.id, now)
+
+    def _abandoned_usage(self, rec: Attempt, output_bound: int) -> Usage:
+        """An attempt abandoned before content: the prompt, counted here, and `output_bound` tokens
+        the platform may still generate (noted on the attempt)."""
+        usage = estimate_usage(self.prepared.messages, "", prompt_tokens=self.input_tokens())
+        if not output_bound:
+            return usage
+        rec.note = ((rec.note + ", ") if rec.note else "") + f"output bounded by max_tokens ({output_bound}): estimated"
+        return Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=output_bound,
+                     total_tokens=usage.prompt_tokens + output_bound)
 
     def caller_closed(self, state: "StreamState", now: float) -> None:
         """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
@@ -482,6 +522,15 @@ class CallRun:
         return error
 
 
+# `ProviderError.code` of a connection broken after the request was written whole (the value of
+# transport.BROKEN_AFTER_SEND, which this sans-I/O module does not import): the prompt may be billed.
+BROKEN_AFTER_SEND = "connection_broken_after_send"
+
+# Chunks without content held back before the first token (the role chunk, keep-alive deltas):
+# past this many, further empty ones are dropped (they carry nothing for the caller).
+MAX_HELD_CHUNKS = 64
+
+
 class StreamState:
     """The bytes of one streamed attempt -> chunks for the caller, held back until content arrives."""
 
@@ -498,6 +547,14 @@ class StreamState:
         self.ended = False
         # The usage-only chunk reaches the caller only when it asked (`stream_options.include_usage`).
         self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
+        self.meter = AnswerMeter(DEFAULT_READ_LIMITS, run.prepared.call.params, provider=ctx.deployment.provider.name,
+                                 deployment=ctx.deployment.id)
+
+    def bound(self, limits: ReadLimits) -> None:
+        """The client's read caps for this attempt: one SSE line, and the answer across chunks."""
+        self.decoder.sse.max_line = limits.max_sse_line_bytes
+        if limits is not DEFAULT_READ_LIMITS:
+            self.meter = AnswerMeter(limits, self.run.prepared.call.params, **self.meter.where)
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
@@ -521,6 +578,7 @@ class StreamState:
         out: List[ChatCompletionChunk] = []
         for chunk in chunks:
             self.assembler.add(chunk)
+            self.meter.chunk(chunk)  # what arrived is kept (and billed) even when it passes a cap
             has_content = chunk_has_content(chunk)
             if has_content:
                 self.last_content_at = now
@@ -535,8 +593,13 @@ class StreamState:
                     out.extend(self.held)
                     self.held = []
                 out.append(chunk)
-            else:
+            elif len(self.held) < MAX_HELD_CHUNKS or chunk.usage is not None or any(
+                    c.finish_reason for c in chunk.choices):
                 self.held.append(chunk)
+            # else: one more chunk without content before the first token (a server sending empty
+            # chunks without end): dropped, so memory stays bounded until the first-token limit
+        if chunks and self.decoder.usage is not None:
+            self.meter.usage(self.decoder.usage)  # a platform's running count (vLLM continuous usage)
         stall_s = self.ctx.timeouts.stall_s
         if (self.content_started and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
@@ -565,6 +628,7 @@ class StreamState:
             raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
                 provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+                code=BROKEN_AFTER_SEND,  # the platform answered: it read the prompt
             )
         self.ended = True
         if self.held:
@@ -577,8 +641,8 @@ class StreamState:
             return self.decoder.usage, False
         return (
             estimate_usage(
-                self.run.prepared.messages, self.assembler.all_text(), self.assembler.all_reasoning(),
-                prompt_tokens=self.run.input_tokens(),
+                self.run.prepared.messages, self.assembler.all_text() + self.assembler.all_tool_arguments(),
+                self.assembler.all_reasoning(), prompt_tokens=self.run.input_tokens(),
             ),
             True,
         )
@@ -622,9 +686,22 @@ def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:
 
 def may_have_been_billed(error: BaseException) -> bool:
     """Did the request reach a platform that may have done the work? A read timeout: the platform
-    was still working on it. A connect timeout, a refused connection, an HTTP error status and a
-    keep-alive connection closed before any reply mean nothing was produced (docs/failover.md)."""
-    return isinstance(error, E.APITimeoutError) and error.timeout != "connect"
+    was still working on it; a connection broken after the request was written whole: it read the
+    prompt. A connect timeout, a refused connection, an HTTP error status and a keep-alive
+    connection closed before any reply mean nothing was produced (docs/failover.md, docs/ledger.md)."""
+    if isinstance(error, E.APITimeoutError):  # a subclass of APIConnectionError, as in openai-python
+        return error.timeout != "connect"
+    return isinstance(error, E.APIConnectionError) and error.code == BROKEN_AFTER_SEND
+
+
+def abandoned_output_bound(error: BaseException, params: Mapping[str, Any]) -> int:
+    """Output tokens a platform may still generate for an attempt abandoned on a timeout before any
+    content (it does not know we left): the call's `max_tokens` when it set one, else 0 (unknown;
+    docs/ledger.md says how to cap it)."""
+    if not isinstance(error, E.APITimeoutError) or error.timeout in ("connect", "platform"):
+        return 0
+    return asked_max_tokens(params)
+
 
 
 def sum_usage(usages: Sequence[Usage]) -> Usage:

@@ -13,6 +13,14 @@ Defaults (per response; `Client(..., read_limits=ReadLimits(...))` to change the
 - `max_decoded_bytes` = 32 MiB after gzip/deflate;
 - `max_sse_line_bytes` = 4 MiB for one SSE line or one event's data (a chunk is usually < 1 KB).
 
+And per answer, across its chunks (enforced by `_call/answer_bounds.AnswerMeter`):
+
+- `max_answer_chars` = 16 Mi characters of content, reasoning, refusal and tool arguments (a
+  1M-token answer is about 4 Mi characters);
+- `max_tool_calls` = 1024 per choice, `max_tool_argument_chars` = 4 Mi characters per tool call;
+- `max_tokens_margin` = 2.0: with `max_tokens` set, an answer of more than twice that (plus 64)
+  tokens is cut; the choices are at most the call's `n`.
+
 llmroute asks for `Accept-Encoding: gzip, deflate` and decodes both, streams included; a body in
 any other encoding is refused as unreadable.
 """
@@ -36,12 +44,24 @@ class ReadLimits:
     max_response_bytes: int = 32 * MiB
     max_decoded_bytes: int = 32 * MiB
     max_sse_line_bytes: int = 4 * MiB
+    max_answer_chars: int = 16 * MiB
+    max_tool_calls: int = 1024
+    max_tool_argument_chars: int = 4 * MiB
+    max_tokens_margin: float = 2.0
 
     def __post_init__(self) -> None:
-        for name in ("max_response_bytes", "max_decoded_bytes", "max_sse_line_bytes"):
+        for name in ("max_response_bytes", "max_decoded_bytes", "max_sse_line_bytes", "max_answer_chars",
+                     "max_tool_argument_chars"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1024:
-                raise E.ConfigError(f"must be an integer of at least 1024 bytes, got {value!r}", key=name)
+                unit = "characters" if name.endswith("chars") else "bytes"
+                raise E.ConfigError(f"must be an integer of at least 1024 {unit}, got {value!r}", key=name)
+        calls = self.max_tool_calls
+        if isinstance(calls, bool) or not isinstance(calls, int) or calls < 1:
+            raise E.ConfigError(f"must be a positive integer, got {calls!r}", key="max_tool_calls")
+        margin = self.max_tokens_margin
+        if isinstance(margin, bool) or not isinstance(margin, (int, float)) or not 1.0 <= margin <= 1000.0:
+            raise E.ConfigError(f"must be a number from 1 to 1000, got {margin!r}", key="max_tokens_margin")
 
 
 DEFAULT_READ_LIMITS = ReadLimits()

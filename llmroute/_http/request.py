@@ -12,7 +12,7 @@ __all__ = ["HttpRequest"]
 class HttpRequest:
     method: str
     url: str
-    headers: Dict[str, str]
+    headers: Dict[str, Any]  # str values, and keys as `SecretStr` until the transport writes them
     json: Optional[Dict[str, Any]]  # None: no body (a GET)
     stream: bool
     content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)

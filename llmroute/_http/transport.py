@@ -21,6 +21,7 @@ sources: docs/transport.md.
 from __future__ import annotations
 
 import contextvars
+import errno
 import sys
 import threading
 import time
@@ -30,6 +31,7 @@ from llmroute import errors as E
 from llmroute._http.bounded import BodyReader, ReadLimits
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
+from llmroute._runtime.secrets import MASK, wire_headers
 
 if TYPE_CHECKING:
     from contextlib import AbstractAsyncContextManager
@@ -38,7 +40,7 @@ if TYPE_CHECKING:
     import httpcore
     import httpx
 
-__all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
+__all__ = ["DROPPED_BEFORE_REPLY", "BROKEN_AFTER_SEND", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
 
@@ -66,6 +68,10 @@ def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
 # connection before answering: the request may not have been read; the plan resends it at once, as a
 # visible attempt within max_retries, and the breaker does not count it.
 DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
+# `ProviderError.code` of an APIConnectionError raised when the connection broke while the reply was
+# awaited or read: the whole request had been written, so the platform read the prompt and may bill
+# it (the attempt is recorded with its prompt estimated, `call.may_have_been_billed`).
+BROKEN_AFTER_SEND = "connection_broken_after_send"
 
 
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
@@ -81,6 +87,8 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
             return _read_timeout(timeouts, kw)
+        if name == "ClientPayloadError" or (name == "ClientOSError" and getattr(exc, "errno", None) == errno.ECONNRESET):
+            return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
@@ -104,7 +112,9 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
-    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError, httpx.NetworkError)):
+    if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):  # the request was written whole
+        return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
+    if isinstance(exc, (httpx.WriteError, httpx.NetworkError)):
         return E.APIConnectionError(f"connection broken: {_reason(exc)}", **kw)
     return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
@@ -281,13 +291,22 @@ def _content(request: HttpRequest) -> Optional[bytes]:
 
 
 def _headers(request: HttpRequest) -> Dict[str, str]:
-    """The request's headers, asking for an uncompressed body unless they name an encoding (a
-    server that compresses anyway is decoded within the read caps: bounded.BodyReader)."""
-    headers = request.headers
+    """The request's headers as the HTTP library sends them, asking for an uncompressed body unless
+    they name an encoding (a server that compresses anyway is decoded within the read caps:
+    bounded.BodyReader). Keys are revealed here, at the last moment, as strings whose repr is the
+    mask (`secrets.wire_headers`): call it inline in the library call, never into a local."""
+    headers = wire_headers(request.headers)
     for name in headers:
         if name.lower() == "accept-encoding":
             return headers
     return {**headers, "Accept-Encoding": "identity"}
+
+
+class _OnTheWireBytes(bytes):
+    """A header value encoded for httpcore, whose repr is the mask (it may hold a key)."""
+
+    def __repr__(self) -> str:
+        return f"b'{MASK}'"
 
 
 def _limits(max_connections: int) -> "httpx.Limits":
@@ -508,9 +527,10 @@ class SyncResponse:
         self.headers = SyncHeaders(response.headers)
 
     def iter_raw(self) -> Iterator[bytes]:
+        errors = _httpcore_errors()  # bound now: a generator finalised at interpreter exit cannot import
         try:
             yield from self._response.stream
-        except _httpcore_errors() as exc:
+        except errors as exc:
             raise _as_httpx_error(exc) from exc
 
     def close(self) -> None:
@@ -570,12 +590,13 @@ class _SyncPool:
             if "user-agent" not in given:
                 raw.append((b"User-Agent", self.user_agent))
             for header, text in headers.items():
-                raw.append((header.encode("ascii"), text.encode("ascii")))
+                raw.append((header.encode("ascii"), _OnTheWireBytes(text.encode("ascii"))))
             if content is not None and "content-length" not in given:
                 raw.append((b"Content-Length", str(len(content)).encode()))
             if self.cookies:
                 raw.extend(self._cookie_header(request.method, target))
         except (TypeError, ValueError) as exc:  # UnicodeEncodeError included
+            headers, raw = {}, []  # written keys out of this frame's locals (error trackers print them)
             raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}", field="request") \
                 from None
         limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
@@ -731,14 +752,14 @@ class AsyncTransport:
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
             try:
-                headers, content = _headers(request), _content(request)
+                content = _content(request)
             except (TypeError, ValueError) as exc:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
             async with _async_timeout(timeouts.total_s):
                 response = await client.request(
-                    request.method, request.url, headers=headers, data=content,
+                    request.method, request.url, headers=_headers(request), data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
             return AiohttpResponse(response, timeouts.read_s)

@@ -1,6 +1,10 @@
 """The JSONL files llmroute reads: prompts (`llmroute bench`, `llmroute calibrate`) and outcomes
 (`llmroute router fit/eval`). One reader for all of them: UTF-8, one JSON object per non-blank line,
-errors naming the file and the line."""
+errors naming the file and the line.
+
+Lines end at `\n` (or `\r\n`) only: `str.splitlines()` also breaks at U+2028, U+2029, U+0085 and
+other characters that `json.dumps(..., ensure_ascii=False)` leaves raw inside strings, which would
+cut a valid row in two. Every reader of line-based files in llmroute splits with `split_lines`."""
 
 from __future__ import annotations
 
@@ -10,7 +14,18 @@ from typing import Any, Mapping
 
 from llmroute.errors import ConfigError
 
-__all__ = ["read_jsonl", "conversation_of"]
+__all__ = ["read_jsonl", "conversation_of", "split_lines"]
+
+
+def split_lines(text: str, *, keepends: bool = False) -> list[str]:
+    """`text`'s lines, ended by `\n` or `\r\n` only (a final line without an end is kept)."""
+    lines = text.split("\n")
+    if keepends:
+        ended = [line + "\n" for line in lines[:-1]]
+        return ended + [lines[-1]] if lines[-1] else ended
+    if lines[-1] == "":
+        lines.pop()
+    return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def read_jsonl(path: str | Path, what: str = "prompts file") -> list[tuple[int, Mapping[str, Any]]]:
@@ -26,7 +41,7 @@ def read_jsonl(path: str | Path, what: str = "prompts file") -> list[tuple[int, 
     except UnicodeDecodeError:
         raise ConfigError(f"{what} is not UTF-8 text (JSONL expected)", path=str(path)) from None
     rows: list[tuple[int, Mapping[str, Any]]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    for number, line in enumerate(split_lines(text), start=1):
         if not line.strip():
             continue
         try:

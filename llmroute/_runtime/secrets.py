@@ -25,6 +25,8 @@ __all__ = [
     "scrub",
     "is_secret_header",
     "reveal_headers",
+    "SecretHeader",
+    "wire_headers",
     "ScrubFilter",
     "install_log_scrubbing",
 ]
@@ -103,6 +105,54 @@ class _MaskedSecret(SecretStr):
 
 def _masked_secret() -> SecretStr:
     return _MaskedSecret(MASK)
+
+
+class SecretHeader(SecretStr):
+    """A header value made of a key (`Bearer <key>`): masked everywhere, like the key, until the
+    transport writes it (`wire_headers`). Built per request without registering anything."""
+
+    __slots__ = ("_prefix", "_secret")
+
+    def __init__(self, secret: SecretStr, prefix: str = "") -> None:  # noqa: D107 - no registration: the key is
+        self._prefix = prefix
+        self._secret = secret
+        self._value = ""
+
+    def get(self) -> str:
+        return self._prefix + self._secret.get()
+
+    def __repr__(self) -> str:
+        return f"SecretHeader('{self._prefix}{MASK}')"
+
+    __str__ = __repr__
+
+    def __bool__(self) -> bool:
+        return bool(self._secret)
+
+    def __len__(self) -> int:
+        return len(self._prefix) + len(self._secret)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, SecretHeader) and other.get() == self.get()
+
+    def __hash__(self) -> int:
+        return hash(("SecretHeader", self._prefix, self._secret))
+
+
+class _OnTheWire(str):
+    """A revealed header value as the HTTP library takes it (a str), whose repr is still the mask:
+    a stack frame of the library that holds it, printed with its locals, shows no key."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return f"'{MASK}'"
+
+
+def wire_headers(headers: Mapping[str, Any]) -> dict[str, str]:
+    """Headers as the HTTP library sends them: keys revealed at the last moment, as strings whose
+    repr is the mask (the transport calls this inline, so no frame of llmroute holds the result)."""
+    return {name: _OnTheWire(value.get()) if isinstance(value, SecretStr) else value for name, value in headers.items()}
 
 
 def reveal_headers(headers: Mapping[str, Any]) -> dict[str, str]:

@@ -11,7 +11,9 @@ writes what is buffered, `close()` flushes and releases the file.
 * `SQLiteSink(path, flush_interval_s=1.0)`: the default. WAL mode, `synchronous=NORMAL` (a
   committed batch survives the process being killed; only power loss can take the last batch).
   A background thread (started on the first write, never at import) inserts the buffered records
-  in one transaction every `flush_interval_s`. A clean interpreter exit flushes (`atexit`).
+  in one transaction every `flush_interval_s`. A clean interpreter exit flushes (`atexit`), waiting
+  at most `EXIT_WAIT_S` for a write in progress; at exit no thread is started or joined, and a record
+  written then (by a finaliser) is written in place.
   **Bound:** a crash (SIGKILL, OOM) loses at most the records written since the last commit, i.e.
   those of the last flush interval (plus the batch being committed at that instant).
   A failed write (disk full, database locked past the 5 s busy timeout) keeps the batch and retries
@@ -74,9 +76,11 @@ import logging
 import math
 import os
 import sqlite3
+import sys
 import threading
 import time
 import weakref
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
@@ -85,6 +89,7 @@ from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmroute.errors import ConfigError
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
+from llmroute._runtime.lifecycle import start_daemon
 from llmroute._runtime.secrets import scrub
 
 from llmroute.accounting.cost_value import Cost
@@ -120,6 +125,9 @@ MAX_BUFFERED_RECORDS = 100_000
 # On close, a failing write is tried this many times (with a short pause) before the spool is lost.
 CLOSE_ATTEMPTS = 3
 CLOSE_RETRY_PAUSE_S = 0.2
+# At interpreter exit a sink waits at most this long for its writer (a write stuck on a locked or
+# unreachable store): the process always ends; what could not be written is counted lost and logged.
+EXIT_WAIT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -288,9 +296,29 @@ _open_sinks: "weakref.WeakSet[_BatchingSink]" = weakref.WeakSet()
 _atexit_lock = threading.Lock()
 renew_module_locks(__name__, "_atexit_lock")
 _atexit_registered = False
+_exiting = False  # the exit hook ran: no writer thread starts after it; records are written in place
+
+
+def shutting_down() -> bool:
+    """Is the interpreter exiting? Then no thread may be started or waited for (a thread started
+    during finalisation never runs, and `start()` waits for it forever)."""
+    return _exiting or sys.is_finalizing()
+
+
+@contextmanager
+def _acquired(lock: Any, timeout_s: Optional[float]) -> Iterator[bool]:
+    """`with lock`, waiting at most `timeout_s` (None: for ever); yields whether it was taken."""
+    held = lock.acquire(timeout=-1 if timeout_s is None else timeout_s)
+    try:
+        yield held
+    finally:
+        if held:
+            lock.release()
 
 
 def _close_open_sinks() -> None:
+    global _exiting
+    _exiting = True
     for sink in list(_open_sinks):
         try:
             sink.close()
@@ -331,6 +359,9 @@ class _BatchingSink:
         self._in_flight = 0  # records taken from the spool by a write that has not finished
         renew_at_fork(self, "_lock", "_wake")
         hold_at_fork(self, "_io_lock")  # no batch is being written (into SQLite) at a fork
+        # Registered now, not at the first write: the exit hook that ends streams still open (registered
+        # later, run earlier) writes their rows before this one flushes and closes the sink.
+        _register_for_exit(self)
 
     # --- interface -------------------------------------------------------------------------
     def health(self) -> LedgerHealth:
@@ -347,23 +378,32 @@ class _BatchingSink:
                 dropped = len(self._buffer) - self.max_spool
                 del self._buffer[:dropped]
                 self.records_lost += dropped
-            if self._stopping:
-                closed = True
+            if self._stopping or shutting_down():
+                closed = True  # no writer thread now: written in place below, within a bounded wait
             else:
                 closed = False
                 if self._thread is None:
-                    self._start()
+                    closed = not self._start()  # no thread at exit: written in place below
         if dropped and not self._overflow_logged:  # once per flush interval; flush() reports the totals
             self._overflow_logged = True
             log.error("ledger %r: storage failing and the spool is full (%d records): the oldest unwritten "
                       "records are being lost (%d so far)", self, self.max_spool, self.records_lost)
         if closed:
-            # Written after close (e.g. a late thread during shutdown): write it now.
-            self.flush()
+            # Written after close or at interpreter exit (a stream finalised then): write it now,
+            # waiting at most EXIT_WAIT_S for a writer that holds the store.
+            if not self.flush(timeout_s=EXIT_WAIT_S):
+                self._write_at_exit()
 
-    def flush(self) -> bool:
-        """Write the spool; True if it is empty afterwards. A failure keeps the records for the next try."""
-        with self._io_lock:
+    def _write_at_exit(self) -> None:
+        """The store could not take the spool at exit: a sink with a local spool of its own puts it
+        there (`PostgresSink`); others leave it to be counted lost by `close()`."""
+
+    def flush(self, timeout_s: Optional[float] = None) -> bool:
+        """Write the spool; True if it is empty afterwards. A failure keeps the records for the next try.
+        `timeout_s`: wait at most that long for a write in progress (False when it did not end)."""
+        with _acquired(self._io_lock, timeout_s) as held:
+            if not held:
+                return False
             with self._lock:
                 batch, self._buffer = self._buffer, []
                 self._in_flight = len(batch)  # still waiting, as far as health() is concerned
@@ -405,10 +445,15 @@ class _BatchingSink:
             self._stopping = True
             thread, self._thread = self._thread, None
         self._wake.set()
-        if thread is not None and thread is not threading.current_thread():
-            thread.join(timeout=30)
+        exiting = shutting_down()
+        # During finalisation a daemon thread never runs again: joining it would wait in vain.
+        if thread is not None and thread is not threading.current_thread() and not sys.is_finalizing():
+            thread.join(timeout=EXIT_WAIT_S if exiting else 30)
         for attempt in range(CLOSE_ATTEMPTS):
-            if self.flush():
+            if self.flush(timeout_s=EXIT_WAIT_S if exiting else None):
+                break
+            if exiting:
+                self._write_at_exit()
                 break
             if attempt + 1 < CLOSE_ATTEMPTS:
                 time.sleep(CLOSE_RETRY_PAUSE_S)
@@ -418,8 +463,9 @@ class _BatchingSink:
         if lost:
             log.error("ledger %r: closing with storage still failing (%s); %d record(s) lost",
                       self, self.last_error, lost)
-        with self._io_lock:
-            self._close_io()
+        with _acquired(self._io_lock, EXIT_WAIT_S if exiting else None) as held:
+            if held:
+                self._close_io()
         _open_sinks.discard(self)
 
     def __enter__(self) -> "_BatchingSink":
@@ -429,10 +475,11 @@ class _BatchingSink:
         self.close()
 
     # --- internals -------------------------------------------------------------------------
-    def _start(self) -> None:
+    def _start(self) -> bool:
+        """Start the writer thread (False: the interpreter is exiting, no thread may start)."""
         _register_for_exit(self)
-        self._thread = threading.Thread(target=self._run, name=f"llmroute-ledger-{type(self).__name__}", daemon=True)
-        self._thread.start()
+        self._thread = start_daemon(self._run, f"llmroute-ledger-{type(self).__name__}")
+        return self._thread is not None
 
     def _run(self) -> None:
         while True:
@@ -710,7 +757,7 @@ def _read_jsonl(p: Path, since: float | None, until: float | None) -> Iterator[L
     # not a record at all means the file is not a ledger.
     seen: set[tuple[Any, ...]] = set()
     torn = 0
-    with open(p, encoding="utf-8", errors="replace") as f:
+    with open(p, encoding="utf-8", errors="replace", newline="\n") as f:  # lines end at \n only
         for n, line in enumerate(f, 1):
             line = line.strip()
             if not line:

@@ -230,6 +230,23 @@ class PostgresSink(_BatchingSink):
             self._outage = False
             log.warning("ledger: PostgreSQL is back; spool replayed")
 
+    def _write_at_exit(self) -> None:
+        """At interpreter exit a write in progress held PostgreSQL past the exit wait: what is left
+        goes to the local spool through a connection of its own (replayed by the next writer)."""
+        with self._lock:
+            batch, self._buffer = self._buffer, []
+        if not batch:
+            return
+        spool = _Spool(self.spool.path)
+        try:
+            spool.add(batch)
+            self.spooled += len(batch)
+        except Exception:  # noqa: BLE001 - exit must go on: close() counts them lost
+            with self._lock:
+                self._buffer[:0] = batch
+        finally:
+            spool.close()
+
     def _replay(self) -> None:
         while self.spool.pending():
             chunk = self.spool.oldest(REPLAY_CHUNK)

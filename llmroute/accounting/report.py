@@ -734,6 +734,10 @@ def _load_config(path: str) -> tuple[PricingConfig, str | None]:
             doc = tomllib.load(f)
     except OSError as e:
         raise ConfigError(f"cannot read: {e.strerror}", path=path) from None
+    except UnicodeDecodeError as e:  # tomllib decodes the bytes itself
+        from llmroute._runtime.text_files import not_utf8  # loaded when this command meets such a file
+
+        raise not_utf8(e, path) from None
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"not valid TOML: {e}", path=path) from None
     try:

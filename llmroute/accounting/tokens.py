@@ -34,10 +34,27 @@ def encoding() -> Any:
     return _encoding
 
 
+# Long texts are counted in slices cut at a space (within the last 256 characters of each slice):
+# tiktoken's working memory grows with the text it encodes at once (a token id list, its pieces);
+# the count differs from one pass by at most a token a cut, and an estimate is flagged anyway.
+_SLICE_CHARS = 1 << 16
+
+
 def count_text_tokens(text: str) -> int:
     if not text:
         return 0
-    return len(encoding().encode(text, disallowed_special=()))
+    encode = encoding().encode
+    if len(text) <= _SLICE_CHARS:
+        return len(encode(text, disallowed_special=()))
+    total, start = 0, 0
+    while start < len(text):
+        end = min(len(text), start + _SLICE_CHARS)
+        if end < len(text):
+            space = text.rfind(" ", end - 256, end)
+            end = space if space > start else end
+        total += len(encode(text[start:end], disallowed_special=()))
+        start = end
+    return total
 
 
 def _content_text(content: Any) -> str:

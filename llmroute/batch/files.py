@@ -17,6 +17,7 @@ from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.batch.platforms import Limits
+from llmroute._runtime.jsonl import split_lines
 
 __all__ = ["BatchRequest", "read_requests", "PartPlan", "split_parts", "endpoint_of", "CHAT", "EMBEDDINGS",
            "MAX_CUSTOM_ID"]
@@ -48,7 +49,7 @@ def _line_requests(source: Union[str, os.PathLike[str], Iterable[Mapping[str, An
         except OSError as exc:
             raise E.InvalidRequestError(f"cannot read {path}: {exc.strerror or exc}", field="requests") from None
         items = []
-        for n, raw in enumerate(text.splitlines(), 1):
+        for n, raw in enumerate(split_lines(text), 1):
             if not raw.strip():
                 continue
             try:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional,
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
+from llmroute.providers.base import bearer
 from llmroute.providers.error_mapping import error_from_response
 
 if TYPE_CHECKING:
@@ -126,12 +127,13 @@ class BatchProtocol:
         self.base_url = provider.base_url.rstrip("/")
 
     # -- shared -------------------------------------------------------------------------------
-    def headers(self, json_body: bool = True) -> Dict[str, str]:
-        headers = {"Accept": "application/json"}
+    def headers(self, json_body: bool = True) -> Dict[str, Any]:
+        """The request's headers; keys stay secrets until the transport writes them."""
+        headers: Dict[str, Any] = {"Accept": "application/json"}
         if json_body:
             headers["Content-Type"] = "application/json"
         if self.provider.api_key:
-            headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
+            headers["Authorization"] = bearer(self.provider.api_key)
         headers.update(self.provider.headers)
         return headers
 
@@ -416,7 +418,7 @@ def protocol_for(deployment: Deployment, *, accounts: Mapping[str, str] = {},
 def lines_of(content: bytes) -> List[Dict[str, Any]]:
     """The JSON objects of a JSONL body; blank and unparsable lines are skipped."""
     out = []
-    for raw in content.splitlines():
+    for raw in content.split(b"\n"):  # JSONL ends lines at \n only (`jsonl.split_lines`)
         raw = raw.strip()
         if not raw:
             continue

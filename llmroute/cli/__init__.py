@@ -69,6 +69,10 @@ def main(argv: Optional[List[str]] = None) -> int:
         where = f"{exc.filename}: " if exc.filename else ""
         print(f"llmroute {name}: {where}{exc.strerror or exc}", file=sys.stderr)
         return 2
+    except UnicodeDecodeError as exc:  # a file a command read without checking its encoding: one line
+        print(f"llmroute {name}: a file is not UTF-8 text (byte 0x{exc.object[exc.start]:02x} at offset "
+              f"{exc.start}); llmroute reads UTF-8", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         return 130
 

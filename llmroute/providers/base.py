@@ -12,10 +12,10 @@ import json
 import time
 from urllib.parse import urlencode
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
 
 from llmroute import errors as E
-from llmroute._runtime.secrets import reveal_headers
+from llmroute._runtime.secrets import SecretHeader, SecretStr
 from llmroute._http.request import HttpRequest
 from llmroute._http.sse import SSEDecoder, SSEEvent
 from llmroute.accounting.tokens import normalize_usage
@@ -58,6 +58,11 @@ class CallInput:
     extra_query: Dict[str, str] = field(default_factory=dict)  # URL query parameters
 
 
+def bearer(api_key: SecretStr) -> SecretHeader:
+    """`Authorization: Bearer <key>`, held as a secret until the transport writes it."""
+    return SecretHeader(api_key, "Bearer ")
+
+
 def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
     if value is None:
         return None
@@ -94,11 +99,14 @@ class OpenAICompatAdapter:
         self._chunks_from_json = type(self).normalize_chunk is OpenAICompatAdapter.normalize_chunk
 
     # -- requests ---------------------------------------------------------------------------
-    def headers(self, stream: bool) -> Dict[str, str]:
-        headers = {"Content-Type": "application/json", "Accept": "text/event-stream" if stream else "application/json"}
+    def headers(self, stream: bool) -> Dict[str, Any]:
+        """The request's headers. Keys stay secrets (masked in every repr and frame) until the
+        transport writes them (`secrets.wire_headers`)."""
+        headers: Dict[str, Any] = {"Content-Type": "application/json",
+                                   "Accept": "text/event-stream" if stream else "application/json"}
         if self.provider.api_key:
-            headers["Authorization"] = f"Bearer {self.provider.api_key.get()}"
-        headers.update(reveal_headers(self.provider.headers))  # the one place a header key is unmasked
+            headers["Authorization"] = bearer(self.provider.api_key)
+        headers.update(self.provider.headers)
         return headers
 
     def url(self, stream: bool) -> str:
@@ -456,6 +464,37 @@ def chunk_has_content(chunk: ChatCompletionChunk) -> bool:
     return False
 
 
+class TextParts:
+    """The pieces of one growing text, joined as they come: pieces of a few characters (a token a
+    chunk) are folded into blocks every `FOLD` pieces, so a long answer costs about its own size in
+    memory (a list of 4-character strings costs about 15 bytes a character). Iterating yields the
+    text in order, so `"".join(parts)` is the whole text; `append` and `extend` as a list's."""
+
+    FOLD = 256
+    __slots__ = ("_blocks", "_pieces")
+
+    def __init__(self) -> None:
+        self._blocks: List[str] = []
+        self._pieces: List[str] = []
+
+    def append(self, piece: str) -> None:
+        self._pieces.append(piece)
+        if len(self._pieces) >= self.FOLD:
+            self._blocks.append("".join(self._pieces))
+            self._pieces = []
+
+    def extend(self, pieces: Iterable[str]) -> None:
+        for piece in pieces:
+            self.append(piece)
+
+    def __iter__(self) -> Iterator[str]:
+        yield from self._blocks
+        yield from self._pieces
+
+    def __bool__(self) -> bool:
+        return bool(self._blocks or self._pieces)
+
+
 class StreamAssembler:
     """Chunks -> the ChatCompletion they add up to (content, reasoning, tool calls, finish reasons,
     log probabilities)."""
@@ -477,7 +516,8 @@ class StreamAssembler:
             slot = self._choices.get(choice.index)
             if slot is None:
                 slot = self._choices[choice.index] = {
-                    "role": "assistant", "content": [], "reasoning": [], "tools": {}, "finish": None, "refusal": [],
+                    "role": "assistant", "content": TextParts(), "reasoning": TextParts(), "tools": {}, "finish": None,
+                    "refusal": TextParts(),
                     "logprobs": None, "refusal_logprobs": None,
                 }
             d = choice.delta
@@ -490,7 +530,7 @@ class StreamAssembler:
             if d.refusal:
                 slot["refusal"].append(d.refusal)
             for call in d.tool_calls or ():
-                tool = slot["tools"].setdefault(call.index, {"id": None, "type": "function", "name": None, "args": []})
+                tool = slot["tools"].setdefault(call.index, {"id": None, "type": "function", "name": None, "args": TextParts()})
                 if call.id:
                     tool["id"] = call.id
                 if call.type:
@@ -531,14 +571,14 @@ class StreamAssembler:
                 slot = out._choices.get(index)
                 if slot is None:
                     slot = out._choices[index] = {
-                        "role": piece["role"], "content": [], "reasoning": [], "tools": {}, "finish": None,
-                        "refusal": [], "logprobs": None, "refusal_logprobs": None,
+                        "role": piece["role"], "content": TextParts(), "reasoning": TextParts(), "tools": {},
+                        "finish": None, "refusal": TextParts(), "logprobs": None, "refusal_logprobs": None,
                     }
                 slot["content"].extend(piece["content"])
                 slot["reasoning"].extend(piece["reasoning"])
                 slot["refusal"].extend(piece["refusal"])
                 for tool_index, tool in piece["tools"].items():
-                    mine = slot["tools"].setdefault(tool_index, {"id": None, "type": "function", "name": None, "args": []})
+                    mine = slot["tools"].setdefault(tool_index, {"id": None, "type": "function", "name": None, "args": TextParts()})
                     mine["id"] = mine["id"] or tool["id"]
                     mine["type"] = tool["type"] or mine["type"]
                     mine["name"] = mine["name"] or tool["name"]
@@ -568,6 +608,10 @@ class StreamAssembler:
             return False
         slot = self._choices[0]
         return bool(slot["content"]) and not slot["tools"] and not slot["refusal"]
+
+    def all_tool_arguments(self) -> str:
+        """Every tool call's arguments so far, joined (their tokens are billed as output)."""
+        return "".join("".join(t["args"]) for s in self._choices.values() for t in s["tools"].values())
 
     def all_reasoning(self) -> str:
         return "".join("".join(s["reasoning"]) for s in self._choices.values())

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type, Union
 
 from llmroute import errors as E
-from llmroute.providers.base import OpenAICompatAdapter
+from llmroute.providers.base import OpenAICompatAdapter, bearer
 from llmroute._http.request import HttpRequest
 from llmroute.types import Usage
 
@@ -222,9 +222,9 @@ def models_base_url(provider: "Provider") -> str:
 
 
 def models_request(provider: "Provider") -> HttpRequest:
-    headers = {"Accept": "application/json"}
+    headers: Dict[str, Any] = {"Accept": "application/json"}
     if provider.api_key:
-        headers["Authorization"] = f"Bearer {provider.api_key.get()}"
+        headers["Authorization"] = bearer(provider.api_key)  # revealed by the transport, as it writes it
     headers.update(provider.headers)
     return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)
 

@@ -249,6 +249,18 @@ def is_error_payload(data: Mapping[str, Any]) -> bool:
     return data.get("object") == "error" or ("message" in data and "code" in data)
 
 
+def billed_usage(payload: Any) -> Any:
+    """The usage an error body reports (some platforms bill a request that failed part-way, and say
+    so beside the error): the platform's figure, recorded as such. None when it reports none."""
+    raw = payload.get("usage") if isinstance(payload, Mapping) else None
+    if not isinstance(raw, Mapping):
+        return None
+    from llmroute.accounting.tokens import normalize_usage  # loaded with the adapters already
+
+    usage = normalize_usage(raw)
+    return usage if usage.prompt_tokens or usage.completion_tokens else None
+
+
 _KEPT_TEXT = 64 * 1024  # of an error body, for `e.response.text` (the rest is dropped)
 
 
@@ -283,6 +295,7 @@ def error_from_payload(
         body=openai_body,
         headers=headers if status is not None else None,
         response_text=raw_text[:_KEPT_TEXT] if status is not None else "",
+        usage=billed_usage(payload),
     )
     message = _describe(cls, body, status)
     if cls is E.APITimeoutError:
@@ -315,7 +328,7 @@ def error_from_response(
 def _sse_error_payload(text: str) -> Any:
     """The JSON of an error sent as an SSE frame with a non-2xx status (DashScope's native protocol
     does this for streamed calls: `id:1`, `event:error`, `:HTTP_STATUS/401`, `data:{...}`)."""
-    for line in reversed(text.splitlines()):
+    for line in reversed(text.split("\n")):  # SSE ends lines at \n, \r\n or \r; JSON stays on its line
         if line.startswith("data:"):
             try:
                 return json.loads(line[5:])

@@ -12,6 +12,7 @@ import json
 import re
 
 from llmroute import errors as E
+from llmroute._runtime.secrets import SecretStr
 from llmroute._http.request import HttpRequest
 
 __all__ = ["encode_body", "check_headers"]
@@ -25,7 +26,8 @@ def check_headers(request: HttpRequest) -> None:
     for name, value in request.headers.items():
         if not isinstance(name, str) or not _TOKEN.match(name):
             raise E.InvalidRequestError(f"invalid header name {name!r}", field="extra_headers")
-        if not isinstance(value, str):
+        if isinstance(value, SecretStr):
+            continue  # a configured key: checked when the config loaded
             raise E.InvalidRequestError(f"header {name!r}: the value must be a string, not {type(value).__name__}",
                                         field="extra_headers")
         if _BAD_VALUE.search(value):

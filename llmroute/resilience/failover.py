@@ -35,7 +35,8 @@ What it encodes:
   ends with that StreamInterruptedError. With `recover="continue_or_restart"` (plain calls)
   continuing deployments are tried first, then the next deployment starts the answer again
   (`Send.is_restart`). A continuation refused as a bad request (the platform does not take a
-  prefill) moves on: the real failure is the cut, not the refusal.
+  prefill) moves on: the real failure is the cut, not the refusal; a plain call's answer then starts
+  again from scratch on that same deployment (the caller has seen nothing), a stream's moves on.
 - Client-side limits (bulkhead, rpm, tpm per pool) either admit, ask to wait within
   `queue_timeout_s`, or move on.
 
@@ -414,6 +415,9 @@ class FailoverPlan:
             # The platform does not take a prefill: not the caller's fault, not the real failure.
             self._no_continue.add(deployment_id)
             note = "cannot continue a partial answer: " + (describe_error(error) or "refused")
+            if self._recover == "continue_or_restart":  # a plain call: the caller saw nothing, start again there
+                self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))
+                note += "; restarting the answer there"
         elif isinstance(error, E.ContextLengthError):
             note = "context window too small: trying a larger one"
             self._context.error = error

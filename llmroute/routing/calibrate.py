@@ -29,9 +29,10 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover - exercised on 3.10 only
     import tomli as tomllib
 
+from llmroute._runtime.text_files import not_utf8
 from llmroute.errors import ConfigError
 from llmroute.cli.paths import check_input, check_output
-from llmroute._runtime.jsonl import conversation_of, read_jsonl
+from llmroute._runtime.jsonl import conversation_of, read_jsonl, split_lines
 from llmroute.routing.classifier import classify
 from llmroute.routing.configured import scorer_from_config
 from llmroute.routing.fitted import load_model
@@ -130,8 +131,8 @@ def write_threshold(config_path: str | Path, value: float) -> None:
         raise ConfigError("config file not found (calibrate --write edits an existing config)", path=str(path))
     try:
         text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise ConfigError("not UTF-8 text; TOML files must be UTF-8", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(exc, str(path)) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", path=str(path)) from None
     try:
@@ -202,7 +203,7 @@ def _structure_lines(lines: list[str]) -> list[bool]:
 
 
 def _with_threshold(text: str, formatted: str) -> str:
-    lines = text.splitlines(keepends=True)
+    lines = split_lines(text, keepends=True)  # TOML strings may hold U+2028 raw
     starts = _structure_lines(lines)
     in_routing = False
     routing_header = None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from llmroute._runtime.text_files import not_utf8
 from llmroute.errors import ConfigError
 from llmroute.routing.fitted import FittedRouter, load_model
 
@@ -25,6 +26,8 @@ def scorer_from_config(config_path: str | Path) -> tuple[FittedRouter | None, fl
         data = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read config: {exc.strerror}", path=str(path)) from None
+    except UnicodeDecodeError as exc:
+        raise not_utf8(exc, str(path)) from None
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError(f"invalid TOML: {exc}", path=str(path)) from None
     routing = data.get("routing") if isinstance(data.get("routing"), dict) else {}

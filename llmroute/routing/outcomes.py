@@ -65,7 +65,7 @@ def _quality(row: Mapping[str, Any], key: str, number: int, path: str | Path) ->
 def load_outcomes(path: str | Path) -> list[Outcome]:
     """Outcomes from a JSONL file (format above). ConfigError naming the file and line on a bad row."""
     outcomes = []
-    for number, row in read_jsonl(path):
+    for number, row in read_jsonl(path, "outcomes file"):
         messages = conversation_of(row, number, path)
         if "small_score" in row or "large_score" in row:
             small = _quality(row, "small_score", number, path)

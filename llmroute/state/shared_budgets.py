@@ -27,6 +27,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Sequence
 
 from llmroute._runtime.forksafe import renew_at_fork
+from llmroute._runtime.lifecycle import start_daemon
 from llmroute.state.shared_limits import ADMIT_FUNCTION_LUA, LimitRequest
 from llmroute.state.redis_state import SharedState, Unavailable
 
@@ -149,9 +150,8 @@ class SharedBudgetCounters:
             for key, units, ttl in deltas:
                 old = self._pending.get(key, (0, ttl))[0]
                 self._pending[key] = (old + units, ttl)
-            if self._flusher is None:
-                self._flusher = threading.Thread(target=self._flush_loop, name="llmroute-state-budgets", daemon=True)
-                self._flusher.start()
+            if self._flusher is None:  # none at interpreter exit: close() sends what is pending
+                self._flusher = start_daemon(self._flush_loop, "llmroute-state-budgets")
 
     def flush(self) -> bool:
         """Send the pending settlements now; False when Redis did not take them."""

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from llmroute._runtime.forksafe import renew_at_fork
+from llmroute._runtime.lifecycle import start_daemon
 from llmroute.resilience.limits import Admission, DeploymentLimits, Lease
 from llmroute.resilience.policy import ResiliencePolicy
 from llmroute.state.redis_state import SharedState, Unavailable
@@ -180,10 +181,8 @@ class SharedLimits:
             lease.slots_key, lease.slot_id = slots_key, slot_id
             with self._lock:
                 self._held.setdefault(slots_key, set()).add(slot_id)
-                if self._renewer is None:
-                    self._renewer = threading.Thread(target=self._renew_loop, name="llmroute-state-leases",
-                                                     daemon=True)
-                    self._renewer.start()
+                if self._renewer is None:  # none at interpreter exit: the lease ends by its TTL
+                    self._renewer = start_daemon(self._renew_loop, "llmroute-state-leases")
         return Admission(True, lease=lease)
 
     def release(self, lease: Optional[Lease]) -> None:

@@ -278,3 +278,15 @@ def test_a_call_that_failed_over_is_stored_with_the_answering_attempt_only(vllm_
     answering = first.route.attempts[-1]
     assert second.route.deployment == answering.deployment
     assert records[-1].cost_saved == answering.cost.amount  # the answering attempt's cost, not the failed one's
+
+
+def test_a_stream_too_long_to_keep_chunk_by_chunk_is_not_stored(vllm_server, monkeypatch):
+    from llmroute._call import cache_step
+
+    monkeypatch.setattr(cache_step, "MAX_RECORDED_CHUNKS", 3)  # 20,000 by default
+    vllm_server.push(Reply(pieces=["one", " two", " three", " four", " five"]))
+    with Client(config=cache_config(vllm_server)) as client:
+        first, chunks = _stream(client)
+        second, _ = _stream(client)
+    assert len(chunks) > 3 and "".join(c.choices[0].delta.content or "" for c in chunks if c.choices).startswith("one")
+    assert (first.route.cache, second.route.cache) == ("miss", "miss") and sent(vllm_server) == 2

@@ -374,3 +374,36 @@ def test_keyboard_interrupt_during_a_sync_embeddings_call(fault_server: Any, ala
         assert client._engine.limits.in_flight("f:fault-embed") == 0  # its slot is back
         out = client.embeddings.create(model="embed", input=["one"])
         assert len(out.data) == 1
+
+
+def test_close_ends_streams_still_open_as_abandoned(config: dict[str, Any], fault_server: Any) -> None:
+    client = L.Client(config=config)
+    fault_server.push(timed(0.0, [0.05] * 40))
+    stream = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+    for _ in stream:
+        break
+    assert client._engine.limits.in_flight(DEP) == 1
+    records = client._engine.ledger.records
+    client.close()
+    assert [r.status for r in records] == ["abandoned"]  # recorded by close(), the stream still referenced
+    assert records[0].input_tokens > 0
+    assert client._engine.limits.in_flight(DEP) == 0  # its slot is back
+    stream.close()  # closing it afterwards records nothing more
+    assert len(records) == 1
+
+
+def test_aclose_ends_streams_still_open_as_abandoned(config: dict[str, Any], fault_server: Any) -> None:
+    async def main() -> None:
+        client = L.AsyncClient(config=config)
+        fault_server.push(timed(0.0, [0.05] * 40))
+        stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        async for _ in stream:
+            break
+        records = client._engine.ledger.records
+        await client.aclose()
+        assert [r.status for r in records] == ["abandoned"]
+        assert client._engine.limits.in_flight(DEP) == 0
+        await stream.aclose()
+        assert len(records) == 1
+
+    asyncio.run(main())

@@ -252,8 +252,27 @@ def test_a_refused_prefill_moves_a_plain_call_on_to_a_restart(servers, mode):
         result = call()
         assert call.health()[B].failures_in_window == 0  # a refused prefill is not an outage
     assert result.text == B_TEXT
-    assert sent(result.route) == [(A, "interrupted"), (B, "error"), (C, "ok")]
+    # restarted from scratch on the backup that refused the prefill (the caller saw nothing)
+    assert sent(result.route) == [(A, "interrupted"), (B, "error"), (B, "ok")]
+    assert result.route.recovery == "restarted" and result.route.attempts[2].note == "restart"
+    assert servers["b"].requests[-1].json["messages"] == MESSAGES  # no prefill
+    assert servers["c"].calls == 0
+
+
+@pytest.mark.parametrize("mode", PLAIN_MODES)
+def test_a_plain_call_whose_only_backup_refuses_the_prefill_restarts_there(servers, mode):
+    servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
+    servers["b"].push(status(400, message="assistant prefill is not supported"))
+    config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]},
+                         deployments=[A, continuing("b")])
+    with Caller(mode, config) as call:
+        result = call()
+        records = call.client._engine.ledger.records
+    assert result.text == B_TEXT
+    assert sent(result.route) == [(A, "interrupted"), (B, "error"), (B, "ok")]
     assert result.route.recovery == "restarted"
+    assert servers["b"].requests[-1].json["messages"] == MESSAGES
+    assert [r.status for r in records] == ["interrupted", "error", "ok"]
 
 
 @pytest.mark.parametrize("mode", STREAM_MODES)

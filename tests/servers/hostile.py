@@ -12,6 +12,13 @@ Behaviours:
 - `gzip_bomb`: a 200 whose gzip body inflates to `bomb_bytes` of zeros.
 - `long_sse_line`: an event stream whose first line is `huge_bytes` long, in 64 KiB writes.
 - `runaway_sse`: a valid event stream that never ends, up to `huge_bytes`.
+- `long_sse:<chars>`: a valid, complete event stream of `<chars>` characters in 4-character pieces,
+  with usage (one token a piece) in its last chunk.
+- `sse_then_nothing`: a 200 event stream whose body ends at once, with no event.
+- `empty_sse`: an event stream of chunks with empty deltas (no content ever), up to `huge_bytes`.
+- `choices:<n>`: a 200 completion with `<n>` choices (streamed as chunks when the request streams).
+- `tool_args:<chars>`: a streamed tool call whose arguments run to `<chars>` characters.
+- `error_usage:<status>`: an error status whose JSON body also reports `usage` (the platform billed).
 - `gzip_sse`: a valid, complete event stream, gzip-compressed.
 - `nested_json`: a 200 whose body is 100,000 nested lists.
 - `empty_choices`: a 200 completion with `choices: []` and usage.
@@ -159,6 +166,63 @@ class _Handler(socketserver.BaseRequestHandler):
             n = int(mode.split(":", 1)[1])
             body = _completion(usage={"prompt_tokens": n, "completion_tokens": n, "total_tokens": 2 * n})
             self._send(self._headers(length=len(body)) + body)
+        elif mode.startswith("long_sse:"):
+            chars = int(mode.split(":", 1)[1])
+            self._send(self._headers(content_type="text/event-stream"))
+            piece, sent = _chunk("abcd"), 0
+            while sent < chars and alive():
+                count = min(256, (chars - sent + 3) // 4)
+                if not self._chunked(piece * count):
+                    return
+                sent += 4 * count
+            usage = {"prompt_tokens": 5, "completion_tokens": chars // 4, "total_tokens": 5 + chars // 4}
+            end = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                   "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}], "usage": usage}
+            self._chunked(b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n")
+            self._send(b"0\r\n\r\n")
+        elif mode == "sse_then_nothing":
+            self._send(self._headers(content_type="text/event-stream") + b"0\r\n\r\n")
+        elif mode == "empty_sse":
+            self._send(self._headers(content_type="text/event-stream"))
+            empty = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                     "choices": [{"index": 0, "delta": {}, "finish_reason": None}]}
+            piece, sent = (b"data: " + json.dumps(empty).encode() + b"\n\n") * 256, 0
+            while sent < owner.huge_bytes and alive():
+                if not self._chunked(piece):
+                    return
+                sent += len(piece)
+            self._send(b"0\r\n\r\n")
+        elif mode.startswith("choices:"):
+            n = int(mode.split(":", 1)[1])
+            choice = '{"index": %d, "message": {"role": "assistant", "content": "hi"}, "finish_reason": "stop"}'
+            usage = json.dumps({"prompt_tokens": 5, "completion_tokens": n, "total_tokens": 5 + n})
+            body = ('{"id": "c", "object": "chat.completion", "created": 1, "model": "m", "choices": ['
+                    + ", ".join(choice % i for i in range(n)) + '], "usage": ' + usage + "}").encode()
+            self._send(self._headers(length=len(body)) + body)
+        elif mode.startswith("tool_args:"):
+            chars = int(mode.split(":", 1)[1])
+            self._send(self._headers(content_type="text/event-stream"))
+
+            def call(arguments: str, first: bool = False) -> bytes:
+                function = {"name": "f", "arguments": arguments} if first else {"arguments": arguments}
+                tool = {"index": 0, "function": function, **({"id": "call_1", "type": "function"} if first else {})}
+                payload = {"id": "c", "object": "chat.completion.chunk", "created": 1, "model": "m",
+                           "choices": [{"index": 0, "delta": {"tool_calls": [tool]}, "finish_reason": None}]}
+                return b"data: " + json.dumps(payload).encode() + b"\n\n"
+
+            self._chunked(call("{\"a\": \"", first=True))
+            sent = 0
+            while sent < chars and alive():
+                if not self._chunked(call("x" * 4096) * 16):
+                    return
+                sent += 4096 * 16
+            self._chunked(b"data: [DONE]\n\n")
+            self._send(b"0\r\n\r\n")
+        elif mode.startswith("error_usage:"):
+            code = mode.split(":", 1)[1]
+            body = json.dumps({"error": {"message": "the server failed after reading the prompt", "type": "server_error"},
+                               "usage": {"prompt_tokens": 1234, "completion_tokens": 56, "total_tokens": 1290}}).encode()
+            self._send(self._headers(f"{code} Error", length=len(body)) + body)
         elif mode.startswith("redirect:"):
             code = mode.split(":", 1)[1]
             reason = {"301": "Moved Permanently", "302": "Found", "307": "Temporary Redirect",
