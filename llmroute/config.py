@@ -237,6 +237,9 @@ class Config:
     sections: Sections
     source: str = "<dict>"
     base_dir: Path = field(default_factory=Path.cwd)
+    # The provider a bare model id goes to when no tier or deployment names it: set by
+    # `Client(base_url=...)` (llmroute/construction.py), whose model= is the server's own id.
+    default_provider: Optional[str] = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> "Config":

@@ -163,10 +163,16 @@ def embedding_target(config: "Config", prepared: PreparedEmbedding) -> Target:
             fallback = list(config.tiers[tier.fallback_tier].deployments_for(prepared.pool))
         return Target(list(tier.deployments_for(prepared.pool)), tier.name, f"tier: {tier.name}",
                       fallback=fallback, fallback_tier=tier.fallback_tier)
-    if ":" in model:
+    if ":" in model and model.partition(":")[0] in config.providers:
         dep = config.deployment(model)
         if dep is not None:
             return Target([dep], dep.tier, f"deployment: {dep.id}")
+    from llmroute._call.targets import bare_deployment  # the call core: loaded with the first client
+
+    bare = bare_deployment(config, model) if model else None
+    if bare is not None:  # the platform's own id, served by one configured deployment (or the default provider)
+        return Target([bare], bare.tier, f"model: {model} ({bare.id})")
+    if ":" in model:
         known = ", ".join(sorted(config.providers)) or "none"
         raise E.RoutingError(f"model {model!r}: unknown provider {model.partition(':')[0]!r} "
                              f"(configured providers: {known})")

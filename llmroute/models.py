@@ -2,7 +2,8 @@
 
 Each provider's `GET {base}/models` is asked (Together's bare array and Ollama's native list are
 read too, see `providers/embeddings.py`). A model's `id` is "provider:model-id", the form
-`create(model=...)` takes, so a listed id can be called as is; `model` keeps the platform's own id
+`create(model=...)` takes (a `Client(base_url=...)` lists the server's own ids, which it takes), so a
+listed id can be called as is; `model` keeps the platform's own id
 and every field the platform sent (`context_length`, `max_model_len`, `type`, ...) stays readable.
 A provider that cannot be listed does not hide the others: its typed error is in `.errors`; only
 when every provider asked failed is an error raised. Listing is free: no ledger record, no breaker.
@@ -68,8 +69,11 @@ def _timeouts(provider: "Provider") -> Any:
     return Timeouts(connect_s=min(connect, total), ttft_s=total, total_s=total, read_s=total, read_kind="total")
 
 
-def _models_of(provider: "Provider", content: bytes) -> List[Model]:
-    return [Model.model_validate({**m, "id": f"{provider.name}:{m['id']}", "provider": provider.name, "model": m["id"]})
+def _models_of(provider: "Provider", content: bytes, config: "Config") -> List[Model]:
+    # A one-server client (`Client(base_url=...)`) lists the server's own ids, as openai-python does.
+    own = config.default_provider == provider.name
+    return [Model.model_validate({**m, "id": m["id"] if own else f"{provider.name}:{m['id']}",
+                                  "provider": provider.name, "model": m["id"]})
             for m in parse_model_list(provider, content)]
 
 
@@ -106,7 +110,7 @@ class Models:
                     response.close()
                 if response.status_code >= 300:
                     raise _error(p, response.status_code, response.headers, content)
-                listed[p.name] = _models_of(p, content)
+                listed[p.name] = _models_of(p, content, self._client.config)
             except E.ProviderError as error:
                 errors[p.name] = error
             except sync_network_errors() as exc:
@@ -136,7 +140,7 @@ class AsyncModels:
                     await response.aclose()
                 if response.status_code >= 300:
                     return _error(p, response.status_code, response.headers, content)
-                return _models_of(p, content)
+                return _models_of(p, content, self._client.config)
             except E.ProviderError as error:
                 return error
             except raised as exc:
