@@ -22,7 +22,7 @@ from llmroute.cache import open_cache
 from llmroute._call.cache_step import alookup, lookup
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
-from llmroute.completions import AsyncCompletions, Completions
+from llmroute.chat_completions import AsyncChatCompletions, ChatCompletions
 from llmroute.config import Config, load_config
 from llmroute.construction import CallOptions, build_config, call_options, per_call_timeout
 from llmroute._call.engine import Engine
@@ -93,6 +93,12 @@ class _Opened:
 
 def _now() -> float:
     return time.monotonic()
+
+
+def _answered(ctx: AttemptContext, response: Any) -> None:
+    """Keep the status and headers of an attempt the platform answered (`with_raw_response`)."""
+    ctx.record.http_status = response.status_code
+    ctx.record.response_headers = response.headers
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
@@ -294,7 +300,7 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
 
 class _Chat:
     def __init__(self, client: "Client") -> None:
-        self.completions = Completions(client)
+        self.completions = ChatCompletions(client)
 
 
 def _sync_views(view: Any) -> None:
@@ -444,6 +450,7 @@ class Client(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response = self._send(ctx)
+            _answered(ctx, op.response)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
@@ -747,7 +754,7 @@ def _offload_for(engine: Engine, cache: Any) -> Offload:
 
 class _AsyncChat:
     def __init__(self, client: "AsyncClient") -> None:
-        self.completions = AsyncCompletions(client)
+        self.completions = AsyncChatCompletions(client)
 
 
 class AsyncClient(_ClientSurface):
@@ -826,6 +833,7 @@ class AsyncClient(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response = await self._send(ctx)
+            _answered(ctx, op.response)
             if state is None or _plain_answer(state, op.response):
                 op.state = None
                 try:

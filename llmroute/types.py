@@ -200,6 +200,8 @@ class Attempt(BaseModel):
     billed: bool = False
     cost: Optional[Cost] = None
     note: Optional[str] = None
+    # The HTTP headers of the platform's answer (an attempt that was answered): `with_raw_response`.
+    response_headers: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def id(self) -> str:
