@@ -114,7 +114,8 @@ class Models:
             except E.ProviderError as error:
                 errors[p.name] = error
             except sync_network_errors() as exc:
-                errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
+                errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts,
+                                                     url=p.base_url)
         return _result(listed, errors)
 
 
@@ -144,7 +145,7 @@ class AsyncModels:
             except E.ProviderError as error:
                 return error
             except raised as exc:
-                return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
+                return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts, url=p.base_url)
 
         providers = _providers(self._client.config, provider)
         results = await asyncio.gather(*(one(p) for p in providers))

@@ -17,7 +17,8 @@ def transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamS
     """The attempt's typed error for what its transport raised: a read cut at the attempt's deadline is
     the total timeout, a read timeout after content a stall."""
     error = map_transport_error(
-        exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts
+        exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id, timeouts=ctx.timeouts,
+        url=ctx.request.url,
     )
     if isinstance(error, E.APITimeoutError) and error.timeout != "connect" and time.monotonic() >= ctx.deadline - 0.01:
         # The read was cut at the attempt's deadline (transport.py): that is the total timeout.

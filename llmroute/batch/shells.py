@@ -85,7 +85,8 @@ class Batches:
             r = self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
                                    data=req.data)
         except (httpx.HTTPError, OSError) as exc:
-            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
+            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS,
+                                      url=req.url) from exc
         return Resp(r.status_code, r.headers, r.content)
 
     def _drive(self, step: Any) -> Any:
@@ -173,7 +174,8 @@ class AsyncBatches:
             r = await self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
                                          data=req.data)
         except (httpx.HTTPError, OSError) as exc:
-            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
+            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS,
+                                      url=req.url) from exc
         return Resp(r.status_code, r.headers, r.content)
 
     async def _drive(self, step: Any) -> Any:
