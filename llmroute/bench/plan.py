@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from llmroute.errors import ConfigError, LLMRouteError
 from llmroute.accounting.prices import load_price_table
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = [
     "main", "LevelChoice", "choose_level", "monthly_costs", "parse_price", "parse_throughput",
@@ -330,7 +331,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    ns = with_defaults(_parser()).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         from llmroute.cli.paths import check_input, check_output  # loaded when the command runs, not at import
 

@@ -11,6 +11,7 @@ import json
 import sys
 from typing import Any, List, Optional
 from llmroute.client import Client
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main"]
 
@@ -22,21 +23,23 @@ def _parser() -> argparse.ArgumentParser:
     submit = sub.add_parser("submit", help="submit a JSONL file of chat requests (each with a custom_id)")
     submit.add_argument("file", help="JSONL: OpenAI batch lines or {custom_id, messages, ...} objects")
     submit.add_argument("--model", required=True, help="a tier, 'auto' or 'provider:model-id'")
-    submit.add_argument("--feature")
-    submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
-    submit.add_argument("--on-failure", choices=["resubmit", "next_deployment", "online", "fail"])
+    submit.add_argument("--feature", help="the feature every request is recorded under in the ledger")
+    submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                        help="ledger metadata for every request; repeat for more pairs")
+    submit.add_argument("--on-failure", choices=["resubmit", "next_deployment", "online", "fail"],
+                        help="what to do with a failed or expired platform job (default: [batch] on_failure)")
     submit.add_argument("--window", help="completion window, e.g. 24h")
     submit.add_argument("--wait", action="store_true", help="wait for the results after submitting")
     for name, text in (("status", "a job's progress, parts and events"), ("wait", "poll until the job finishes"),
                        ("fetch", "write the results as JSONL"), ("cancel", "cancel the job's platform jobs")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("job_id")
+        p.add_argument("job_id", help="the job's id, as submit printed it")
         if name == "wait":
             p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
         if name == "fetch":
             p.add_argument("--output", "-o", help="file to write (default: stdout)")
         if name == "status":
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help="print the job as JSON")
     sub.add_parser("list", help="every job in the store")
     return parser
 
@@ -58,7 +61,7 @@ def _print_status(view: Any, out: Any, events: bool = True) -> None:
 
 def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
     out = out or sys.stdout
-    args = _parser().parse_args(argv)
+    args = with_defaults(_parser()).parse_args(argv)
 
     with Client.from_config(args.config) as client:
         batches = client.batches
