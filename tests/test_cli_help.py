@@ -46,5 +46,5 @@ def test_every_option_has_help_and_shows_its_default(monkeypatch, argv):
 def test_help_prints_defaults(capsys):
     with pytest.raises(SystemExit):
         main(["local", "serve", "--help"])
-    out = capsys.readouterr().out
+    out = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
     assert "--port" in out and "(default: 8080)" in out and "(default: 127.0.0.1)" in out
