@@ -12,7 +12,7 @@ import sys
 from typing import List, Optional
 from llmroute.errors import LLMRouteError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "COMMANDS", "CLOSED_PIPE_STATUS"]
 
 # name -> (module:function, one-line help)
 COMMANDS = {
@@ -28,6 +28,22 @@ COMMANDS = {
     "cache": ("llmroute.cli.cache_command:main", "response cache: backend stats, clear a namespace or all"),
     "batch": ("llmroute.cli.batch_command:main", "batch jobs on the platforms' batch APIs: submit, status, wait, fetch"),
 }
+
+
+# The status a shell reports for a process that SIGPIPE ended (128 + 13): what `head` leaves behind.
+CLOSED_PIPE_STATUS = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (captured): nothing to redirect
+        pass
 
 
 def _usage() -> str:
@@ -61,7 +77,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
     try:
-        return int(getattr(module, func_name)(rest) or 0)
+        status = int(getattr(module, func_name)(rest) or 0)
+        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
+        return status
+    except BrokenPipeError:  # `llmroute health --json | head`: the reader left; stop quietly
+        _silence_stdout()
+        return CLOSED_PIPE_STATUS
     except LLMRouteError as exc:
         print(f"llmroute {name}: {exc}", file=sys.stderr)
         return 2
