@@ -75,6 +75,14 @@ def __getattr__(name: str) -> _Any:
         from llmroute import embeddings  # loaded on first access (module __getattr__): `import llmroute` stays light
 
         return getattr(embeddings, name)
+    if name in ("ParsedChatCompletion", "LengthFinishReasonError", "ContentFilterFinishReasonError"):
+        from llmroute import structured  # loaded on first access (module __getattr__): `import llmroute` stays light
+
+        return getattr(structured, name)
+    if name == "APIResponse":
+        from llmroute.raw_responses import APIResponse  # loaded on first access: `import llmroute` stays light
+
+        return APIResponse
     if name in ("Model", "ModelList"):
         from llmroute import models  # loaded on first access (module __getattr__): `import llmroute` stays light
 
@@ -136,4 +144,8 @@ __all__ = [
     "Model",
     "ModelList",
     "SharedStateUnavailableError",
+    "ParsedChatCompletion",
+    "LengthFinishReasonError",
+    "ContentFilterFinishReasonError",
+    "APIResponse",
 ]
