@@ -1,0 +1,133 @@
+"""Building a client as openai-python users do: `Client(base_url=..., api_key=...)`, `Client()` from
+`$LLMROUTE_CONFIG` or `./llmroute.toml`, bare model ids, `with_options`, and the response surface
+(`with_raw_response` headers, `to_dict`, server extras) on the real llama.cpp server."""
+
+from __future__ import annotations
+
+import gc
+import warnings
+
+import pytest
+
+import llmroute as L
+from tests.servers.llamacpp import MODEL_ALIAS, llama_config
+
+MESSAGES = [{"role": "user", "content": "hi"}]
+FREE = {"input_per_million": 0, "output_per_million": 0}
+
+
+def _toml(base_url: str) -> str:
+    return "\n".join(['[providers.local]', 'kind = "llamacpp"', f'base_url = "{base_url}"', "",
+                      '[tiers.small]', f'deployments = ["local:{MODEL_ALIAS}"]', "",
+                      '[pricing."local:*"]', "input_per_million = 0", "output_per_million = 0", ""])
+
+
+def test_client_with_no_arguments_reads_the_env_then_the_working_directory(llama_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("LLMROUTE_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(L.ConfigError) as info:
+        L.Client()
+    assert "LLMROUTE_CONFIG" in str(info.value) and "llmroute.toml" in str(info.value)
+    (tmp_path / "llmroute.toml").write_text(_toml(llama_server.base_url))
+    with L.Client() as c:
+        assert c.config.source.endswith("llmroute.toml") and list(c.config.tiers) == ["small"]
+        assert c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=2).choices
+    elsewhere = tmp_path / "other.toml"
+    elsewhere.write_text(_toml(llama_server.base_url).replace("tiers.small", "tiers.named"))
+    monkeypatch.setenv("LLMROUTE_CONFIG", str(elsewhere))
+    with L.Client() as c:  # the env wins over the working directory
+        assert list(c.config.tiers) == ["named"]
+    monkeypatch.setenv("LLMROUTE_CONFIG", str(tmp_path / "missing.toml"))
+    with pytest.raises(L.ConfigError, match="missing.toml: config file not found"):
+        L.Client()
+
+
+def test_base_url_client_calls_the_server_by_its_own_model_ids(llama_server):
+    with L.Client(base_url=llama_server.base_url, api_key="sk-local", prices={MODEL_ALIAS: FREE}) as c:
+        resp = c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2)
+        assert resp.route.deployment == f"default:{MODEL_ALIAS}" and resp.cost.amount == 0
+        assert [m.id for m in c.models.list()] == [MODEL_ALIAS]
+        assert str(c.base_url) == llama_server.base_url + "/"
+        with pytest.raises(L.ConfigError, match="no price"):  # priced: another model id is refused before sending
+            c.chat.completions.create(model="other-model", messages=MESSAGES, max_tokens=2)
+
+
+def test_an_unpriced_server_warns_once_and_records_no_cost(llama_server):
+    url = llama_server.base_url.replace("127.0.0.1", "localhost")  # a server no other test warned about
+    with pytest.warns(UserWarning, match="has no prices") as caught:
+        c1 = L.Client(base_url=url)
+    assert len(caught) == 1 and "sk-" not in str(caught[0].message)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        c2 = L.Client(base_url=url)  # once per server
+    with c1, c2:
+        resp = c1.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2)
+    assert resp.cost.amount is None
+
+
+def test_construction_mistakes_are_config_errors_before_any_io(monkeypatch):
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
+    with pytest.raises(L.ConfigError, match="base_url"):
+        L.Client(api_key="sk-secret-value")
+    with pytest.raises(L.ConfigError, match="not both"):
+        L.Client({"providers": {}}, base_url="http://127.0.0.1:9/v1")
+    with pytest.raises(L.ConfigError, match="max_retries"):
+        L.Client(base_url="http://127.0.0.1:9/v1", max_retries=-1, prices={})
+    with pytest.raises(L.ConfigError, match="timeout"):
+        L.Client(base_url="http://127.0.0.1:9/v1", timeout="soon", prices={})
+    with pytest.raises(L.ConfigError) as info:
+        L.Client(base_url="http://user:sk-secret-value@127.0.0.1:9/v1", prices={})
+    assert "sk-secret-value" not in str(info.value)
+
+
+def test_a_bare_model_id_served_by_one_configured_deployment(llama_server, vllm_server):
+    cfg = llama_config(llama_server.base_url)
+    with L.Client(cfg) as c:
+        resp = c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2)
+        assert resp.route.deployment == f"local:{MODEL_ALIAS}" and resp.route.reason.startswith("model:")
+        with pytest.raises(L.RoutingError, match="no configured deployment serves"):
+            c.chat.completions.create(model="not-served", messages=MESSAGES)
+    two = {**cfg, "providers": {**cfg["providers"], "other": {"kind": "vllm", "base_url": vllm_server.base_url}},
+           "tiers": {**cfg["tiers"], "extra": {"deployments": [f"other:{MODEL_ALIAS}"]}},
+           "pricing": {**cfg["pricing"], "other:*": FREE}}
+    with L.Client(two) as c:
+        with pytest.raises(L.RoutingError, match="several configured deployments"):
+            c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES)
+
+
+def test_with_options_shares_the_client_and_sets_call_defaults(llama_server, fault_server):
+    from tests.servers.fault import status
+
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}, max_retries=3) as c:
+        fault_server.push(status(500), status(500))
+        quick = c.with_options(max_retries=0, timeout=30)
+        assert quick.max_retries == 0 and quick.timeout == 30 and c.max_retries == 3
+        with pytest.raises(L.LLMRouteError) as info:
+            quick.chat.completions.create(model="fault-model", messages=MESSAGES)
+        assert len(info.value.attempts) == 1  # no retry: max_retries=0 for this view's calls
+        assert quick._engine is c._engine and quick._transport is c._transport
+        del quick
+        gc.collect()  # a view's end closes nothing of its client
+        resp = c.chat.completions.create(model="fault-model", messages=MESSAGES)  # the 2nd 500, then an answer
+        assert [a.status for a in resp.route.attempts] == ["error", "ok"]
+
+
+def test_raw_response_has_the_answering_attempts_status_and_headers(fault_server):
+    from tests.servers.fault import status
+
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}, max_retries=2) as c:
+        fault_server.push(status(503))
+        raw = c.chat.completions.with_raw_response.create(model="fault-model", messages=MESSAGES)
+    assert raw.status_code == 200 and raw.retries_taken == 1
+    assert raw.headers.get("content-type", "").startswith(("text/event-stream", "application/json"))
+    assert raw.parse().choices[0].message.content
+    assert "chat.completion" in raw.text() and raw.json()["object"] == "chat.completion"
+
+
+def test_plain_answers_keep_server_extras_and_declare_openai_fields(llama_server):
+    with L.Client(llama_config(llama_server.base_url)) as c:
+        resp = c.chat.completions.create(model="small", messages=MESSAGES, max_tokens=2)
+    assert "timings" in resp.model_extra and resp.to_dict()["timings"]["predicted_n"] >= 1
+    assert resp.service_tier is None and resp.choices[0].message.function_call is None
+    assert resp.choices[0].message.annotations is None and resp.choices[0].message.audio is None
+    assert "route" not in resp.to_dict() and "cost" not in resp.to_json()
