@@ -117,7 +117,7 @@ class APIResponse:
 class AsyncAPIResponse(APIResponse):
     """`with_streaming_response` on an `AsyncClient`: `await response.parse()`, `async with`."""
 
-    async def parse(self) -> Any:  # type: ignore[override]
+    async def parse(self) -> Any:
         return self._result
 
     async def iter_lines(self) -> AsyncIterator[str]:  # type: ignore[override]

@@ -28,7 +28,7 @@ from llmroute.accounting.ledger import LedgerRecord, SQLiteSink
 from llmroute.accounting.ledger_postgres import connect
 from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 
-__all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
+__all__ = ["OnlineCall", "OnlineCalls", "LOCAL_PARALLEL", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
 LEDGER_ERROR_TYPE = "BatchRequestFailed"
 
@@ -38,6 +38,20 @@ class OnlineCall:
     """Run one request through the normal client (the `online` failover policy)."""
 
     kwargs: Dict[str, Any]
+
+
+@dataclass
+class OnlineCalls:
+    """Run several requests through the normal client, at most `parallel` at once ([batch] mode local).
+    The shell answers with one outcome per call, in order: the completion, or the `LLMRouteError`."""
+
+    calls: List[Dict[str, Any]]
+    parallel: int
+
+
+# A local job's requests in flight at once when `[pools.batch] max_concurrency` does not say: the
+# batch pool's own limits (rpm, tpm, max_concurrency) still gate each call on the online path.
+LOCAL_PARALLEL = 4
 
 
 @dataclass
@@ -421,24 +435,30 @@ class BatchJobs:
         `[pools.batch]` limits). The online call writes its own ledger row (its metadata names the job
         and the custom_id); the outcome is stored like a platform's, so results, resume and the failure
         policy are the same."""
-        for r in self.store.requests(job["job_id"], state="pending"):
-            if not self.runs_local(self.deployment(r["deployment"])):
-                continue
-            cid = r["custom_id"]
-            kwargs = {**r["body"], "model": r["model"], "feature": job["feature"], "pool": "batch",
-                      "metadata": {**job["metadata"], "batch_job": job["job_id"], "batch_custom_id": cid}}
-            try:
-                completion = yield OnlineCall(kwargs)
-            except E.LLMRouteError as exc:
-                self.store.set_request(job["job_id"], cid, state="failed", ledgered=1,  # the call ledgered it
-                                       error={"code": type(exc).__name__, "message": str(exc)[:500],
-                                              "status": getattr(exc, "status", None)})
-                self.store.event(job["job_id"], now, "local_failed", f"{cid}: {exc}"[:500])
-                continue
-            route = completion.route
-            self.store.set_request(job["job_id"], cid, state="ok", served_by="local", ledgered=1,
-                                   result={"body": completion.model_dump(),
-                                           "deployment": route.deployment if route else r["deployment"]}, error=None)
+        pending = [r for r in self.store.requests(job["job_id"], state="pending")
+                   if self.runs_local(self.deployment(r["deployment"]))]
+        parallel = int((self.config.sections.pools.get("batch") or {}).get("max_concurrency") or LOCAL_PARALLEL)
+        for start in range(0, len(pending), parallel):
+            group = pending[start:start + parallel]
+            calls = [{**r["body"], "model": r["model"], "feature": job["feature"], "pool": "batch",
+                      "metadata": {**job["metadata"], "batch_job": job["job_id"], "batch_custom_id": r["custom_id"]}}
+                     for r in group]
+            outcomes = yield OnlineCalls(calls, parallel)
+            for r, outcome in zip(group, outcomes):
+                self._store_local(job, r, outcome, now)
+
+    def _store_local(self, job: Dict[str, Any], r: Mapping[str, Any], outcome: Any, now: float) -> None:
+        cid = r["custom_id"]
+        if isinstance(outcome, E.LLMRouteError):
+            self.store.set_request(job["job_id"], cid, state="failed", ledgered=1,  # the call ledgered it
+                                   error={"code": type(outcome).__name__, "message": str(outcome)[:500],
+                                          "status": getattr(outcome, "status", None)})
+            self.store.event(job["job_id"], now, "local_failed", f"{cid}: {outcome}"[:500])
+            return
+        route = outcome.route
+        self.store.set_request(job["job_id"], cid, state="ok", served_by="local", ledgered=1,
+                               result={"body": outcome.model_dump(),
+                                       "deployment": route.deployment if route else r["deployment"]}, error=None)
 
     def _dead(self, job: Dict[str, Any], r: Mapping[str, Any], now: float, reason: str) -> None:
         self.store.set_request(job["job_id"], r["custom_id"], state="dead")

@@ -16,7 +16,7 @@ from llmroute import errors as E
 from llmroute.accounting.ledger_postgres import is_postgres_url
 from llmroute._http.timeouts import Timeouts
 from llmroute._http.transport import httpx_timeout, map_transport_error
-from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall
+from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall, OnlineCalls
 from llmroute.batch.platforms import Req, Resp
 from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
@@ -89,6 +89,20 @@ class Batches:
                                       url=req.url) from exc
         return Resp(r.status_code, r.headers, r.content)
 
+    def _online_calls(self, effect: OnlineCalls) -> List[Any]:
+        """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time (threads)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(kwargs: Dict[str, Any]) -> Any:
+            try:
+                return self._client.chat.completions.create(**kwargs)
+            except E.LLMRouteError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=max(1, min(effect.parallel, len(effect.calls))),
+                                thread_name_prefix="llmroute-batch-local") as pool:
+            return list(pool.map(one, effect.calls))
+
     def _drive(self, step: Any) -> Any:
         value: Any = None
         error: Optional[BaseException] = None
@@ -102,6 +116,8 @@ class Batches:
                     value = self._send(effect)
                 elif isinstance(effect, OnlineCall):
                     value = self._client.chat.completions.create(**effect.kwargs)
+                elif isinstance(effect, OnlineCalls):
+                    value = self._online_calls(effect)
                 else:  # pragma: no cover - a bug in job.py
                     raise TypeError(f"unknown batch effect {effect!r}")
             except E.LLMRouteError as exc:
@@ -178,6 +194,21 @@ class AsyncBatches:
                                       url=req.url) from exc
         return Resp(r.status_code, r.headers, r.content)
 
+    async def _online_calls(self, effect: OnlineCalls) -> List[Any]:
+        """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time."""
+        import asyncio
+
+        gate = asyncio.Semaphore(max(1, effect.parallel))
+
+        async def one(kwargs: Dict[str, Any]) -> Any:
+            async with gate:
+                try:
+                    return await self._client.chat.completions.create(**kwargs)
+                except E.LLMRouteError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(kwargs) for kwargs in effect.calls)))
+
     async def _drive(self, step: Any) -> Any:
         value: Any = None
         error: Optional[BaseException] = None
@@ -191,6 +222,8 @@ class AsyncBatches:
                     value = await self._send(effect)
                 elif isinstance(effect, OnlineCall):
                     value = await self._client.chat.completions.create(**effect.kwargs)
+                elif isinstance(effect, OnlineCalls):
+                    value = await self._online_calls(effect)
                 else:  # pragma: no cover
                     raise TypeError(f"unknown batch effect {effect!r}")
             except E.LLMRouteError as exc:
