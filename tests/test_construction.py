@@ -131,3 +131,45 @@ def test_plain_answers_keep_server_extras_and_declare_openai_fields(llama_server
     assert resp.service_tier is None and resp.choices[0].message.function_call is None
     assert resp.choices[0].message.annotations is None and resp.choices[0].message.audio is None
     assert "route" not in resp.to_dict() and "cost" not in resp.to_json()
+
+
+def _sse(*events: dict) -> str:
+    import json
+
+    return "".join(f"data: {json.dumps(e)}\n\n" for e in events) + "data: [DONE]\n\n"
+
+
+def test_a_tool_only_answer_keeps_the_empty_content_the_server_sent(fault_server):
+    from tests.servers.script import Reply
+
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fault-model"}
+    call = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "f", "arguments": "{}"}}
+    body = _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+                {**base, "choices": [{"index": 0, "delta": {"tool_calls": [call]}}]},
+                {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}], "x_server": 7},
+                {**base, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2, "total_tokens": 5}})
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}) as c:
+        fault_server.push(Reply(body=body, headers={"Content-Type": "text/event-stream"}))
+        resp = c.chat.completions.create(model="fault-model", messages=MESSAGES)
+        fault_server.push(Reply(body=body.replace('"content": ""', '"content": null'),
+                                headers={"Content-Type": "text/event-stream"}))
+        absent = c.chat.completions.create(model="fault-model", messages=MESSAGES)
+    message = resp.choices[0].message
+    assert message.content == "" and message.tool_calls[0].function.name == "f"
+    assert resp.model_extra["x_server"] == 7  # a server's own top-level field, kept on the assembled answer
+    assert absent.choices[0].message.content is None  # not sent: None, as before
+
+
+def test_async_with_options_and_base_url_client(llama_server):
+    import asyncio
+
+    async def main():
+        async with L.AsyncClient(base_url=llama_server.base_url, prices={MODEL_ALIAS: FREE}) as c:
+            quick = c.with_options(max_retries=0, timeout=30)
+            resp = await quick.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2)
+            listed = await quick.models.list()
+            return resp, [m.id for m in listed], quick.max_retries, c.max_retries
+
+    resp, ids, view_retries, client_retries = asyncio.run(main())
+    assert resp.route.deployment == f"default:{MODEL_ALIAS}" and ids == [MODEL_ALIAS]
+    assert (view_retries, client_retries) == (0, None)
