@@ -239,7 +239,7 @@ class Config:
     source: str = "<dict>"
     base_dir: Path = field(default_factory=Path.cwd)
     # The provider a bare model id goes to when no tier or deployment names it: set by
-    # `Client(base_url=...)` (llmroute/construction.py), whose model= is the server's own id.
+    # `Client(base_url=...)` (llmroute/openai_surface/construction.py), whose model= is the server's own id.
     default_provider: Optional[str] = None
 
     @classmethod

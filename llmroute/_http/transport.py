@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 
 from llmroute import errors as E
 from llmroute._http.bounded import BodyReader, ReadLimits
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:

@@ -19,29 +19,29 @@ class ChatCompletions(Completions):
 
     def parse(self, **kwargs: Any) -> Any:
         """`create()` with `response_format=<pydantic model class>`: returns a `ParsedChatCompletion`
-        whose `choices[0].message.parsed` is an instance of the model (llmroute/structured.py)."""
-        from llmroute.structured import parse  # loaded on first use: `import llmroute` stays light
+        whose `choices[0].message.parsed` is an instance of the model (llmroute/openai_surface/structured.py)."""
+        from llmroute.openai_surface.structured import parse  # loaded on first use: `import llmroute` stays light
 
         return parse(self, kwargs)
 
     def stream(self, **kwargs: Any) -> Any:
         """`with client.chat.completions.stream(...) as stream: for event in stream: ...` (openai-python's
         events), then `stream.get_final_completion()`."""
-        from llmroute.structured import ChatCompletionStreamManager  # loaded on first use
+        from llmroute.openai_surface.structured import ChatCompletionStreamManager  # loaded on first use
 
         return ChatCompletionStreamManager(self, kwargs)
 
     @property
     def with_raw_response(self) -> Any:
         """`.create(...)` returning an `APIResponse` (status, headers, request id; `.parse()`)."""
-        from llmroute.raw_responses import RawResponses  # loaded on first use
+        from llmroute.openai_surface.raw_responses import RawResponses  # loaded on first use
 
         return RawResponses(self)
 
     @property
     def with_streaming_response(self) -> Any:
         """`with ....create(...) as response:` (status, headers, request id; `.parse()`, `.iter_lines()`)."""
-        from llmroute.raw_responses import StreamingResponses  # loaded on first use
+        from llmroute.openai_surface.raw_responses import StreamingResponses  # loaded on first use
 
         return StreamingResponses(self)
 
@@ -51,26 +51,26 @@ class AsyncChatCompletions(AsyncCompletions):
 
     async def parse(self, **kwargs: Any) -> Any:
         """As `ChatCompletions.parse`, awaited."""
-        from llmroute.structured import aparse  # loaded on first use
+        from llmroute.openai_surface.structured import aparse  # loaded on first use
 
         return await aparse(self, kwargs)
 
     def stream(self, **kwargs: Any) -> Any:
         """`async with client.chat.completions.stream(...) as stream: async for event in stream: ...`."""
-        from llmroute.structured import AsyncChatCompletionStreamManager  # loaded on first use
+        from llmroute.openai_surface.structured import AsyncChatCompletionStreamManager  # loaded on first use
 
         return AsyncChatCompletionStreamManager(self, kwargs)
 
     @property
     def with_raw_response(self) -> Any:
         """`await ....create(...)` returning an `APIResponse`."""
-        from llmroute.raw_responses import AsyncRawResponses  # loaded on first use
+        from llmroute.openai_surface.raw_responses import AsyncRawResponses  # loaded on first use
 
         return AsyncRawResponses(self)
 
     @property
     def with_streaming_response(self) -> Any:
         """`async with ....create(...) as response:`; `await response.parse()`."""
-        from llmroute.raw_responses import AsyncStreamingResponses  # loaded on first use
+        from llmroute.openai_surface.raw_responses import AsyncStreamingResponses  # loaded on first use
 
         return AsyncStreamingResponses(self)
