@@ -55,7 +55,22 @@ def _usage() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; a reader that closed the pipe (`llmroute ... | head`) ends it quietly, with
+    `CLOSED_PIPE_STATUS`, whether it went away during the command, its `--help` or its last flush."""
+    try:
+        try:
+            status = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit:  # argparse's --help and usage errors: flush here, where a closed pipe is caught
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return CLOSED_PIPE_STATUS
+
+
+def _dispatch(args: List[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -77,12 +92,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 2
 
     try:
-        status = int(getattr(module, func_name)(rest) or 0)
-        sys.stdout.flush()  # a closed pipe shows here, inside the handler below, not at exit
-        return status
-    except BrokenPipeError:  # `llmroute health --json | head`: the reader left; stop quietly
-        _silence_stdout()
-        return CLOSED_PIPE_STATUS
+        return int(getattr(module, func_name)(rest) or 0)
+    except BrokenPipeError:  # `llmroute health --json | head`: the reader left; `main` stops quietly
+        raise
     except LLMRouteError as exc:
         print(f"llmroute {name}: {exc}", file=sys.stderr)
         return 2
