@@ -80,6 +80,7 @@ class PreparedEmbedding:
     stream: bool = False
     operation: str = "embeddings"
     cache: Any = None  # embeddings are not cached (the response cache is for chat answers)
+    max_retries: Optional[int] = None  # the client's `max_retries` option (`with_options`)
 
     @property
     def messages(self) -> List[Dict[str, Any]]:
@@ -314,7 +315,9 @@ class Embeddings:
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
         client = self._client
+        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
         prepared = prepare_embedding(client.config, kwargs)
+        prepared.max_retries = max_retries
         run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
         try:
             return self._attempts(run, prepared)
@@ -358,7 +361,9 @@ class AsyncEmbeddings:
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
         client = self._client
+        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
         prepared = prepare_embedding(client.config, kwargs)
+        prepared.max_retries = max_retries
         offload = client._offload  # admission and the plan's steps: in worker threads with shared state
         run = await offload.run(functools.partial(EmbeddingRun, client._engine, prepared, _now(), wall=time.time),
                                 undo=end_cancelled)

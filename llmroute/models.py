@@ -18,7 +18,7 @@ from pydantic import Field
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors
 from llmroute.providers.embedding_wire import models_request, parse_model_list
-from llmroute._http.transport import map_transport_error
+from llmroute._http.transport import DROPPED_BEFORE_REPLY, map_transport_error
 from llmroute.types import _OpenAIModel
 from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
 from llmroute.providers.error_mapping import error_from_response
@@ -100,23 +100,36 @@ class Models:
         listed: Dict[str, List[Model]] = {}
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
-            timeouts = _timeouts(p)
-            try:
-                response = self._client._transport.open(models_request(p), timeouts, provider=p.name,
-                                                        max_connections=p.max_connections)
-                try:
-                    content = response.read()
-                finally:
-                    response.close()
-                if response.status_code >= 300:
-                    raise _error(p, response.status_code, response.headers, content)
-                listed[p.name] = _models_of(p, content, self._client.config)
-            except E.ProviderError as error:
-                errors[p.name] = error
-            except sync_network_errors() as exc:
-                errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts,
-                                                     url=p.base_url)
+            for _ in range(2):  # a GET: resent once when a kept-alive connection was closed before the reply
+                found = self._one(p)
+                if not _dropped(found):
+                    break
+            if isinstance(found, E.ProviderError):
+                errors[p.name] = found
+            else:
+                listed[p.name] = found
         return _result(listed, errors)
+
+    def _one(self, p: "Provider") -> Any:
+        timeouts = _timeouts(p)
+        try:
+            response = self._client._transport.open(models_request(p), timeouts, provider=p.name,
+                                                    max_connections=p.max_connections)
+            try:
+                content = response.read()
+            finally:
+                response.close()
+            if response.status_code >= 300:
+                return _error(p, response.status_code, response.headers, content)
+            return _models_of(p, content, self._client.config)
+        except E.ProviderError as error:
+            return error
+        except sync_network_errors() as exc:
+            return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts, url=p.base_url)
+
+
+def _dropped(found: Any) -> bool:
+    return isinstance(found, E.APIConnectionError) and getattr(found, "code", None) == DROPPED_BEFORE_REPLY
 
 
 class AsyncModels:
@@ -147,8 +160,12 @@ class AsyncModels:
             except raised as exc:
                 return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts, url=p.base_url)
 
+        async def twice(p: "Provider") -> Any:  # a GET: resent once after a dropped kept-alive connection
+            found = await one(p)
+            return await one(p) if _dropped(found) else found
+
         providers = _providers(self._client.config, provider)
-        results = await asyncio.gather(*(one(p) for p in providers))
+        results = await asyncio.gather(*(twice(p) for p in providers))
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)

@@ -173,3 +173,26 @@ def test_async_with_options_and_base_url_client(llama_server):
     resp, ids, view_retries, client_retries = asyncio.run(main())
     assert resp.route.deployment == f"default:{MODEL_ALIAS}" and ids == [MODEL_ALIAS]
     assert (view_retries, client_retries) == (0, None)
+
+
+def test_client_options_reach_embeddings(fault_server):
+    from tests.servers.fault import status
+
+    with L.Client(base_url=fault_server.base_url, prices={"fault-embed": FREE}) as c:
+        fault_server.push(status(500), model="fault-embed")
+        with pytest.raises(L.LLMRouteError) as info:
+            c.with_options(max_retries=0).embeddings.create(model="fault-embed", input="x")
+        assert len(info.value.attempts) == 1
+        assert c.embeddings.create(model="fault-embed", input="x").data  # the client itself: its own retries
+
+
+def test_models_list_resends_once_after_a_dropped_keep_alive_connection(fault_server):
+    from tests.servers.script import Reply
+
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}) as c:
+        assert "fault-model" in [m.id for m in c.models.list()]  # opens a connection the next list reuses
+        fault_server.push(Reply(close_before=True), path="/v1/models")
+        assert "fault-model" in [m.id for m in c.models.list()]
+        fault_server.push(Reply(close_before=True), Reply(close_before=True), path="/v1/models")
+        with pytest.raises(L.APIConnectionError):  # once only
+            c.models.list()

@@ -244,7 +244,7 @@ class Engine:
         plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,
-            policies=_policies_for(self.policy, getattr(prepared, "max_retries", None)),
+            policies=_policies_for(self.policy, prepared.max_retries),
             deadline_at=deadline,
             now=now,
             rng=admission.plan_rng or self.rng,
