@@ -196,3 +196,24 @@ def test_models_list_resends_once_after_a_dropped_keep_alive_connection(fault_se
         fault_server.push(Reply(close_before=True), Reply(close_before=True), path="/v1/models")
         with pytest.raises(L.APIConnectionError):  # once only
             c.models.list()
+
+
+def test_stream_helper_gives_tool_call_argument_events(fault_server):
+    from tests.servers.script import Reply
+
+    base = {"id": "c1", "object": "chat.completion.chunk", "created": 1, "model": "fault-model"}
+    first = {"index": 0, "id": "call_1", "type": "function", "function": {"name": "get_weather", "arguments": '{"ci'}}
+    rest = {"index": 0, "function": {"arguments": 'ty": "Paris"}'}}
+    body = _sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant", "tool_calls": [first]}}]},
+                {**base, "choices": [{"index": 0, "delta": {"tool_calls": [rest]}}]},
+                {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}) as c:
+        fault_server.push(Reply(body=body, headers={"Content-Type": "text/event-stream"}))
+        with c.chat.completions.stream(model="fault-model", messages=MESSAGES) as stream:
+            events = [e for e in stream if e.type.startswith("tool_calls")]
+            final = stream.get_final_completion()
+    assert [e.arguments_delta for e in events[:-1]] == ['{"ci', 'ty": "Paris"}']
+    done = events[-1]
+    assert done.type == "tool_calls.function.arguments.done" and done.name == "get_weather"
+    assert done.parsed_arguments == {"city": "Paris"}
+    assert final.choices[0].message.tool_calls[0].function.arguments == '{"city": "Paris"}'

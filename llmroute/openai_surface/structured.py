@@ -6,7 +6,8 @@ then reads each choice's content into the model: `completion.choices[0].message.
 by the length limit raises `LengthFinishReasonError`, one refused by the platform's filter
 `ContentFilterFinishReasonError` (openai-python's names and rule). `stream()` is a context manager
 over a streamed call that yields openai-python's events (`chunk`, `content.delta`, `content.done`,
-`refusal.delta`, `refusal.done`) and ends with `get_final_completion()`.
+`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`, with the arguments
+as JSON, not a pydantic model) and ends with `get_final_completion()`.
 
 This module shapes requests and reads answers; the calls go through the client's own `create()`.
 It never sends anything itself.
@@ -15,6 +16,7 @@ It never sends anything itself.
 from __future__ import annotations
 
 import inspect
+import json
 from typing import Any, AsyncIterator, Dict, Iterator, List, Optional
 
 from pydantic import BaseModel, Field
@@ -132,7 +134,8 @@ async def aparse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompleti
 
 class StreamEvent(BaseModel):
     """One event of `chat.completions.stream(...)`: `type` is "chunk", "content.delta", "content.done",
-    "refusal.delta" or "refusal.done"; the other fields as openai-python's events of that type."""
+    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta" or
+    "tool_calls.function.arguments.done"; the other fields as openai-python's events of that type."""
 
     type: str
     chunk: Optional[ChatCompletionChunk] = None
@@ -141,6 +144,12 @@ class StreamEvent(BaseModel):
     content: Optional[str] = None
     refusal: Optional[str] = None
     parsed: Any = None
+    # tool-call argument events
+    name: Optional[str] = None
+    index: Optional[int] = None
+    arguments: Optional[str] = None
+    arguments_delta: Optional[str] = None
+    parsed_arguments: Any = None
 
 
 class _Events:
@@ -150,6 +159,7 @@ class _Events:
         self.response_format = response_format
         self.content = ""
         self.refusal = ""
+        self.tools: Dict[int, Dict[str, str]] = {}  # index -> {"name", "arguments"} so far
 
     def feed(self, chunk: ChatCompletionChunk) -> List[StreamEvent]:
         events = [StreamEvent(type="chunk", chunk=chunk)]
@@ -163,6 +173,15 @@ class _Events:
             if delta.refusal:
                 self.refusal += delta.refusal
                 events.append(StreamEvent(type="refusal.delta", delta=delta.refusal, snapshot=self.refusal))
+            for call in delta.tool_calls or ():
+                tool = self.tools.setdefault(call.index, {"name": "", "arguments": ""})
+                if call.function is not None and call.function.name:
+                    tool["name"] = call.function.name
+                piece = call.function.arguments if call.function is not None else ""
+                if piece:
+                    tool["arguments"] += piece
+                    events.append(StreamEvent(type="tool_calls.function.arguments.delta", name=tool["name"],
+                                              index=call.index, arguments=tool["arguments"], arguments_delta=piece))
         return events
 
     def done(self) -> List[StreamEvent]:
@@ -177,6 +196,13 @@ class _Events:
             events.append(StreamEvent(type="content.done", content=self.content, parsed=parsed))
         if self.refusal:
             events.append(StreamEvent(type="refusal.done", refusal=self.refusal))
+        for index, tool in sorted(self.tools.items()):
+            try:
+                parsed_arguments = json.loads(tool["arguments"]) if tool["arguments"] else None
+            except ValueError:
+                parsed_arguments = None
+            events.append(StreamEvent(type="tool_calls.function.arguments.done", name=tool["name"], index=index,
+                                      arguments=tool["arguments"], parsed_arguments=parsed_arguments))
         return events
 
 
