@@ -24,6 +24,7 @@ def _toml(base_url: str) -> str:
 
 def test_client_with_no_arguments_reads_the_env_then_the_working_directory(llama_server, tmp_path, monkeypatch):
     monkeypatch.delenv("LLMROUTE_CONFIG", raising=False)
+    monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
     monkeypatch.chdir(tmp_path)
     with pytest.raises(L.ConfigError) as info:
         L.Client()
@@ -217,3 +218,13 @@ def test_stream_helper_gives_tool_call_argument_events(fault_server):
     assert done.type == "tool_calls.function.arguments.done" and done.name == "get_weather"
     assert done.parsed_arguments == {"city": "Paris"}
     assert final.choices[0].message.tool_calls[0].function.arguments == '{"city": "Paris"}'
+
+
+def test_client_with_no_arguments_and_no_config_calls_openai_base_url(llama_server, tmp_path, monkeypatch):
+    monkeypatch.delenv("LLMROUTE_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OPENAI_BASE_URL", llama_server.base_url)
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-from-env")
+    with L.Client(prices={MODEL_ALIAS: FREE}) as c:  # as OpenAI() reads its two variables
+        assert c.config.default_provider == "default" and c.config.providers["default"].api_key.get() == "sk-from-env"
+        assert c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2).choices

@@ -2,7 +2,7 @@
 
 `Client(api_key=..., base_url=...)` builds a one-provider config (an OpenAI-compatible server whose
 `model=` is the server's own id); `Client()` finds a config file (`LLMROUTE_CONFIG`, then
-`./llmroute.toml`); `Client(config=...)` takes a Config, a dict or a path. `timeout` and
+`./llmroute.toml`), else calls the server `OPENAI_BASE_URL` names, as `OpenAI()` would; `Client(config=...)` takes a Config, a dict or a path. `timeout` and
 `max_retries` become the client's call options (`CallOptions`), which `with_options()` changes.
 
 This module reads the environment and checks that a config file exists; it never opens a connection
@@ -122,14 +122,22 @@ def build_config(config: ConfigLike, *, api_key: Optional[str], base_url: Option
     direct = api_key is not None or base_url is not None
     if config is not None and direct:
         raise ConfigError("pass either config=... or api_key=/base_url= (one server), not both", key="config")
-    if prices is not None and not direct:
+    if prices is not None and not direct and config is not None:
         raise ConfigError("prices= prices the one server of Client(base_url=...); with a config, set [pricing]",
                           key="prices")
     if direct:
         return _direct_config(api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
                               prices=prices, organization=organization, project=project)
     if config is None:
-        return load_config(find_config_file())
+        try:
+            found = find_config_file()
+        except ConfigError:
+            if not os.environ.get("OPENAI_BASE_URL"):
+                raise
+            # No llmroute config, and openai-python's variable names a server: `OpenAI()` would call it.
+            return _direct_config(api_key=None, base_url=None, timeout=timeout, max_retries=max_retries,
+                                  prices=prices, organization=organization, project=project)
+        return load_config(found)
     return as_config(config)
 
 
@@ -154,7 +162,8 @@ def find_config_file() -> Path:
     raise ConfigError(
         f"no config found: environment variable {CONFIG_ENV} is not set and there is no {DEFAULT_CONFIG_FILE} in "
         f"{Path.cwd()}. Set {CONFIG_ENV}=/path/to/llmroute.toml, write ./{DEFAULT_CONFIG_FILE}, pass "
-        "config=<path, dict or Config>, or name one OpenAI-compatible server: Client(base_url=..., api_key=...)")
+        "config=<path, dict or Config>, or name one OpenAI-compatible server: Client(base_url=..., api_key=...) "
+        "or OPENAI_BASE_URL")
 
 
 def _direct_config(*, api_key: Optional[str], base_url: Optional[str], timeout: Any, max_retries: Optional[int],
