@@ -228,3 +228,14 @@ def test_client_with_no_arguments_and_no_config_calls_openai_base_url(llama_serv
     with L.Client(prices={MODEL_ALIAS: FREE}) as c:  # as OpenAI() reads its two variables
         assert c.config.default_provider == "default" and c.config.providers["default"].api_key.get() == "sk-from-env"
         assert c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2).choices
+
+
+def test_a_cache_hit_raw_response_says_so(llama_server):
+    cfg = {**llama_config(llama_server.base_url), "cache": {"enabled": True}}
+    with L.Client(cfg) as c:
+        call = dict(model="small", messages=MESSAGES, max_tokens=2, temperature=0)
+        first = c.chat.completions.with_raw_response.create(**call)
+        again = c.chat.completions.with_raw_response.create(**call)
+    assert first.from_cache is False and first.headers.get("server") == "llama.cpp"
+    assert again.parse().route.cache == "hit"
+    assert again.from_cache is True and again.status_code == 200 and len(again.headers) == 0
