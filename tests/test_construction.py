@@ -49,6 +49,12 @@ def test_base_url_client_calls_the_server_by_its_own_model_ids(llama_server):
         assert resp.route.deployment == f"default:{MODEL_ALIAS}" and resp.cost.amount == 0
         assert [m.id for m in c.models.list()] == [MODEL_ALIAS]
         assert str(c.base_url) == llama_server.base_url + "/"
+        import httpx
+
+        assert c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, max_tokens=2,
+                                         timeout=httpx.Timeout(20.0, connect=2.0)).choices  # per call, too
+        with pytest.raises(L.InvalidRequestError, match="timeout"):
+            c.chat.completions.create(model=MODEL_ALIAS, messages=MESSAGES, timeout=httpx.Timeout(-1.0))
         with pytest.raises(L.ConfigError, match="no price"):  # priced: another model id is refused before sending
             c.chat.completions.create(model="other-model", messages=MESSAGES, max_tokens=2)
 
