@@ -373,6 +373,10 @@ def _traffic(ns: argparse.Namespace) -> Traffic:
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc), key="--ledger") from None
         t = traffic_from_records(records, since=now - ns.days * 86400, until=now)
+        if ns.peak_tokens_per_s is not None:  # the peak given in tokens/s, the mix read from the ledger
+            if ns.mean_output_tokens is None:
+                ns.mean_output_tokens = t.mean_output_tokens
+            _peak_from_tokens(ns)
         return Traffic(peak_rps=ns.peak_rps or t.peak_rps, mean_rps=ns.mean_rps or t.mean_rps,
                        mean_input_tokens=ns.mean_input_tokens if ns.mean_input_tokens is not None else t.mean_input_tokens,
                        mean_cached_tokens=ns.mean_cached_tokens if ns.mean_cached_tokens is not None
@@ -458,7 +462,7 @@ def _plan(ns: argparse.Namespace) -> int:
                   f"{traffic.mean_output_tokens:g} planned; token throughput may not carry over", file=sys.stderr)
     else:
         out.append(f"per GPU: {_span(low, high, _n)} output tokens/s (given)")
-    if getattr(ns, "peak_tokens_per_s", None) is not None and getattr(ns, "ledger", None) is None:
+    if getattr(ns, "peak_tokens_per_s", None) is not None:
         out.append(f"peak output: {_n(needed)} tokens/s (given)")
     else:
         out.append(f"peak output: {_n(traffic.peak_rps)} req/s x {_n(traffic.mean_output_tokens)} output tokens = "
