@@ -405,6 +405,9 @@ def _peak_from_tokens(ns: argparse.Namespace) -> None:
         if ns.mean_rps is not None:
             raise ConfigError("--mean-rps needs --mean-output-tokens when the peak is given in tokens/s",
                               key="--mean-rps")
+    if not ns.mean_output_tokens > 0:
+        raise ConfigError("mean output tokens must be positive to read a peak in tokens/s (the ledger holds no "
+                          "successful calls?)", key="--peak-tokens-per-s")
     ns.peak_rps = ns.peak_tokens_per_s / ns.mean_output_tokens
 
 
