@@ -185,8 +185,9 @@ class _ClientSurface:
 
     @property
     def timeout(self) -> Optional[float]:
-        """The client's default timeout for a whole call (None: the config's deadlines)."""
-        return self._options.timeout_s
+        """The client's timeout: a whole call's by default (`with_options`, or a config client's), or
+        each attempt's on a `Client(base_url=...)` built with one (None: the config's deadlines)."""
+        return self._options.timeout_s if self._options.timeout_s is not None else self._options.attempt_timeout_s
 
     @property
     def max_retries(self) -> Optional[int]:
@@ -222,6 +223,7 @@ class Client(_ClientSurface):
         self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
                                    max_retries=max_retries, prices=prices, organization=organization,
                                    project=project)
+        self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
@@ -498,6 +500,7 @@ class AsyncClient(_ClientSurface):
         self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
                                    max_retries=max_retries, prices=prices, organization=organization,
                                    project=project)
+        self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)

@@ -245,3 +245,14 @@ def test_a_cache_hit_raw_response_says_so(llama_server):
     assert first.from_cache is False and first.headers.get("server") == "llama.cpp"
     assert again.parse().route.cache == "hit"
     assert again.from_cache is True and again.status_code == 200 and len(again.headers) == 0
+
+
+def test_a_base_url_clients_timeout_is_each_attempts(fault_server):
+    from tests.servers.fault import slow_ttft
+
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}, timeout=2.0, max_retries=1) as c:
+        assert c.timeout == 2.0
+        fault_server.push(slow_ttft(8.0))  # the first attempt times out; the retry has its own 2 s
+        resp = c.chat.completions.create(model="fault-model", messages=MESSAGES)
+    assert [a.status for a in resp.route.attempts] == ["error", "ok"]
+    assert resp.route.attempts[0].error_type == "APITimeoutError"

@@ -46,13 +46,23 @@ class CallOptions:
     timeout_s: Optional[float] = None
     max_retries: Optional[int] = None
     headers: Mapping[str, str] = field(default_factory=dict)
+    # A `Client(base_url=..., timeout=...)`: each attempt's limit, held in its config (not a call budget).
+    attempt_timeout_s: Optional[float] = None
 
     def merged(self, other: "CallOptions") -> "CallOptions":
         return CallOptions(
             timeout_s=other.timeout_s if other.timeout_s is not None else self.timeout_s,
             max_retries=other.max_retries if other.max_retries is not None else self.max_retries,
             headers={**self.headers, **other.headers},
+            attempt_timeout_s=self.attempt_timeout_s,
         )
+
+    def for_config(self, config: Config) -> "CallOptions":
+        """A one-server client's constructor timeout is each attempt's, set in its config (openai-python's
+        meaning: retries get their own time); it is not also a budget for the whole call."""
+        if config.default_provider is None or self.timeout_s is None:
+            return self
+        return replace(self, timeout_s=None, attempt_timeout_s=self.timeout_s)
 
     def apply(self, kwargs: Dict[str, Any]) -> Optional[int]:
         """Fill a call's arguments with these defaults (in place); returns the call's max_retries."""
