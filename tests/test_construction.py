@@ -15,6 +15,11 @@ from tests.servers.llamacpp import MODEL_ALIAS, llama_config
 MESSAGES = [{"role": "user", "content": "hi"}]
 FREE = {"input_per_million": 0, "output_per_million": 0}
 
+@pytest.fixture(autouse=True)
+def _ledger_in_tmp(tmp_path, monkeypatch):
+    """A `Client(base_url=...)` keeps its ledger at ./llmroute-ledger.db (the [ledger] default): in tmp."""
+    monkeypatch.chdir(tmp_path)
+
 
 def _toml(base_url: str) -> str:
     return "\n".join(['[providers.local]', 'kind = "llamacpp"', f'base_url = "{base_url}"', "",

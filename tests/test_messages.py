@@ -16,6 +16,11 @@ from llmroute.cli import CLOSED_PIPE_STATUS, main
 
 SERVER = {"kind": "vllm", "base_url": "http://127.0.0.1:9/v1"}
 
+@pytest.fixture(autouse=True)
+def _ledger_in_tmp(tmp_path, monkeypatch):
+    """A `Client(base_url=...)` keeps its ledger at ./llmroute-ledger.db (the [ledger] default): in tmp."""
+    monkeypatch.chdir(tmp_path)
+
 
 def _error(data: dict) -> str:
     with pytest.raises(L.ConfigError) as info:

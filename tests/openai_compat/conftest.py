@@ -14,6 +14,11 @@ import llmroute
 
 PRICES_FREE = {"input_per_million": 0, "output_per_million": 0}
 
+@pytest.fixture(autouse=True)
+def _ledger_in_tmp(tmp_path, monkeypatch):
+    """A `Client(base_url=...)` keeps its ledger at ./llmroute-ledger.db (the [ledger] default): in tmp."""
+    monkeypatch.chdir(tmp_path)
+
 
 @dataclass
 class SDK:
