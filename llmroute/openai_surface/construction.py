@@ -2,8 +2,9 @@
 
 `Client(api_key=..., base_url=...)` builds a one-provider config (an OpenAI-compatible server whose
 `model=` is the server's own id); `Client()` finds a config file (`LLMROUTE_CONFIG`, then
-`./llmroute.toml`), else calls the server `OPENAI_BASE_URL` names, as `OpenAI()` would; `Client(config=...)` takes a Config, a dict or a path. `timeout` and
-`max_retries` become the client's call options (`CallOptions`), which `with_options()` changes.
+`./llmroute.toml`), else calls the server `OPENAI_BASE_URL` names, as `OpenAI()` would;
+`Client(config=...)` takes a Config, a dict or a path. `timeout`, `max_retries` and `default_headers`
+become the client's call options (`CallOptions`), which `with_options()` changes.
 
 This module reads the environment and checks that a config file exists; it never opens a connection
 and never prints (the unpriced warning goes through `warnings`, once per process).
