@@ -106,3 +106,8 @@ def test_a_closed_pipe_ends_the_command_quietly(argv):
     assert proc.stderr == b""
     # argparse's --help drops a write error itself and exits 0; our own output ends with SIGPIPE's status
     assert proc.returncode == (0 if "--help" in argv[1:] else CLOSED_PIPE_STATUS)
+
+
+def test_an_unknown_command_gets_the_nearest_one(capsys):
+    assert main(["heath"]) == 2
+    assert "unknown command 'heath' (did you mean `health`?)" in capsys.readouterr().err

@@ -81,7 +81,9 @@ def _dispatch(args: List[str]) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"llmroute: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        from llmroute._runtime.suggest import did_you_mean  # loaded only for this message
+
+        print(f"llmroute: unknown command {name!r}{did_you_mean(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
     target, _ = COMMANDS[name]
     module_name, func_name = target.split(":")
