@@ -111,3 +111,10 @@ def test_a_closed_pipe_ends_the_command_quietly(argv):
 def test_an_unknown_command_gets_the_nearest_one(capsys):
     assert main(["heath"]) == 2
     assert "unknown command 'heath' (did you mean `health`?)" in capsys.readouterr().err
+
+
+def test_a_misspelt_tier_gets_the_nearest_one():
+    cfg = {"providers": {"l": SERVER}, "tiers": {"small": {"deployments": ["l:m"]}}, "pricing": {"strict": False}}
+    with L.Client(cfg) as c:
+        with pytest.raises(L.RoutingError, match="did you mean `small`"):
+            c.chat.completions.create(model="smal", messages=[{"role": "user", "content": "x"}])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional
 
 from llmroute import errors as E
+from llmroute._runtime.suggest import did_you_mean
 from llmroute.config import Config, Deployment
 
 from llmroute._call.prepared import PreparedCall, Target
@@ -37,9 +38,10 @@ def resolve_target(config: Config, prepared: "PreparedCall") -> Target:
         raise E.RoutingError(f"model {model!r}: unknown provider {provider!r} (configured providers: {known}), "
                              "and no configured deployment serves a model of that id")
     names = ", ".join(sorted(tiers)) or "none"
+    known = [*tiers, *(d.model for d in config.all_deployments())]
     raise E.RoutingError(
         f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', not 'provider:model-id', and no "
-        "configured deployment serves a model of that id"
+        f"configured deployment serves a model of that id{did_you_mean(model, known)}"
     )
 
 
