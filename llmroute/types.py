@@ -64,6 +64,9 @@ def _none_as_empty(value: Any) -> Any:
 class PromptTokensDetails(_OpenAIModel):
     cached_tokens: int = 0
     audio_tokens: Optional[int] = None
+    cache_write_tokens: Optional[int] = None
+    image_tokens: Optional[int] = None
+    text_tokens: Optional[int] = None
 
     _cached = field_validator("cached_tokens", mode="before")(_none_as_zero)
 
@@ -73,6 +76,7 @@ class CompletionTokensDetails(_OpenAIModel):
     accepted_prediction_tokens: Optional[int] = None
     audio_tokens: Optional[int] = None
     rejected_prediction_tokens: Optional[int] = None
+    text_tokens: Optional[int] = None
 
     _reasoning = field_validator("reasoning_tokens", mode="before")(_none_as_zero)
 
@@ -243,6 +247,8 @@ class ChatCompletion(_OpenAIModel):
     usage: Usage = Field(default_factory=Usage)
     system_fingerprint: Optional[str] = None
     service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
+    metadata: Optional[Dict[str, Any]] = None  # as openai-python declares (the platform's, not llmroute's `metadata=`)
+    moderation: Optional[Dict[str, Any]] = None
     route: Optional[Route] = Field(default=None, exclude=True)
     cost: Optional[Cost] = Field(default=None, exclude=True)
 
@@ -256,5 +262,7 @@ class ChatCompletionChunk(_OpenAIModel):
     usage: Optional[Usage] = None
     system_fingerprint: Optional[str] = None
     service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
+    moderation: Optional[Dict[str, Any]] = None
+    obfuscation: Optional[str] = None
     # True on the first content chunk of a continuation: what follows continues a cut answer.
     resumed: bool = Field(default=False, exclude=True)

@@ -163,3 +163,23 @@ def test_openai_dumps_validate_as_llmroute_types(llama_server):
                                             "role": "assistant", "tool_calls": None}, "finish_reason": None}],
          "usage": None})
     assert chunk.choices[0].delta.content == "" and chunk.choices[0].delta.function_call is None
+
+
+def _fields(model_cls) -> set:
+    return set(model_cls.model_fields)
+
+
+def test_every_field_openai_declares_is_declared_here():
+    openai = pytest.importorskip("openai")
+    from openai.types import completion_usage as ou
+    from openai.types.chat import chat_completion as oc, chat_completion_chunk as ocs
+
+    from llmroute import types as T
+
+    pairs = [(oc.ChatCompletion, T.ChatCompletion), (oc.Choice, T.Choice),
+             (openai.types.chat.ChatCompletionMessage, T.ChatCompletionMessage), (ou.CompletionUsage, T.Usage),
+             (ou.CompletionTokensDetails, T.CompletionTokensDetails), (ou.PromptTokensDetails, T.PromptTokensDetails),
+             (ocs.ChatCompletionChunk, T.ChatCompletionChunk), (ocs.Choice, T.ChunkChoice),
+             (ocs.ChoiceDelta, T.ChoiceDelta), (ocs.ChoiceDeltaToolCall, T.ToolCallDelta)]
+    for theirs, ours in pairs:
+        assert _fields(theirs) <= _fields(ours), (theirs.__name__, _fields(theirs) - _fields(ours))
