@@ -100,7 +100,7 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 
 
 
-def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
+def _shadow_runner(client: Union["Client", "AsyncClient"], *, is_async: bool = False) -> Any:
     """The `[routing.shadow]` runner (llmroute/routing/shadow.py) when its rate is above 0, else None."""
     routing = client.config.sections.routing
     if not client.config.raw.routing or routing.shadow.rate <= 0:

@@ -18,7 +18,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Union
 
 from pydantic import Field
 
@@ -35,6 +35,10 @@ from llmroute.accounting.tokens import count_text_tokens
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Deployment
+    from llmroute._call.call import AttemptContext
+    from llmroute._call.engine import Engine
+    from llmroute._call.offload import Offload
+    from llmroute._http.transport import SyncResponse
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
            "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]
@@ -190,7 +194,7 @@ def count_input_tokens(call: EmbeddingInput) -> int:
     texts = call.texts()
     if texts is None:
         value = call.input
-        return len(value) if value and isinstance(value[0], int) else sum(len(v) for v in value)  # type: ignore[arg-type]
+        return sum(len(v) if isinstance(v, list) else 1 for v in value)  # token ids, or lists of them
 
     return sum(count_text_tokens(t) for t in texts)
 
@@ -209,9 +213,9 @@ class _Finished:
 class EmbeddingRun(CallRun):
     """The attempts of one embeddings call: a chat `CallRun` with embedding adapters and input counting."""
 
-    def __init__(self, engine: Any, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
+    def __init__(self, engine: Engine, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
         prepared.target = prepared.target or embedding_target(engine.config, prepared)
-        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]
+        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]  # a PreparedCall in all CallRun reads
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
@@ -228,16 +232,16 @@ class EmbeddingRun(CallRun):
         """An embeddings answer is one JSON body: never sent as a stream."""
         return False
 
-    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:  # type: ignore[override]
+    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:
         adapter = self._adapters.get(deployment.id)
         if adapter is None:
             cls = embedding_adapter_class(deployment.provider.kind, deployment.provider.protocol)
             adapter = self._adapters[deployment.id] = cls(deployment)
-        return adapter  # type: ignore[return-value]
+        return adapter  # type: ignore[return-value]  # CallRun._adapters is typed for chat; here each is an EmbeddingAdapter
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
-            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]
+            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]  # an EmbeddingInput here
         return self.prepared.input_tokens
 
     def billed_before_failing(self, ctx: Any, usage: Usage, *, estimated: bool) -> None:
@@ -248,7 +252,7 @@ class EmbeddingRun(CallRun):
     def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
-        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]
+        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]  # what succeeded() reads of a ChatCompletion
         tokens = view.usage.prompt_tokens
         # The adapter checked every item (a list or a base64 str per input, indices 0..n-1): built
         # without re-validating thousands of floats per vector.
@@ -306,11 +310,35 @@ def _now() -> float:
     return time.monotonic()
 
 
+class _EmbeddingsClient(Protocol):
+    """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    def _send(self, ctx: AttemptContext) -> SyncResponse: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
+
+
+class _AsyncEmbeddingsClient(Protocol):
+    """What `AsyncEmbeddings` uses of its `AsyncClient`."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def _offload(self) -> Offload: ...
+    async def _send(self, ctx: AttemptContext) -> Any: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
+
+
 class Embeddings:
     """`client.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
     metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _EmbeddingsClient) -> None:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
@@ -327,7 +355,7 @@ class Embeddings:
             end_call(run, exit_status(exc), exc, _now())
             raise
 
-    def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         client = self._client
         while True:
             step = run.next_step(_now())
@@ -356,7 +384,7 @@ class Embeddings:
 class AsyncEmbeddings:
     """`AsyncClient.embeddings`: the same `create()`, awaited."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _AsyncEmbeddingsClient) -> None:
         self._client = client
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
@@ -375,7 +403,7 @@ class AsyncEmbeddings:
             end_after(run, exc)
             raise
 
-    async def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    async def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         import asyncio  # not at import llmroute: the sync client never needs it
 
         client = self._client

@@ -11,7 +11,7 @@ when every provider asked failed is an error raised. Listing is free: no ledger 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol
 
 from pydantic import Field
 
@@ -26,6 +26,7 @@ from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Provider
+    from llmroute._http.transport import AsyncTransport, SyncTransport
 
 __all__ = ["Model", "ModelList", "Models", "AsyncModels"]
 
@@ -46,7 +47,7 @@ class ModelList(_OpenAIModel):
     data: List[Model] = Field(default_factory=list)
     errors: Dict[str, Any] = Field(default_factory=dict, exclude=True)
 
-    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]  # the page's models, as openai-python's (not pydantic's field pairs)
         return iter(self.data)
 
     def __len__(self) -> int:
@@ -90,10 +91,28 @@ def _result(listed: Dict[str, List[Model]], errors: Dict[str, E.ProviderError]) 
     return ModelList(data=[m for models in listed.values() for m in models], errors=errors)
 
 
+class _ModelsClient(Protocol):
+    """What `Models` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> SyncTransport: ...
+
+
+class _AsyncModelsClient(Protocol):
+    """What `AsyncModels` uses of its `AsyncClient`."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> AsyncTransport: ...
+
+
 class Models:
     """`client.models`: `list(provider=None)`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _ModelsClient) -> None:
         self._client = client
 
     def list(self, *, provider: Optional[str] = None) -> ModelList:
@@ -135,7 +154,7 @@ def _dropped(found: Any) -> bool:
 class AsyncModels:
     """`AsyncClient.models`: the same `list()`, awaited; providers are asked concurrently."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _AsyncModelsClient) -> None:
         self._client = client
 
     async def list(self, *, provider: Optional[str] = None) -> ModelList:

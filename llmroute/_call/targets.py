@@ -38,10 +38,10 @@ def resolve_target(config: Config, prepared: "PreparedCall") -> Target:
         raise E.RoutingError(f"model {model!r}: unknown provider {provider!r} (configured providers: {known}), "
                              "and no configured deployment serves a model of that id")
     names = ", ".join(sorted(tiers)) or "none"
-    known = [*tiers, *(d.model for d in config.all_deployments())]
+    nearby = [*tiers, *(d.model for d in config.all_deployments())]
     raise E.RoutingError(
         f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', not 'provider:model-id', and no "
-        f"configured deployment serves a model of that id{did_you_mean(model, known)}"
+        f"configured deployment serves a model of that id{did_you_mean(model, nearby)}"
     )
 
 

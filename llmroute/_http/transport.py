@@ -31,11 +31,27 @@ from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    import aiohttp
+    import httpcore
     import httpx
 
 __all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
            "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+
+
+def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
+    """`asyncio.timeout` (Python 3.11+); on 3.10, async_timeout's (aiohttp's own dependency there), which
+    raises asyncio.TimeoutError rather than the builtin TimeoutError."""
+    if sys.version_info >= (3, 11):
+        import asyncio
+
+        return asyncio.timeout(seconds)
+    import async_timeout
+
+    return async_timeout.timeout(seconds)  # type: ignore[no-any-return]  # untyped on 3.10 (no stubs)
 
 
 def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
@@ -129,7 +145,7 @@ def _body(request: HttpRequest) -> Dict[str, Any]:
     return {"content": request.content} if request.content is not None else {"json": request.json}
 
 
-class _UntilDeadline(dict):
+class _UntilDeadline(Dict[str, Any]):
     """httpcore's per-request timeouts, each socket wait cut to what is left before `deadline`: httpcore
     reads this dict before every read and write, so a server trickling one byte a second (headers or
     body) cannot hold the request past the attempt's total timeout."""
@@ -153,7 +169,7 @@ class _DeadlineStream:
     httpcore reads its timeouts once per phase, so without this a server trickling its headers one
     byte at a time would hold the request for as long as it likes."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
 
     @staticmethod
@@ -183,7 +199,7 @@ class _DeadlineStream:
 class _DeadlineBackend:
     """httpcore's sync network backend, handing out `_DeadlineStream`s."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
@@ -196,7 +212,7 @@ class _DeadlineBackend:
         self._inner.sleep(seconds)
 
 
-def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+def _build(client: httpx.AsyncClient, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
     """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
     A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
     raised before anything is sent."""
@@ -256,11 +272,11 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
             if read_s is not None and left > read_s:
                 data = await raw.__anext__()
             else:
-                async with asyncio.timeout(max(0.0, left)):
+                async with _async_timeout(max(0.0, left)):
                     data = await raw.__anext__()
         except StopAsyncIteration:
             break
-        except E.BuiltinTimeoutError:
+        except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
             raise _past(deadline) from None
         out = reader.feed(data)
         if out:
@@ -326,7 +342,7 @@ class ConnectTimer:
 class AsyncConnectTimer(ConnectTimer):
     __slots__ = ()
 
-    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
+    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]  # httpx's async trace hook is awaited
         self.event(name)
 
 
@@ -367,7 +383,7 @@ class AiohttpResponse:
 
     __slots__ = ("_response", "status_code", "headers", "read_s")
 
-    def __init__(self, response: Any, read_s: Optional[float] = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, read_s: Optional[float] = None) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
@@ -550,7 +566,7 @@ class _SyncPool:
         self.pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
-            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),  # type: ignore[arg-type]  # duck-typed: httpcore is imported on first use, so no subclass
         )
         self.user_agent = f"python-httpx/{httpx.__version__}".encode()
         self.targets: Dict[str, _Target] = {}
@@ -585,8 +601,8 @@ class _SyncPool:
                     raw.append((name, value))
             if "user-agent" not in given:
                 raw.append((b"User-Agent", self.user_agent))
-            for name, text in headers.items():
-                raw.append((name.encode("ascii"), text.encode("ascii")))
+            for header, text in headers.items():
+                raw.append((header.encode("ascii"), text.encode("ascii")))
             if content is not None and "content-length" not in given:
                 raw.append((b"Content-Length", str(len(content)).encode()))
             if self.cookies:
@@ -697,8 +713,6 @@ class AsyncTransport:
     ) -> Any:
         """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
         client = self._client(provider, max_connections)
-        import asyncio
-
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
@@ -708,14 +722,14 @@ class AsyncTransport:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
-            async with asyncio.timeout(timeouts.total_s):
+            async with _async_timeout(timeouts.total_s):
                 response = await client.request(
                     request.method, request.url, headers=headers, data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
             return AiohttpResponse(response, timeouts.read_s)
         req = _build(client, request, timeouts, timer)
-        async with asyncio.timeout(timeouts.total_s):
+        async with _async_timeout(timeouts.total_s):
             return await client.send(req, stream=True)
 
     async def aclose(self) -> None:

@@ -8,7 +8,7 @@ in `job.py`, every state in the job store.
 from __future__ import annotations
 
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
 
 import httpx
 
@@ -22,13 +22,30 @@ from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
 
+if TYPE_CHECKING:
+    from llmroute.config import Config
+    from llmroute._call.engine import Engine
+    from llmroute.types import ChatAccess
+
 __all__ = ["Batches", "AsyncBatches", "open_job_store"]
 
 # Batch calls move files, not tokens: a long read limit, no first-token limit.
 _TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
 
 
-def open_job_store(where: str) -> Any:
+class BatchClient(Protocol):
+    """What `Batches` and `AsyncBatches` use of their `Client` or `AsyncClient` (client.py imports this
+    module, not the reverse): its config and engine, and `chat.completions.create` for the `online` policy."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def chat(self) -> ChatAccess: ...
+
+
+def open_job_store(where: str) -> JobStore:
     """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
     if is_postgres_url(where):
         return PostgresJobStore(where)
@@ -39,7 +56,7 @@ def _provider_of(req: Req) -> str:
     return req.url.split("/")[2] if "//" in req.url else "batch"
 
 
-def _jobs(client: Any, settings: Optional[BatchSettings], store: Any) -> BatchJobs:
+def _jobs(client: BatchClient, settings: Optional[BatchSettings], store: Optional[JobStore]) -> BatchJobs:
     settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
     store = store or open_job_store(settings.store)
     return BatchJobs(client.config, client._engine, settings, store)
@@ -70,7 +87,7 @@ def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]
 class Batches:
     """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+    def __init__(self, client: BatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
@@ -137,7 +154,8 @@ class Batches:
 
     def poll(self, job_id: str) -> JobView:
         """One pass: submit what is pending, poll what is due, collect what finished."""
-        return self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
              on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
@@ -175,7 +193,7 @@ class Batches:
 class AsyncBatches:
     """Batch jobs for `AsyncClient`: the same methods as `Batches`, awaited."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
+    def __init__(self, client: BatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
                  clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
@@ -240,7 +258,8 @@ class AsyncBatches:
         return self.jobs.view(job_id, self._clock())
 
     async def poll(self, job_id: str) -> JobView:
-        return await self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = await self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     async def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
                    on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:

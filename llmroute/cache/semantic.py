@@ -10,10 +10,13 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from llmroute._http.transport import AsyncTransport, SyncTransport
 
 __all__ = ["Embedder"]
 
@@ -63,7 +66,7 @@ class Embedder:
             log.warning("llmroute cache: the embeddings endpoint failed (%s: %s); semantic lookup skipped",
                         type(exc).__name__, exc)
 
-    def embed(self, text: str, transport: Any) -> Optional[List[float]]:
+    def embed(self, text: str, transport: SyncTransport) -> Optional[List[float]]:
         try:
             response = transport.open(self.request(text), self.timeouts(), provider="llmroute-embeddings",
                                       max_connections=8)
@@ -76,7 +79,7 @@ class Embedder:
             self._failed(exc)
             return None
 
-    async def aembed(self, text: str, transport: Any) -> Optional[List[float]]:
+    async def aembed(self, text: str, transport: AsyncTransport) -> Optional[List[float]]:
         try:
             response = await transport.open(self.request(text), self.timeouts(), provider="llmroute-embeddings",
                                             max_connections=8)

