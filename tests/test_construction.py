@@ -131,6 +131,7 @@ def test_raw_response_has_the_answering_attempts_status_and_headers(fault_server
         fault_server.push(status(503))
         raw = c.chat.completions.with_raw_response.create(model="fault-model", messages=MESSAGES)
     assert raw.status_code == 200 and raw.retries_taken == 1
+    assert raw.elapsed.total_seconds() > 0
     assert raw.headers.get("content-type", "").startswith(("text/event-stream", "application/json"))
     assert raw.parse().choices[0].message.content
     assert "chat.completion" in raw.text() and raw.json()["object"] == "chat.completion"

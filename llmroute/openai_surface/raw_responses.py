@@ -56,6 +56,15 @@ class APIResponse:
         attempts = getattr(route, "attempts", None) or []
         self.retries_taken = max(0, len(attempts) - 1)
         self.deployment = attempt.deployment if attempt is not None else getattr(route, "deployment", None)
+        self._duration_s = attempt.duration_s if attempt is not None else 0.0
+
+    @property
+    def elapsed(self) -> Any:
+        """How long the answering attempt took (a `timedelta`, as openai-python's); zero for a stream, whose
+        attempt is still being read when the response is made."""
+        from datetime import timedelta
+
+        return timedelta(seconds=self._duration_s)
 
     @property
     def request_id(self) -> Optional[str]:
