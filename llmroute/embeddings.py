@@ -9,7 +9,8 @@ and its span (`gen_ai.operation.name = "embeddings"`). Embeddings are never hedg
 
 The response is OpenAI's `CreateEmbeddingResponse` (`data[i].embedding`, `usage.prompt_tokens`),
 plus `route` and `cost` that `model_dump()` leaves out. `Embeddings` and `AsyncEmbeddings` are the
-thin shells that move bytes; the rest is sans-I/O.
+thin shells that move bytes, through the client's send path (`_http/exchange.py`: timeouts, read
+caps, the attempt's connect time); the rest is sans-I/O.
 """
 
 from __future__ import annotations
@@ -25,7 +26,9 @@ from pydantic import Field
 from llmroute import errors as E
 from llmroute.accounting.cost_value import Cost
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
+from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
+from llmroute._call.engine import EngineClient
 from llmroute._call.exits import end_call, exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
 from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
@@ -310,27 +313,19 @@ def _now() -> float:
     return time.monotonic()
 
 
-class _EmbeddingsClient(Protocol):
+class _EmbeddingsClient(EngineClient, Protocol):
     """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
 
-    @property
-    def config(self) -> Config: ...
-    @property
-    def _engine(self) -> Engine: ...
-    def _send(self, ctx: AttemptContext) -> SyncResponse: ...
+    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
     def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
 
 
-class _AsyncEmbeddingsClient(Protocol):
+class _AsyncEmbeddingsClient(EngineClient, Protocol):
     """What `AsyncEmbeddings` uses of its `AsyncClient`."""
 
     @property
-    def config(self) -> Config: ...
-    @property
-    def _engine(self) -> Engine: ...
-    @property
     def _offload(self) -> Offload: ...
-    async def _send(self, ctx: AttemptContext) -> Any: ...
+    async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
     def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
 
 
@@ -366,12 +361,8 @@ class Embeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = client._send(ctx)
-                    try:
-                        content = response.read()
-                    finally:
-                        response.close()
-                    batches.add(response.headers, content)
+                    response, ex = client._send(ctx)
+                    batches.add(response.headers, read(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
@@ -417,12 +408,8 @@ class AsyncEmbeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = await client._send(ctx)
-                    try:
-                        content = await response.aread()
-                    finally:
-                        await response.aclose()
-                    batches.add(response.headers, content)
+                    response, ex = await client._send(ctx)
+                    batches.add(response.headers, await aread(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue

@@ -7,18 +7,20 @@ listed id can be called as is; `model` keeps the platform's own id
 and every field the platform sent (`context_length`, `max_model_len`, `type`, ...) stays readable.
 A provider that cannot be listed does not hide the others: its typed error is in `.errors`; only
 when every provider asked failed is an error raised. Listing is free: no ledger record, no breaker.
+The requests go through the client's send path (`_http/exchange.py`): its timeouts and read caps.
 """
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol
 
 from pydantic import Field
 
 from llmroute import errors as E
-from llmroute._call.attempt_errors import network_errors, sync_network_errors
+from llmroute._http.exchange import Exchange, afetch, fetch
 from llmroute.providers.embedding_wire import models_request, parse_model_list
-from llmroute._http.transport import DROPPED_BEFORE_REPLY, map_transport_error
+from llmroute._http.transport import DROPPED_BEFORE_REPLY
 from llmroute.types import _OpenAIModel
 from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
 from llmroute.providers.error_mapping import error_from_response
@@ -26,6 +28,7 @@ from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Provider
+    from llmroute._http.bounded import ReadLimits
     from llmroute._http.transport import AsyncTransport, SyncTransport
 
 __all__ = ["Model", "ModelList", "Models", "AsyncModels"]
@@ -63,7 +66,7 @@ def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
     return [config.providers[provider]]
 
 
-def _timeouts(provider: "Provider") -> Any:
+def _timeouts(provider: "Provider") -> Timeouts:
     cfg = provider.config
     connect = cfg.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
     total = min(cfg.timeout_s or 30.0, 30.0)  # a model list is small: no reason to wait minutes
@@ -98,6 +101,8 @@ class _ModelsClient(Protocol):
     def config(self) -> Config: ...
     @property
     def _transport(self) -> SyncTransport: ...
+    @property
+    def read_limits(self) -> ReadLimits: ...
 
 
 class _AsyncModelsClient(Protocol):
@@ -107,6 +112,14 @@ class _AsyncModelsClient(Protocol):
     def config(self) -> Config: ...
     @property
     def _transport(self) -> AsyncTransport: ...
+    @property
+    def read_limits(self) -> ReadLimits: ...
+
+
+def _exchange(client: _ModelsClient | _AsyncModelsClient, provider: "Provider") -> Exchange:
+    """`GET /models` on the one send path (`_http/exchange.py`), within the client's read caps."""
+    return Exchange(models_request(provider), _timeouts(provider), client.read_limits, provider=provider.name,
+                    deployment=provider.name, max_connections=provider.max_connections)
 
 
 class Models:
@@ -120,31 +133,16 @@ class Models:
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
             for _ in range(2):  # a GET: resent once when a kept-alive connection was closed before the reply
-                found = self._one(p)
-                if not _dropped(found):
+                try:
+                    reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                    listed[p.name] = _models_of(p, reply.body, self._client.config)
+                    errors.pop(p.name, None)
                     break
-            if isinstance(found, E.ProviderError):
-                errors[p.name] = found
-            else:
-                listed[p.name] = found
+                except E.ProviderError as error:
+                    errors[p.name] = error
+                    if not _dropped(error):
+                        break
         return _result(listed, errors)
-
-    def _one(self, p: "Provider") -> Any:
-        timeouts = _timeouts(p)
-        try:
-            response = self._client._transport.open(models_request(p), timeouts, provider=p.name,
-                                                    max_connections=p.max_connections)
-            try:
-                content = response.read()
-            finally:
-                response.close()
-            if response.status_code >= 300:
-                return _error(p, response.status_code, response.headers, content)
-            return _models_of(p, content, self._client.config)
-        except E.ProviderError as error:
-            return error
-        except sync_network_errors() as exc:
-            return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts, url=p.base_url)
 
 
 def _dropped(found: Any) -> bool:
@@ -160,24 +158,12 @@ class AsyncModels:
     async def list(self, *, provider: Optional[str] = None) -> ModelList:
         import asyncio  # not at import llmroute: the sync client never needs it
 
-        raised = network_errors()
-
         async def one(p: "Provider") -> Any:
-            timeouts = _timeouts(p)
             try:
-                response = await self._client._transport.open(models_request(p), timeouts, provider=p.name,
-                                                              max_connections=p.max_connections)
-                try:
-                    content = await response.aread()
-                finally:
-                    await response.aclose()
-                if response.status_code >= 300:
-                    return _error(p, response.status_code, response.headers, content)
-                return _models_of(p, content, self._client.config)
+                reply = await afetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                return _models_of(p, reply.body, self._client.config)
             except E.ProviderError as error:
                 return error
-            except raised as exc:
-                return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts, url=p.base_url)
 
         async def twice(p: "Provider") -> Any:  # a GET: resent once after a dropped kept-alive connection
             found = await one(p)
@@ -188,4 +174,3 @@ class AsyncModels:
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)
-

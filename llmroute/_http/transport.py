@@ -1,4 +1,6 @@
 """The only module that does network I/O: connection pools, sync and async, one per provider.
+Only `exchange.py` sends through it: the one send path every operation uses (timeouts, read caps,
+typed errors: docs/transport.md).
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
@@ -39,7 +41,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
 
 
 def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
@@ -94,15 +96,13 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
             return E.APITimeoutError(f"connect timeout: no connection{peer} within {timeouts.connect_s:g}s",
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
-            return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                                  seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+            return _read_timeout(timeouts, kw)
         return E.APIConnectionError(f"connection{peer} failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
         return _map_httpx_error(httpx, exc, kw, timeouts, peer)
     if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, OSError):
         return E.APIConnectionError(f"connection{peer} failed: {exc.strerror or exc}", **kw)
     raise exc
@@ -116,8 +116,7 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, httpx.TimeoutException):
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
@@ -127,10 +126,16 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
     return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
-def _read_timeout_text(timeouts: Timeouts) -> str:
+def _read_timeout(timeouts: Timeouts, kw: Dict[str, Any]) -> E.APITimeoutError:
+    """A read timeout, named for the limit it means (`Timeouts.read_kind`)."""
     if timeouts.read_kind == "ttft":
-        return f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s"
-    return f"total timeout: the call took longer than {timeouts.total_s:g}s"
+        return E.APITimeoutError(f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s", timeout="ttft",
+                                 seconds=timeouts.ttft_s, **kw)
+    if timeouts.read_kind == "read":
+        return E.APITimeoutError(f"read timeout: no bytes for {timeouts.read_s:g}s", timeout="read",
+                                 seconds=timeouts.read_s, **kw)
+    return E.APITimeoutError(f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
+                             seconds=timeouts.total_s, **kw)
 
 
 def _reason(exc: BaseException) -> str:
@@ -249,11 +254,6 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
         yield tail
 
 
-def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-              deployment: str) -> bytes:
-    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
-
-
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
     """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
@@ -286,16 +286,12 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
         yield tail
 
 
-async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-                     deployment: str) -> bytes:
-    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
-                                                        deployment=deployment)])
-
-
-def _content(request: HttpRequest) -> bytes:
-    """The body to send: the adapter's pre-encoded JSON, as is."""
+def _content(request: HttpRequest) -> Optional[bytes]:
+    """The body to send: the adapter's pre-encoded JSON, as is; None for a request without one (a GET)."""
     if request.content is not None:
         return request.content
+    if request.json is None:
+        return None
     import json
 
     return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
@@ -378,7 +374,8 @@ def _aiohttp_session(max_connections: int) -> Any:
 
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
-    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `headers` (case-insensitive), `aiter_raw()` (bytes as they arrive) and `aclose()`. Bodies are
+    read through `exchange.py` (within the read caps), never whole by the response itself.
     `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
 
     __slots__ = ("_response", "status_code", "headers", "read_s")
@@ -388,9 +385,6 @@ class AiohttpResponse:
         self.status_code: int = response.status
         self.headers = response.headers
         self.read_s = read_s
-
-    async def aread(self) -> bytes:
-        return await self._response.read()
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
@@ -519,8 +513,9 @@ def _header_encoding(raw: List[Tuple[bytes, bytes]]) -> str:
 
 class SyncResponse:
     """A response from the sync pool with the few httpx.Response members the clients use:
-    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive), `read()` and
-    `close()`. Errors while reading are httpx's exceptions, as from an httpx.Response."""
+    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive) and `close()`.
+    Errors while reading are httpx's exceptions, as from an httpx.Response. Bodies are read through
+    `exchange.py` (within the read caps), never whole by the response itself."""
 
     __slots__ = ("_response", "status_code", "headers")
 
@@ -534,16 +529,6 @@ class SyncResponse:
             yield from self._response.stream
         except _httpcore_errors() as exc:
             raise _as_httpx_error(exc) from exc
-
-    def read(self) -> bytes:
-        """The whole body, decoded when the server compressed it (as `httpx.Response.read()`)."""
-        content = b"".join(self.iter_raw())
-        encoding = self.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("", "identity"):
-            return content
-        import httpx
-
-        return httpx.Response(self.status_code, headers=self.headers.raw, content=content).read()
 
     def close(self) -> None:
         """Give the connection back to the pool (closed instead if the body was not read to its end)."""

@@ -171,15 +171,29 @@ class LocalServer:
         return self
 
     def _wait_healthy(self, deadline: float) -> None:
-        import httpx
+        # On the one send path (a 2 s limit per probe, the default read caps), like every request.
+        from llmroute import errors as E
+        from llmroute._http.bounded import DEFAULT_READ_LIMITS
+        from llmroute._http.exchange import Exchange, fetch
+        from llmroute._http.timeouts import Timeouts
+        from llmroute._http.transport import SyncTransport
+        from llmroute._http.request import HttpRequest
 
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://{self.host}:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        probe = HttpRequest("GET", f"http://{self.host}:{self.port}/health", {}, None, False)
+        limits = Timeouts(connect_s=2.0, ttft_s=2.0, total_s=2.0, read_s=2.0, read_kind="total")
+        transport = SyncTransport()
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    ex = Exchange(probe, limits, DEFAULT_READ_LIMITS, provider="llmroute-local", deployment="local",
+                                  max_connections=1)
+                    if fetch(transport, ex).status == 200:
+                        return
+                except E.ProviderError:
+                    pass
+                time.sleep(0.1)
+        finally:
+            transport.close()
         raise LocalServerError("the local llama.cpp server never reported healthy")
 
     def kill(self) -> None:
