@@ -168,9 +168,9 @@ class _ClientSurface:
         providers = list(self.config.providers.values())
         if len(providers) != 1:
             return None
-        import httpx  # a core dependency; not loaded by `import llmroute`
+        from llmroute._http.httpx_values import url_value  # httpx's URL type: loaded when asked for
 
-        return httpx.URL(providers[0].base_url.rstrip("/") + "/")
+        return url_value(providers[0].base_url)
 
     @property
     def timeout(self) -> Optional[float]:

@@ -15,6 +15,8 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, Optional
 
+from llmroute._http.httpx_values import headers_value
+
 if TYPE_CHECKING:
     from llmroute.types import Attempt
 
@@ -33,15 +35,6 @@ def _answering_attempt(result: Any) -> Optional["Attempt"]:
     return answered[-1] if answered else None
 
 
-def _headers(raw: Any) -> Any:
-    import httpx  # a core dependency, loaded when a raw response is asked for
-
-    if raw is None:
-        return httpx.Headers()
-    items = raw.multi_items() if hasattr(raw, "multi_items") else list(raw.items())
-    return httpx.Headers(items)
-
-
 class APIResponse:
     """One call's HTTP answer: `status_code`, `headers`, `request_id`, `retries_taken`, and `parse()`.
     A cache hit has status 200, no headers, and `from_cache` True."""
@@ -49,7 +42,7 @@ class APIResponse:
     def __init__(self, result: Any) -> None:
         self._result = result
         attempt = _answering_attempt(result)
-        self.headers = _headers(attempt.response_headers if attempt is not None else None)
+        self.headers = headers_value(attempt.response_headers if attempt is not None else None)
         self.status_code: int = (attempt.http_status if attempt is not None else None) or 200
         route = getattr(result, "route", None)
         self.from_cache = attempt is None and route is not None and route.cache in ("hit", "semantic-hit")
