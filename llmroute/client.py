@@ -21,7 +21,7 @@ from llmroute._call.cache_step import alookup, lookup, open_cache
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from llmroute.openai_surface.resources import AsyncChatCompletions, ChatCompletions
-from llmroute.streams import AsyncStream, Stream, _aclose_later, _now, _Opened, _running_loop
+from llmroute.streams import AsyncStream, Stream, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
 from llmroute.openai_surface.construction import CallOptions, build_config, call_options, per_call_timeout
 from llmroute._call.engine import Engine
@@ -257,6 +257,8 @@ class Client(_ClientSurface):
         try:
             try:
                 op.response, ex = self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -279,6 +281,8 @@ class Client(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             op.response.close()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except sync_network_errors() as exc:
@@ -517,6 +521,8 @@ class AsyncClient(_ClientSurface):
         try:
             try:
                 op.response, ex = await self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -536,6 +542,8 @@ class AsyncClient(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             await op.response.aclose()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except network_errors() as exc:
@@ -688,8 +696,7 @@ class AsyncClient(_ClientSurface):
             warn_unclosed(self)
             self._offload.close(wait=False)
             self._engine.close()
-            for client in list(self._transport._clients.values()):
-                _aclose_later(client, life.loop)
+            self._transport.close_later()  # each loop's pools, on their own loop
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 
