@@ -33,6 +33,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  StreamNotFinishedError)
     from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
+    from llmroute.openai_surface.raw_responses import APIResponse
+    from llmroute.openai_surface.structured import ContentFilterFinishReasonError, LengthFinishReasonError, ParsedChatCompletion
     from llmroute.streams import AsyncStream, Stream
     from llmroute.types import (Attempt, ChatCompletion, ChatCompletionChunk, ChatCompletionTokenLogprob,
                                 ChoiceLogprobs, Route, TopLogprob, Usage)
@@ -63,6 +65,10 @@ _WHERE = {
     "EmbeddingUsage": ("llmroute.embeddings", "EmbeddingUsage"),
     "Model": ("llmroute.models", "Model"),
     "ModelList": ("llmroute.models", "ModelList"),
+    "ParsedChatCompletion": ("llmroute.openai_surface.structured", "ParsedChatCompletion"),
+    "LengthFinishReasonError": ("llmroute.openai_surface.structured", "LengthFinishReasonError"),
+    "ContentFilterFinishReasonError": ("llmroute.openai_surface.structured", "ContentFilterFinishReasonError"),
+    "APIResponse": ("llmroute.openai_surface.raw_responses", "APIResponse"),
     **{name: ("llmroute.types", name) for name in (
         "ChatCompletion", "ChatCompletionChunk", "Usage", "Route", "Attempt", "ChoiceLogprobs",
         "ChatCompletionTokenLogprob", "TopLogprob")},
@@ -153,6 +159,10 @@ __all__ = [
     "Model",
     "ModelList",
     "SharedStateUnavailableError",
+    "ParsedChatCompletion",
+    "LengthFinishReasonError",
+    "ContentFilterFinishReasonError",
+    "APIResponse",
     # openai-python's exception names (llmroute/errors.py draws the one tree)
     "APIError",
     "APIStatusError",

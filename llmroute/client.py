@@ -7,11 +7,12 @@ only code written twice is the loop that moves bytes (blocking here, awaiting th
 
 from __future__ import annotations
 
+import copy
 import functools
 import os
 import time
 import threading
-from typing import (Any, Dict, List, Mapping, Optional, Union)
+from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union)
 
 from llmroute import errors as E
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
@@ -19,9 +20,10 @@ from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 from llmroute._call.cache_step import alookup, lookup, open_cache
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
-from llmroute.completions import AsyncCompletions, Completions
+from llmroute.openai_surface.resources import AsyncChatCompletions, ChatCompletions
 from llmroute.streams import AsyncStream, Stream, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
+from llmroute.openai_surface.construction import CallOptions, build_config, call_options, per_call_timeout
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.exits import end_call, exit_status
@@ -35,16 +37,16 @@ from llmroute.types import ChatCompletion
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
 
-def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None]) -> Config:
-    if isinstance(config, Config):
-        return config
-    if config is None:
-        raise E.ConfigError("no config given: pass config=<dict or Config>, or use Client.from_config(path)")
-    if isinstance(config, (str, os.PathLike)):
-        return load_config(config)
-    if isinstance(config, Mapping):
-        return Config.from_dict(config)
-    raise E.ConfigError(f"config must be a dict, a Config or a path, not {type(config).__name__}")
+_C = TypeVar("_C", bound="_ClientSurface")
+
+
+def _with_options(client: _C, options: "CallOptions", views: Callable[[Any], None]) -> _C:
+    """A view of `client` with other call options: the same connections, breakers, cache and ledger."""
+    view = copy.copy(client)
+    view._options = client._options.merged(options)
+    view._parent = client._parent or client
+    views(view)
+    return view
 
 
 def _exchange(ctx: AttemptContext, limits: ReadLimits) -> X.Exchange:
@@ -58,6 +60,12 @@ async def _asleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
+
+
+def _answered(ctx: AttemptContext, response: Any) -> None:
+    """Keep the status and headers of an attempt the platform answered (`with_raw_response`)."""
+    ctx.record.http_status = response.status_code
+    ctx.record.response_headers = response.headers
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
@@ -112,7 +120,21 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
 
 class _Chat:
     def __init__(self, client: "Client") -> None:
-        self.completions = Completions(client)
+        self.completions = ChatCompletions(client)
+
+
+def _sync_views(view: Any) -> None:
+    from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
+    from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
+
+    view.chat, view.embeddings, view.models = _Chat(view), Embeddings(view), Models(view)
+
+
+def _async_views(view: Any) -> None:
+    from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
+    from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
+
+    view.chat, view.embeddings, view.models = _AsyncChat(view), AsyncEmbeddings(view), AsyncModels(view)
 
 
 class _ClientSurface:
@@ -139,15 +161,61 @@ class _ClientSurface:
             return f"{type(self).__name__}(not configured)"
         return f"{type(self).__name__}(config={config.source!r}, tiers={list(config.tiers)})"
 
+    _options: CallOptions
+    _parent: Any = None  # the client a `with_options()` view was made from
+
+    @property
+    def base_url(self) -> Any:
+        """The base URL of the client's one provider (an `httpx.URL`, as openai-python's), or None when
+        several are configured."""
+        providers = list(self.config.providers.values())
+        if len(providers) != 1:
+            return None
+        from llmroute._http.httpx_values import url_value  # httpx's URL type: loaded when asked for
+
+        return url_value(providers[0].base_url)
+
+    @property
+    def timeout(self) -> Optional[float]:
+        """The client's timeout: a whole call's by default (`with_options`, or a config client's), or
+        each attempt's on a `Client(base_url=...)` built with one (None: the config's deadlines)."""
+        return self._options.timeout_s if self._options.timeout_s is not None else self._options.attempt_timeout_s
+
+    @property
+    def max_retries(self) -> Optional[int]:
+        """The client's retries per deployment (None: the config's `[resilience] max_retries`)."""
+        return self._options.max_retries
+
+    def _call_args(self, kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[int]]:
+        """A call's arguments with the client's options filled in, and its max_retries."""
+        kwargs = dict(kwargs)
+        max_retries = self._options.apply(kwargs)
+        if "timeout" in kwargs:
+            kwargs["timeout"] = per_call_timeout(kwargs["timeout"])
+        return kwargs, max_retries
+
 
 class Client(_ClientSurface):
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *,
+                 api_key: Optional[str] = None, base_url: Any = None, timeout: Any = None,
+                 max_retries: Optional[int] = None, default_headers: Optional[Mapping[str, str]] = None,
+                 organization: Optional[str] = None, project: Optional[str] = None,
+                 prices: Optional[Mapping[str, Mapping[str, Any]]] = None,
                  ledger: Any = None, read_limits: Optional[ReadLimits] = None) -> None:
-        """`ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
+        """`config`: a Config, a dict or a TOML path; with none, `Client()` reads `$LLMROUTE_CONFIG` or
+        `./llmroute.toml`, and `Client(base_url=..., api_key=...)` calls one OpenAI-compatible server by
+        its own model ids (`prices`: its prices per model id; without them its cost is None, with a
+        warning). `timeout` (seconds or an `httpx.Timeout`), `max_retries` and `default_headers` are
+        every call's defaults, as in openai-python (llmroute/openai_surface/construction.py).
+        `ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
         `read_limits`: caps on what one response may make the client read (`bounded.ReadLimits`)."""
-        self.config = _as_config(config)
+        self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
+        self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
+                                   max_retries=max_retries, prices=prices, organization=organization,
+                                   project=project)
+        self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
@@ -167,6 +235,15 @@ class Client(_ClientSurface):
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
+
+    def with_options(self, *, timeout: Any = None, max_retries: Optional[int] = None,
+                     default_headers: Optional[Mapping[str, str]] = None) -> "Client":
+        """This client with other call defaults (openai-python's `with_options`): the same connections,
+        breakers, cache and ledger; closing either closes both."""
+        return _with_options(self, call_options(timeout=timeout, max_retries=max_retries,
+                                                default_headers=default_headers), _sync_views)
+
+    copy = with_options
 
     def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, X.Exchange]:
         """Send the attempt's request (a non-2xx answer raises the adapter's error); the response, body unread."""
@@ -190,6 +267,7 @@ class Client(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response, ex = self._send(ctx)
+            _answered(ctx, op.response)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
@@ -301,9 +379,11 @@ class Client(_ClientSurface):
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
         if self._life.check():  # first call in a forked child: its own connections and threads
             self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
+        kwargs, max_retries = self._call_args(kwargs)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
+        prepared.max_retries = max_retries
         cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
@@ -353,7 +433,7 @@ class Client(_ClientSurface):
 
     def __del__(self) -> None:
         life = getattr(self, "_life", None)
-        if life is None or life.closed:
+        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
             return
         try:
             warn_unclosed(self)
@@ -382,7 +462,7 @@ def _offload_for(engine: Engine, cache: Any) -> Offload:
 
 class _AsyncChat:
     def __init__(self, client: "AsyncClient") -> None:
-        self.completions = AsyncCompletions(client)
+        self.completions = AsyncChatCompletions(client)
 
 
 class AsyncClient(_ClientSurface):
@@ -392,9 +472,17 @@ class AsyncClient(_ClientSurface):
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *, transport: str = "auto",
+        api_key: Optional[str] = None, base_url: Any = None, timeout: Any = None, max_retries: Optional[int] = None,
+        default_headers: Optional[Mapping[str, str]] = None, organization: Optional[str] = None,
+        project: Optional[str] = None, prices: Optional[Mapping[str, Mapping[str, Any]]] = None,
         ledger: Any = None, read_limits: Optional[ReadLimits] = None,
     ) -> None:
-        self.config = _as_config(config)
+        """As `Client(...)`; `transport` picks the HTTP library."""
+        self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
+        self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
+                                   max_retries=max_retries, prices=prices, organization=organization,
+                                   project=project)
+        self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
@@ -414,6 +502,14 @@ class AsyncClient(_ClientSurface):
     def from_config(cls, path: Union[str, os.PathLike[str]], *, transport: str = "auto",
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
+
+    def with_options(self, *, timeout: Any = None, max_retries: Optional[int] = None,
+                     default_headers: Optional[Mapping[str, str]] = None) -> "AsyncClient":
+        """As `Client.with_options`."""
+        return _with_options(self, call_options(timeout=timeout, max_retries=max_retries,
+                                                default_headers=default_headers), _async_views)
+
+    copy = with_options
 
     async def _send(self, ctx: AttemptContext) -> tuple[Any, X.Exchange]:
         """`Client._send`, awaited."""
@@ -438,6 +534,7 @@ class AsyncClient(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response, ex = await self._send(ctx)
+            _answered(ctx, op.response)
             if state is None or _plain_answer(state, op.response):
                 op.state = None
                 content = await X.aread(op.response, ex)
@@ -537,9 +634,11 @@ class AsyncClient(_ClientSurface):
         if self._life.check(_running_loop()):  # first call in a forked child: its own connections
             self._transport = AsyncTransport(self._transport_name)
             self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
+        kwargs, max_retries = self._call_args(kwargs)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
+        prepared.max_retries = max_retries
         offload = None if self._offload.inline else self._offload
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport, offload)
         if cached is not None and cached.entry is not None:
@@ -599,7 +698,7 @@ class AsyncClient(_ClientSurface):
 
     def __del__(self) -> None:
         life = getattr(self, "_life", None)
-        if life is None or life.closed:
+        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
             return
         life.closed = True
         try:

@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Literal, Mapping, 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
 from llmroute.errors import ConfigError
+from llmroute._runtime.suggest import did_you_mean
 from llmroute.providers.registry import KINDS, KindSpec
 from llmroute._runtime.secrets import MASK, SecretStr, is_secret_header
 from llmroute._runtime.text_files import not_utf8
@@ -249,6 +250,9 @@ class Config:
     sections: Sections
     source: str = "<dict>"
     base_dir: Path = field(default_factory=Path.cwd)
+    # The provider a bare model id goes to when no tier or deployment names it: set by
+    # `Client(base_url=...)` (llmroute/openai_surface/construction.py), whose model= is the server's own id.
+    default_provider: Optional[str] = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> "Config":
@@ -369,7 +373,7 @@ def _key_path(loc: tuple[Any, ...]) -> str:
     return out
 
 
-def _raise_validation(exc: ValidationError, source: str, prefix: str = "") -> None:
+def _raise_validation(exc: ValidationError, source: str, prefix: str = "", model: Any = None) -> None:
     # Report the most specific error: a union (a string or a table) fails once per branch, and the
     # branch that got deepest into the value is the one the user meant.
     errors = exc.errors(include_url=False)
@@ -378,7 +382,9 @@ def _raise_validation(exc: ValidationError, source: str, prefix: str = "") -> No
     loc = tuple(first["loc"])
     msg = first["msg"]
     if first["type"] == "extra_forbidden":
-        msg = "unknown key"
+        msg = _unknown_key_message(loc, prefix, model)
+    elif first["type"] == "missing" and isinstance(first.get("input"), Mapping):
+        msg = _missing_key_message(loc, first["input"], model if (model is not None or not prefix) else False)
     elif msg.startswith("Value error, "):
         msg = msg[len("Value error, ") :]
     key = _key_path(loc)
@@ -386,6 +392,68 @@ def _raise_validation(exc: ValidationError, source: str, prefix: str = "") -> No
         key = f"{prefix}.{key}" if key else prefix
     more = f" (and {len(errors) - 1} more problem(s))" if len(errors) > 1 else ""
     raise ConfigError(msg + more, path=source, key=key or None) from None
+
+
+def _fields_at(loc: tuple[Any, ...], root: Any = None) -> Optional[List[str]]:
+    """The keys the config's model (`root`, the whole config by default) takes at `loc`, read from the
+    models' types; None when `loc` leads somewhere they do not describe."""
+    tp: Any = root or _RawConfig
+    for part in loc:
+        tp = _model_of(tp, part)
+        if tp is None:
+            return None
+    tp = _model_of(tp, None)
+    return list(tp.model_fields) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+
+
+def _model_of(tp: Any, part: Any) -> Any:
+    """One step down a type along a validation error's location (`part` None: unwrap only)."""
+    import typing
+
+    origin = typing.get_origin(tp)
+    if origin is Union or (origin is not None and str(origin) == "types.UnionType"):
+        members = [a for a in typing.get_args(tp) if a is not type(None)]
+        named = [a for a in members if getattr(a, "__name__", None) == part]
+        if named:
+            return named[0]
+        models = [a for a in members if isinstance(a, type) and issubclass(a, BaseModel)]
+        containers = [a for a in members if typing.get_origin(a) in (dict, list)]
+        tp = (models or containers or members or [None])[0]
+        origin = typing.get_origin(tp)
+    if part is None:
+        return tp
+    if origin is dict:
+        return typing.get_args(tp)[1]
+    if origin is list:
+        return typing.get_args(tp)[0] if isinstance(part, int) else None
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        field_info = tp.model_fields.get(str(part))
+        return field_info.annotation if field_info is not None else None
+    return None
+
+
+def _unknown_key_message(loc: tuple[Any, ...], prefix: str, model: Any = None) -> str:
+    name = str(loc[-1]) if loc else ""
+    known = _fields_at(loc[:-1], model) if (model is not None or not prefix) else None
+    if not prefix and len(loc) == 1:  # a section of its own: say which exist
+        return (f"unknown key: there is no section [{name}]{did_you_mean(name, _RawConfig.model_fields)}; known sections: "
+                + ", ".join(f"[{k}]" for k in _RawConfig.model_fields))
+    if known is None:
+        return "unknown key"
+    hint = did_you_mean(name, known)
+    return f"unknown key{hint}" if hint else f"unknown key (known: {', '.join(known)})"
+
+
+def _missing_key_message(loc: tuple[Any, ...], table: Mapping[str, Any], model: Any = None) -> str:
+    """A required key is missing: name it, and the table's key that looks like a misspelling of it
+    (`model` False: the keys at `loc` are not known here)."""
+    wanted = str(loc[-1])
+    known = (_fields_at(loc[:-1], model) if model is not False else None) or [wanted]
+    strays = [str(k) for k in table if str(k) not in known]
+    close = [k for k in strays if did_you_mean(k, [wanted])]
+    if close:
+        return f"required key `{wanted}` is missing; unknown key `{close[0]}` (did you mean `{wanted}`?)"
+    return f"required key `{wanted}` is missing"
 
 
 def _expand_env(value: str, *, source: str, key: str) -> str:
@@ -538,7 +606,9 @@ def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
     extras = dict(cfg.model_extra or {})
     for name in extras:
         if name not in ResiliencePolicy.model_fields:
-            raise ConfigError("unknown key", path=source, key=f"{key}.{name}")
+            known = [*type(cfg).model_fields, *ResiliencePolicy.model_fields]
+            raise ConfigError(f"unknown key{did_you_mean(name, known) or ' (a ' + type(cfg).__name__.removesuffix('Config').lower() + ' takes: ' + ', '.join(type(cfg).model_fields) + ', and any [resilience] key)'}",
+                              path=source, key=f"{key}.{name}")
     merged = {**getattr(cfg, "resilience", {}), **extras}
     if isinstance(cfg, DeploymentConfig):
         object.__setattr__(cfg, "resilience", merged)
@@ -549,7 +619,7 @@ def _validated(model: Any, data: Any, source: str, key: str) -> Any:
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        _raise_validation(exc, source, key)
+        _raise_validation(exc, source, key, model)
 
 
 def _with_path(source: str, check: Any, *args: Any, **kwargs: Any) -> Any:

@@ -87,6 +87,7 @@ class PreparedEmbedding:
     stream: bool = False
     operation: str = "embeddings"
     cache: Any = None  # embeddings are not cached (the response cache is for chat answers)
+    max_retries: Optional[int] = None  # the client's `max_retries` option (`with_options`)
 
     @property
     def messages(self) -> List[Dict[str, Any]]:
@@ -170,10 +171,16 @@ def embedding_target(config: "Config", prepared: PreparedEmbedding) -> Target:
             fallback = list(config.tiers[tier.fallback_tier].deployments_for(prepared.pool))
         return Target(list(tier.deployments_for(prepared.pool)), tier.name, f"tier: {tier.name}",
                       fallback=fallback, fallback_tier=tier.fallback_tier)
-    if ":" in model:
+    if ":" in model and model.partition(":")[0] in config.providers:
         dep = config.deployment(model)
         if dep is not None:
             return Target([dep], dep.tier, f"deployment: {dep.id}")
+    from llmroute._call.targets import bare_deployment  # the call core: loaded with the first client
+
+    bare = bare_deployment(config, model) if model else None
+    if bare is not None:  # the platform's own id, served by one configured deployment (or the default provider)
+        return Target([bare], bare.tier, f"model: {model} ({bare.id})")
+    if ":" in model:
         known = ", ".join(sorted(config.providers)) or "none"
         raise E.RoutingError(f"model {model!r}: unknown provider {model.partition(':')[0]!r} "
                              f"(configured providers: {known})")
@@ -310,6 +317,7 @@ class _EmbeddingsClient(EngineClient, Protocol):
     """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
 
     def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
 
 
 class _AsyncEmbeddingsClient(EngineClient, Protocol):
@@ -318,6 +326,7 @@ class _AsyncEmbeddingsClient(EngineClient, Protocol):
     @property
     def _offload(self) -> Offload: ...
     async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
 
 
 class Embeddings:
@@ -329,7 +338,9 @@ class Embeddings:
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
         client = self._client
+        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
         prepared = prepare_embedding(client.config, kwargs)
+        prepared.max_retries = max_retries
         run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
         try:
             return self._attempts(run, prepared)
@@ -371,7 +382,9 @@ class AsyncEmbeddings:
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
         client = self._client
+        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
         prepared = prepare_embedding(client.config, kwargs)
+        prepared.max_retries = max_retries
         offload = client._offload  # admission and the plan's steps: in worker threads with shared state
         run = await offload.run(functools.partial(EmbeddingRun, client._engine, prepared, _now(), wall=time.time),
                                 undo=end_cancelled)

@@ -2,7 +2,8 @@
 
 Each provider's `GET {base}/models` is asked (Together's bare array and Ollama's native list are
 read too, see `providers/embeddings.py`). A model's `id` is "provider:model-id", the form
-`create(model=...)` takes, so a listed id can be called as is; `model` keeps the platform's own id
+`create(model=...)` takes (a `Client(base_url=...)` lists the server's own ids, which it takes), so a
+listed id can be called as is; `model` keeps the platform's own id
 and every field the platform sent (`context_length`, `max_model_len`, `type`, ...) stays readable.
 A provider that cannot be listed does not hide the others: its typed error is in `.errors`; only
 when every provider asked failed is an error raised. Listing is free: no ledger record, no breaker.
@@ -19,6 +20,7 @@ from pydantic import Field
 from llmroute import errors as E
 from llmroute._http.exchange import Exchange, afetch, fetch
 from llmroute.providers.embedding_wire import models_request, parse_model_list
+from llmroute._http.transport import DROPPED_BEFORE_REPLY
 from llmroute.types import _OpenAIModel
 from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
 from llmroute.providers.error_mapping import error_from_response
@@ -71,8 +73,11 @@ def _timeouts(provider: "Provider") -> Timeouts:
     return Timeouts(connect_s=min(connect, total), ttft_s=total, total_s=total, read_s=total, read_kind="total")
 
 
-def _models_of(provider: "Provider", content: bytes) -> List[Model]:
-    return [Model.model_validate({**m, "id": f"{provider.name}:{m['id']}", "provider": provider.name, "model": m["id"]})
+def _models_of(provider: "Provider", content: bytes, config: "Config") -> List[Model]:
+    # A one-server client (`Client(base_url=...)`) lists the server's own ids, as openai-python does.
+    own = config.default_provider == provider.name
+    return [Model.model_validate({**m, "id": m["id"] if own else f"{provider.name}:{m['id']}",
+                                  "provider": provider.name, "model": m["id"]})
             for m in parse_model_list(provider, content)]
 
 
@@ -127,12 +132,21 @@ class Models:
         listed: Dict[str, List[Model]] = {}
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
-            try:
-                reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
-                listed[p.name] = _models_of(p, reply.body)
-            except E.ProviderError as error:
-                errors[p.name] = error
+            for _ in range(2):  # a GET: resent once when a kept-alive connection was closed before the reply
+                try:
+                    reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                    listed[p.name] = _models_of(p, reply.body, self._client.config)
+                    errors.pop(p.name, None)
+                    break
+                except E.ProviderError as error:
+                    errors[p.name] = error
+                    if not _dropped(error):
+                        break
         return _result(listed, errors)
+
+
+def _dropped(found: Any) -> bool:
+    return isinstance(found, E.APIConnectionError) and getattr(found, "code", None) == DROPPED_BEFORE_REPLY
 
 
 class AsyncModels:
@@ -147,12 +161,16 @@ class AsyncModels:
         async def one(p: "Provider") -> Any:
             try:
                 reply = await afetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
-                return _models_of(p, reply.body)
+                return _models_of(p, reply.body, self._client.config)
             except E.ProviderError as error:
                 return error
 
+        async def twice(p: "Provider") -> Any:  # a GET: resent once after a dropped kept-alive connection
+            found = await one(p)
+            return await one(p) if _dropped(found) else found
+
         providers = _providers(self._client.config, provider)
-        results = await asyncio.gather(*(one(p) for p in providers))
+        results = await asyncio.gather(*(twice(p) for p in providers))
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)

@@ -8,9 +8,9 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Callable, List, Literal, Optional, Protocol
+from typing import Any, Callable, Dict, List, Literal, Optional, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from llmroute.accounting.cost_value import Cost
 
@@ -41,13 +41,44 @@ class _OpenAIModel(BaseModel):
     # would fill it, 16,384 strings held for good, at no measured gain in validation time.
     model_config = ConfigDict(extra="allow", defer_build=True, cache_strings="keys")
 
+    def to_dict(self, *, mode: Literal["json", "python"] = "python", exclude_unset: bool = True,
+                exclude_none: bool = False) -> Dict[str, Any]:
+        """The response as a dict, as openai-python's `to_dict()`: the fields the server sent (and
+        those llmroute set), server extras included; llmroute's own `route` and `cost` left out."""
+        return self.model_dump(mode=mode, by_alias=True, exclude_unset=exclude_unset, exclude_none=exclude_none)
+
+    def to_json(self, *, indent: Optional[int] = 2, exclude_unset: bool = True, exclude_none: bool = False) -> str:
+        """The response as JSON text, as openai-python's `to_json()` (2-space indent by default)."""
+        return self.model_dump_json(indent=indent, by_alias=True, exclude_unset=exclude_unset,
+                                    exclude_none=exclude_none)
+
+
+def _none_as_zero(value: Any) -> Any:
+    return 0 if value is None else value
+
+
+def _none_as_empty(value: Any) -> Any:
+    return {} if value is None else value
+
 
 class PromptTokensDetails(_OpenAIModel):
     cached_tokens: int = 0
+    audio_tokens: Optional[int] = None
+    cache_write_tokens: Optional[int] = None
+    image_tokens: Optional[int] = None
+    text_tokens: Optional[int] = None
+
+    _cached = field_validator("cached_tokens", mode="before")(_none_as_zero)
 
 
 class CompletionTokensDetails(_OpenAIModel):
     reasoning_tokens: int = 0
+    accepted_prediction_tokens: Optional[int] = None
+    audio_tokens: Optional[int] = None
+    rejected_prediction_tokens: Optional[int] = None
+    text_tokens: Optional[int] = None
+
+    _reasoning = field_validator("reasoning_tokens", mode="before")(_none_as_zero)
 
 
 class Usage(_OpenAIModel):
@@ -56,6 +87,9 @@ class Usage(_OpenAIModel):
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
     completion_tokens_details: CompletionTokensDetails = Field(default_factory=CompletionTokensDetails)
+
+    # openai-python's dumps (and some platforms) send `null` details: read as zero counts.
+    _details = field_validator("prompt_tokens_details", "completion_tokens_details", mode="before")(_none_as_empty)
 
     @property
     def cached_tokens(self) -> int:
@@ -83,6 +117,10 @@ class ChatCompletionMessage(_OpenAIModel):
     reasoning_content: Optional[str] = None
     tool_calls: Optional[List[ToolCall]] = None
     refusal: Optional[str] = None
+    # Declared by openai-python's type; None when the platform did not send them.
+    annotations: Optional[List[Dict[str, Any]]] = None
+    audio: Optional[Dict[str, Any]] = None
+    function_call: Optional[FunctionCall] = None
 
 
 class TopLogprob(_OpenAIModel):
@@ -130,6 +168,8 @@ class ChoiceDelta(_OpenAIModel):
     reasoning_content: Optional[str] = None
     tool_calls: Optional[List[ToolCallDelta]] = None
     refusal: Optional[str] = None
+    function_call: Optional[FunctionCall] = None  # declared by openai-python's type; None unless sent
+    audio: Optional[Dict[str, Any]] = None
 
 
 class ChunkChoice(_OpenAIModel):
@@ -164,6 +204,8 @@ class Attempt(BaseModel):
     billed: bool = False
     cost: Optional[Cost] = None
     note: Optional[str] = None
+    # The HTTP headers of the platform's answer (an attempt that was answered): `with_raw_response`.
+    response_headers: Any = Field(default=None, exclude=True, repr=False)
 
     @property
     def id(self) -> str:
@@ -204,6 +246,9 @@ class ChatCompletion(_OpenAIModel):
     choices: List[Choice] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
     system_fingerprint: Optional[str] = None
+    service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
+    metadata: Optional[Dict[str, Any]] = None  # as openai-python declares (the platform's, not llmroute's `metadata=`)
+    moderation: Optional[Dict[str, Any]] = None
     route: Optional[Route] = Field(default=None, exclude=True)
     cost: Optional[Cost] = Field(default=None, exclude=True)
 
@@ -216,6 +261,9 @@ class ChatCompletionChunk(_OpenAIModel):
     choices: List[ChunkChoice] = Field(default_factory=list)
     usage: Optional[Usage] = None
     system_fingerprint: Optional[str] = None
+    service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
+    moderation: Optional[Dict[str, Any]] = None
+    obfuscation: Optional[str] = None
     # True on the first content chunk of a continuation: what follows continues a cut answer.
     resumed: bool = Field(default=False, exclude=True)
 

@@ -33,6 +33,14 @@ def test_example_runs(script, local_config):
         assert marker not in out.stdout, (marker, out.stdout)
 
 
+def test_openai_drop_in_runs(llama_server, tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "openai_drop_in.py"), llama_server.base_url],
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)  # its ledger: in tmp_path
+    assert out.returncode == 0, out.stderr
+    assert "gemma-3-270m ->" in out.stdout and "status 200 server llama.cpp" in out.stdout
+    assert "cost: 0" in out.stdout and out.stderr == ""  # priced: no warning
+
+
 def test_switch_platform_names_the_missing_key():
     env = {k: v for k, v in os.environ.items() if k not in ("TOGETHER_API_KEY", "FIREWORKS_API_KEY")}
     for name, var in (("together.toml", "TOGETHER_API_KEY"), ("fireworks.toml", "FIREWORKS_API_KEY")):

@@ -25,7 +25,7 @@ LAYERS = [
     ("adapters", ["llmroute.providers"]),
     ("call core", ["llmroute._call"]),
     ("public API", ["llmroute", "llmroute.client", "llmroute.completions", "llmroute.streams", "llmroute.embeddings",
-                    "llmroute.models", "llmroute.batch"]),
+                    "llmroute.models", "llmroute.batch", "llmroute.openai_surface"]),
     ("tools", ["llmroute.cli", "llmroute.bench", "llmroute.__main__"]),
 ]
 

@@ -18,7 +18,7 @@ def transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamS
     """The attempt's typed error for what its transport raised: a read cut at the attempt's deadline is
     the total timeout (`exchange.at_deadline`), a read timeout after content a stall."""
     error = map_transport_error(exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,
-                                timeouts=ctx.timeouts)
+                                timeouts=ctx.timeouts, url=ctx.request.url)
     total = at_deadline(error, ctx.timeouts, ctx.deadline)
     if total is not error:  # cut at the deadline: the total timeout, content or not
         return total

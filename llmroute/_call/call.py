@@ -364,7 +364,7 @@ class CallRun:
             completion.usage = sum_usage([*self.earlier_usage, rec.usage])
         rec.usage_estimated = not usage_reported
         rec.billed = True
-        rec.http_status = 200
+        rec.http_status = rec.http_status or 200
         route = self.route
         route.provider = ctx.deployment.provider.name
         route.deployment = ctx.deployment.id

@@ -267,7 +267,7 @@ class Engine:
         plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,
-            policies=self.policy,
+            policies=_policies_for(self.policy, prepared.max_retries),
             deadline_at=deadline,
             now=now,
             rng=admission.plan_rng or self.rng,
@@ -331,3 +331,20 @@ class Engine:
         if self.fleet is not None:
             self.fleet.close()
 
+
+def _policies_for(policy: Callable[[str], Any], max_retries: Optional[int]) -> Callable[[str], Any]:
+    """The policies of one call: the config's, or with the client's `max_retries` (openai-python's
+    option, `with_options`) when it set one."""
+    if max_retries is None:
+        return policy
+    copies: Dict[str, Any] = {}
+
+    def policies(deployment_id: str) -> Any:
+        found = copies.get(deployment_id)
+        if found is None:
+            base = policy(deployment_id)
+            found = copies[deployment_id] = base.model_copy(update={
+                "max_retries": max_retries, "max_retries_with_backup": min(base.max_retries_with_backup, max_retries)})
+        return found
+
+    return policies

@@ -41,6 +41,7 @@ class PreparedCall:
     input_tokens: Optional[int] = None
     cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
     operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
+    max_retries: Optional[int] = None  # the client's `max_retries` option: overrides the policies' for this call
 
     @property
     def messages(self) -> List[Dict[str, Any]]:

@@ -6,11 +6,12 @@ from __future__ import annotations
 from typing import Any, List, Mapping, Optional
 
 from llmroute import errors as E
+from llmroute._runtime.suggest import did_you_mean
 from llmroute.config import Config, Deployment
 
 from llmroute._call.prepared import PreparedCall, Target
 
-__all__ = ["Target", "resolve_target", "tier_target", "route_auto"]
+__all__ = ["Target", "resolve_target", "tier_target", "route_auto", "bare_candidates", "bare_deployment"]
 
 
 def resolve_target(config: Config, prepared: "PreparedCall") -> Target:
@@ -24,17 +25,46 @@ def resolve_target(config: Config, prepared: "PreparedCall") -> Target:
         raise E.RoutingError(f"tier {model!r} serves embeddings: call client.embeddings.create(model={model!r}, ...)")
     if tier is not None:
         return tier_target(config, tier.name, f"tier: {tier.name}", prepared.pool)
-    if ":" in model:
+    if ":" in model and model.partition(":")[0] in config.providers:
         dep = config.deployment(model)
         if dep is not None:
             return Target([dep], dep.tier, f"deployment: {dep.id}")
+    bare = bare_deployment(config, model)
+    if bare is not None:
+        return Target([bare], bare.tier, f"model: {model} ({bare.id})")
+    if ":" in model:
         provider = model.partition(":")[0]
         known = ", ".join(sorted(config.providers)) or "none"
-        raise E.RoutingError(f"model {model!r}: unknown provider {provider!r} (configured providers: {known})")
+        raise E.RoutingError(f"model {model!r}: unknown provider {provider!r} (configured providers: {known}), "
+                             "and no configured deployment serves a model of that id")
     names = ", ".join(sorted(tiers)) or "none"
+    nearby = [*tiers, *(d.model for d in config.all_deployments())]
     raise E.RoutingError(
-        f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', and not 'provider:model-id'"
+        f"model {model!r} is not a tier (configured tiers: {names}), not 'auto', not 'provider:model-id', and no "
+        f"configured deployment serves a model of that id{did_you_mean(model, nearby)}"
     )
+
+
+def bare_candidates(config: Config, model: str, kind: str = "chat") -> List[Deployment]:
+    """The configured deployments of `kind` tiers whose platform model id is `model`, one per id."""
+    return [dep for dep in config.all_deployments() if dep.model == model
+            and (dep.tier is None or config.tiers[dep.tier].kind == kind)]
+
+
+def bare_deployment(config: Config, model: str) -> Optional[Deployment]:
+    """A model named by the platform's own id: the one configured deployment that serves it, or the
+    default provider's (a `Client(base_url=...)`); None when neither; RoutingError when several
+    providers serve it (the call must say which)."""
+    found = bare_candidates(config, model)
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        ids = ", ".join(sorted(d.id for d in found))
+        raise E.RoutingError(f"model {model!r} is served by several configured deployments ({ids}): name one as "
+                             "'provider:model-id', or call a tier")
+    if config.default_provider is not None and model:
+        return config.deployment(f"{config.default_provider}:{model}")
+    return None
 
 
 def tier_target(config: Config, name: str, reason: str, call_pool: str, score: Optional[float] = None,

@@ -341,8 +341,11 @@ def check_metadata(metadata: Any) -> Dict[str, str]:
     if len(metadata) > MAX_METADATA_ITEMS:
         raise _bad("metadata", f"has {len(metadata)} pairs; at most {MAX_METADATA_ITEMS}")
     for key, value in metadata.items():
-        if not isinstance(key, str) or not isinstance(value, str):
-            raise _bad("metadata", "must be a dict of str to str")
+        if not isinstance(key, str):
+            raise _bad("metadata", f"keys must be strings; key {key!r} is a {type(key).__name__}")
+        if not isinstance(value, str):
+            raise _bad(f"metadata.{key}", f"must be a string, not {type(value).__name__} ({value!r}); "
+                       f"metadata is a dict of str to str: write {str(value)!r}"[:300])
         _text(key, "metadata", limit=MAX_METADATA_KEY_CHARS)
         _text(value, f"metadata.{key}", limit=MAX_METADATA_VALUE_CHARS)
     return dict(metadata)

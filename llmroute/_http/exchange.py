@@ -103,7 +103,8 @@ class Reply:
 def typed_error(exc: Exception, ex: Exchange) -> E.ProviderError:
     """The typed error for what a transport raised during `ex`: a read cut at the deadline is the
     total timeout (whatever the per-read limit said)."""
-    error = map_transport_error(exc, provider=ex.provider, deployment=ex.deployment, timeouts=ex.timeouts)
+    error = map_transport_error(exc, provider=ex.provider, deployment=ex.deployment, timeouts=ex.timeouts,
+                                url=ex.request.url)
     return at_deadline(error, ex.timeouts, ex.deadline)
 
 

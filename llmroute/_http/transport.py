@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+from urllib.parse import urlsplit
 
 from llmroute import errors as E
 from llmroute._http.bounded import BodyReader, ReadLimits
@@ -74,36 +75,52 @@ DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
 BROKEN_AFTER_SEND = "connection_broken_after_send"
 
 
-def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts) -> E.ProviderError:
-    """httpx and aiohttp exceptions -> typed errors that say which limit fired."""
+def _peer(url: Optional[str], provider: str) -> str:
+    """' to host:port (provider p)' for a connection error's message; '' without a URL."""
+    if not url:
+        return ""
+    try:
+        parts = urlsplit(url)
+        port = parts.port or (443 if parts.scheme == "https" else 80)
+    except ValueError:
+        return ""
+    return f" to {parts.hostname}:{port} (provider {provider})"
+
+
+def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts,
+                        url: Optional[str] = None) -> E.ProviderError:
+    """httpx and aiohttp exceptions -> typed errors that say which limit fired; connection failures
+    name the host and port (`url`: the request's) and the provider."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
+    peer = _peer(url, provider)
     if _stale_connection(exc):
         return E.APIConnectionError(f"connection closed by the server before a reply: {_reason(exc)}",
                                  code=DROPPED_BEFORE_REPLY, **kw)
     if type(exc).__module__.split(".")[0] == "aiohttp":
         name = type(exc).__name__
         if name == "ConnectionTimeoutError":
-            return E.APITimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
+            return E.APITimeoutError(f"connect timeout: no connection{peer} within {timeouts.connect_s:g}s",
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
             return _read_timeout(timeouts, kw)
         if name == "ClientPayloadError" or (name == "ClientOSError" and getattr(exc, "errno", None) == errno.ECONNRESET):
             return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
-        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
+        return E.APIConnectionError(f"connection{peer} failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
-        return _map_httpx_error(httpx, exc, kw, timeouts)
+        return _map_httpx_error(httpx, exc, kw, timeouts, peer)
     if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
         return _read_timeout(timeouts, kw)
     if isinstance(exc, OSError):
-        return E.APIConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
+        return E.APIConnectionError(f"connection{peer} failed: {exc.strerror or exc}", **kw)
     raise exc
 
 
-def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts) -> E.ProviderError:
+def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: Timeouts,
+                     peer: str = "") -> E.ProviderError:
     if isinstance(exc, (httpx.ConnectTimeout, httpx.PoolTimeout)):
         return E.APITimeoutError(
-            f"connect timeout: no connection within {timeouts.connect_s:g}s", timeout="connect",
+            f"connect timeout: no connection{peer} within {timeouts.connect_s:g}s", timeout="connect",
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
@@ -111,7 +128,7 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
     if isinstance(exc, httpx.TimeoutException):
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
-        return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
+        return E.APIConnectionError(f"connection{peer} failed: {_reason(exc)}", **kw)
     if isinstance(exc, (httpx.RemoteProtocolError, httpx.ReadError)):  # the request was written whole
         return E.APIConnectionError(f"connection broken: {_reason(exc)}", code=BROKEN_AFTER_SEND, **kw)
     if isinstance(exc, (httpx.WriteError, httpx.NetworkError)):

@@ -60,6 +60,7 @@ from llmroute.accounting.cost import compute_cost
 from llmroute.accounting.ledger import LedgerRecord, is_probe, is_shadow
 from llmroute.accounting.sinks import read_records
 from llmroute.accounting.prices import ExchangeRates, PriceBook, PricingConfig
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "main", "GROUP_KEYS", "latency_by_length",
            "to_table", "to_csv", "to_length_table"]
@@ -760,7 +761,7 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--by", default="feature", help=f"comma-separated group keys: {','.join(GROUP_KEYS)},metadata.<key>")
     p.add_argument("--since", help="7d, 24h, 30m, or an ISO date/datetime (UTC)")
     p.add_argument("--until", help="same forms as --since")
-    p.add_argument("--format", default="table", choices=FORMATS)
+    p.add_argument("--format", default="table", choices=FORMATS, help="output format")
     p.add_argument("--out", help="write the report here (html default: llmroute-report.html)")
     p.add_argument("--reprice", metavar="KIND[:REGION]", help="price the same traffic at this platform's prices")
     p.add_argument("--config", help="llmroute TOML config, for [pricing] overrides and exchange rates")
@@ -775,7 +776,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = with_defaults(_parser()).parse_args(argv)
     try:
         book, ledger = None, args.ledger
         if args.config:

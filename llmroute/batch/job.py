@@ -33,7 +33,7 @@ if TYPE_CHECKING:
     from llmroute.config import Config
     from llmroute._call.engine import Engine
 
-__all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
+__all__ = ["OnlineCall", "OnlineCalls", "LOCAL_PARALLEL", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
 LEDGER_ERROR_TYPE = "BatchRequestFailed"
 
@@ -46,13 +46,27 @@ class OnlineCall:
 
 
 @dataclass
+class OnlineCalls:
+    """Run several requests through the normal client, at most `parallel` at once ([batch] mode local).
+    The shell answers with one outcome per call, in order: the completion, or the `LLMRouteError`."""
+
+    calls: List[Dict[str, Any]]
+    parallel: int
+
+
+# A local job's requests in flight at once when `[pools.batch] max_concurrency` does not say: the
+# batch pool's own limits (rpm, tpm, max_concurrency) still gate each call on the online path.
+LOCAL_PARALLEL = 4
+
+
+@dataclass
 class BatchResult:
     """One request's outcome: a `completion` (chat) or an `embedding` response, else an `error`."""
 
     custom_id: str
     completion: Optional[ChatCompletion] = None
     error: Optional[Dict[str, Any]] = None
-    served_by: Optional[str] = None  # "batch" or "online"
+    served_by: Optional[str] = None  # "batch", "online" (the online failover) or "local" ([batch] mode local)
     embedding: Optional[Dict[str, Any]] = None  # the embeddings response (data, usage), for embedding requests
     cost: Optional[Cost] = None  # what the result cost; for chat it is also `completion.cost`
 
@@ -123,22 +137,30 @@ class BatchJobs:
             model = decision.tier
         tier = config.tiers.get(model)
         if tier is not None:
-            deps = [d for d in [*tier.deployments_for("batch"), *tier.deployments] if d.provider.kind in BATCH_KINDS]
+            deps = [d for d in [*tier.deployments_for("batch"), *tier.deployments]
+                    if d.provider.kind in BATCH_KINDS or self.settings.mode != "platform"]
             seen: Dict[str, Any] = {}
             for d in deps:
                 seen.setdefault(d.id, d)
             deps = list(seen.values())
             if not deps:
                 raise E.RoutingError(f"tier {model!r} has no deployment on a platform with a batch API "
-                                     f"({', '.join(sorted(BATCH_KINDS))})")
+                                     f"({', '.join(sorted(BATCH_KINDS))}); set [batch] mode = \"auto\" (or "
+                                     "\"local\") to run its requests through the online path")
             return deps
         if ":" in model:
             dep = config.deployment(model)
             if dep is None:
                 raise E.RoutingError(f"model {model!r}: unknown provider {model.partition(':')[0]!r}")
-            protocol_for(dep, accounts=self.settings.accounts)  # a kind without a batch API is a ConfigError now
+            if not self.runs_local(dep):
+                protocol_for(dep, accounts=self.settings.accounts)  # a kind without a batch API is a ConfigError now
             return [dep]
         raise E.RoutingError(f"model {model!r} is not a tier, not 'auto' and not 'provider:model-id'")
+
+    def runs_local(self, dep: Any) -> bool:
+        """Are this deployment's requests run through the online path (`[batch] mode`), not a batch API?"""
+        mode = self.settings.mode
+        return mode == "local" or (mode == "auto" and dep.provider.kind not in BATCH_KINDS)
 
     def deployment(self, deployment_id: str) -> Any:
         dep = self.config.deployment(deployment_id)
@@ -153,6 +175,8 @@ class BatchJobs:
         return self.engine.prices.lookup(p.name, p.kind, p.region, dep.model)
 
     def batch_price(self, dep: Any) -> Any:
+        if self.runs_local(dep):  # run through the online path: billed (or costed) at the online price
+            return self.online_price(dep)
         return batch_price(self.online_price(dep), kind=dep.provider.kind, model=dep.model,
                            provider_name=dep.provider.name, overrides=self.settings.price_factors)
 
@@ -174,6 +198,12 @@ class BatchJobs:
         for r in checked:
             target = r.model or model
             deps = self.candidates(target, r.body, feature, metadata)
+            if self.runs_local(deps[0]):
+                if endpoint_of(r.body) == EMBEDDINGS:
+                    raise E.InvalidRequestError("embedding requests run on a batch API only, not in [batch] mode "
+                                                "local", field=f"requests[{r.custom_id!r}]")
+                rows.append({"custom_id": r.custom_id, "model": target, "body": r.body, "deployment": deps[0].id})
+                continue
             protocol_for(deps[0], accounts=self.settings.accounts)  # a missing Fireworks account: before storing
             limits = LIMITS[deps[0].provider.kind]
             endpoint = endpoint_of(r.body)
@@ -236,6 +266,7 @@ class BatchJobs:
             yield from self._cancel(job, now)
         else:
             yield from self._apply_policy(job, now)
+            yield from self._run_local(job, now)
             self._plan_parts(job, now)
         for part in self.store.parts(job_id):
             if part["done"]:
@@ -263,6 +294,8 @@ class BatchJobs:
             by_dep.setdefault((r["deployment"], endpoint_of(r["body"])), []).append(r)
         for (dep_id, endpoint), reqs in by_dep.items():
             dep = self.deployment(dep_id)
+            if self.runs_local(dep):
+                continue  # `_run_local` sends these
             protocol = protocol_for(dep, accounts=self.settings.accounts, control_urls=self.settings.control_urls)
             extra = dep.extra_body if endpoint != EMBEDDINGS else {}
             lines = [(r["custom_id"], protocol.line(r["custom_id"], {**extra, **r["body"]}, dep.model, endpoint))
@@ -401,6 +434,37 @@ class BatchJobs:
                 reason = "policy fail" if policy == "fail" else f"resubmitted {r['attempts']} times"
                 self._dead(job, r, now, reason)
 
+    def _run_local(self, job: Dict[str, Any], now: float) -> Step:
+        """`[batch] mode = "local"` (or "auto" on a platform without a batch API): each pending request
+        through the client's online path, to its tier with `pool = "batch"` (the tier's batch pool and
+        `[pools.batch]` limits). The online call writes its own ledger row (its metadata names the job
+        and the custom_id); the outcome is stored like a platform's, so results, resume and the failure
+        policy are the same."""
+        pending = [r for r in self.store.requests(job["job_id"], state="pending")
+                   if self.runs_local(self.deployment(r["deployment"]))]
+        parallel = int((self.config.sections.pools.get("batch") or {}).get("max_concurrency") or LOCAL_PARALLEL)
+        for start in range(0, len(pending), parallel):
+            group = pending[start:start + parallel]
+            calls = [{**r["body"], "model": r["model"], "feature": job["feature"], "pool": "batch",
+                      "metadata": {**job["metadata"], "batch_job": job["job_id"], "batch_custom_id": r["custom_id"]}}
+                     for r in group]
+            outcomes = yield OnlineCalls(calls, parallel)
+            for r, outcome in zip(group, outcomes):
+                self._store_local(job, r, outcome, now)
+
+    def _store_local(self, job: Dict[str, Any], r: Mapping[str, Any], outcome: Any, now: float) -> None:
+        cid = r["custom_id"]
+        if isinstance(outcome, E.LLMRouteError):
+            self.store.set_request(job["job_id"], cid, state="failed", ledgered=1,  # the call ledgered it
+                                   error={"code": type(outcome).__name__, "message": str(outcome)[:500],
+                                          "status": getattr(outcome, "status", None)})
+            self.store.event(job["job_id"], now, "local_failed", f"{cid}: {outcome}"[:500])
+            return
+        route = outcome.route
+        self.store.set_request(job["job_id"], cid, state="ok", served_by="local", ledgered=1,
+                               result={"body": outcome.model_dump(),
+                                       "deployment": route.deployment if route else r["deployment"]}, error=None)
+
     def _dead(self, job: Dict[str, Any], r: Mapping[str, Any], now: float, reason: str) -> None:
         self.store.set_request(job["job_id"], r["custom_id"], state="dead")
         self.store.event(job["job_id"], now, "failed", f"{r['custom_id']}: {reason}")
@@ -515,14 +579,14 @@ class BatchJobs:
         result = r["result"]
         completion = completion_from_body(result["body"])
         dep = self.deployment(result.get("deployment") or r["deployment"])
-        online = r["served_by"] == "online"
+        online = r["served_by"] in ("online", "local")  # run through the online path: its price
         price = self.online_price(dep) if online else self.batch_price(dep)
         u = completion.usage
         completion.cost = compute_cost(price, prompt_tokens=u.prompt_tokens, completion_tokens=u.completion_tokens,
                                        cached_tokens=u.cached_tokens, reasoning_tokens=u.reasoning_tokens)
         completion.route = Route(provider=dep.provider.name, deployment=dep.id, model=dep.model,
                                  tier=dep.tier or (r["model"] if r["model"] in self.config.tiers else None),
-                                 reason=f"batch job {job['job_id']}" + (" (run online)" if online else
+                                 reason=f"batch job {job['job_id']}" + (f" (run {r['served_by']})" if online else
                                                                        f", platform job {result.get('platform_job_id')}"),
                                  pool="batch", feature=job["feature"], request_id=f"{job['job_id']}:{r['custom_id']}")
         return completion

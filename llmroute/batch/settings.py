@@ -9,6 +9,9 @@ max_poll_interval_s = 600           # backoff ceiling while nothing changes
 backoff = 1.5
 completion_window = "24h"
 on_failure = "fail"                 # resubmit | next_deployment | online | fail
+mode = "platform"                   # platform: batch APIs only | local: every request through the online
+                                    # path (batch pool, [pools.batch] limits) | auto: local where the
+                                    # deployment's platform has no batch API (vLLM, llama.cpp, ...)
 max_resubmits = 1
 [batch.accounts]                    # Fireworks account id per provider name
 fw = "my-account"
@@ -44,6 +47,7 @@ class BatchSettings(BaseModel):
     backoff: float = Field(default=1.5, ge=1)
     completion_window: str = "24h"
     on_failure: Literal["resubmit", "next_deployment", "online", "fail"] = "fail"
+    mode: Literal["platform", "local", "auto"] = "platform"
     max_resubmits: int = Field(default=1, ge=0)
     accounts: Dict[str, str] = Field(default_factory=dict)
     control_urls: Dict[str, str] = Field(default_factory=dict)

@@ -18,7 +18,7 @@ from llmroute._http.bounded import ReadLimits
 from llmroute._http.exchange import Exchange, afetch, fetch
 from llmroute._http.multipart import encode_multipart
 from llmroute._http.timeouts import Timeouts
-from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall
+from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall, OnlineCalls
 from llmroute.batch.platforms import Req, Resp
 from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
@@ -139,6 +139,20 @@ class Batches:
         ex = _exchange(req, self.read_limits, self.timeouts)
         return _resp(fetch(self._client._transport, ex, follow_redirects=True))
 
+    def _online_calls(self, effect: OnlineCalls) -> List[Any]:
+        """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time (threads)."""
+        from concurrent.futures import ThreadPoolExecutor
+
+        def one(kwargs: Dict[str, Any]) -> Any:
+            try:
+                return self._client.chat.completions.create(**kwargs)
+            except E.LLMRouteError as exc:
+                return exc
+
+        with ThreadPoolExecutor(max_workers=max(1, min(effect.parallel, len(effect.calls))),
+                                thread_name_prefix="llmroute-batch-local") as pool:
+            return list(pool.map(one, effect.calls))
+
     def _drive(self, step: Any) -> Any:
         value: Any = None
         error: Optional[BaseException] = None
@@ -152,6 +166,8 @@ class Batches:
                     value = self._send(effect)
                 elif isinstance(effect, OnlineCall):
                     value = self._client.chat.completions.create(**effect.kwargs)
+                elif isinstance(effect, OnlineCalls):
+                    value = self._online_calls(effect)
                 else:  # pragma: no cover - a bug in job.py
                     raise TypeError(f"unknown batch effect {effect!r}")
             except E.LLMRouteError as exc:
@@ -222,6 +238,21 @@ class AsyncBatches:
         ex = _exchange(req, self.read_limits, self.timeouts)
         return _resp(await afetch(self._client._transport, ex, follow_redirects=True))
 
+    async def _online_calls(self, effect: OnlineCalls) -> List[Any]:
+        """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time."""
+        import asyncio
+
+        gate = asyncio.Semaphore(max(1, effect.parallel))
+
+        async def one(kwargs: Dict[str, Any]) -> Any:
+            async with gate:
+                try:
+                    return await self._client.chat.completions.create(**kwargs)
+                except E.LLMRouteError as exc:
+                    return exc
+
+        return list(await asyncio.gather(*(one(kwargs) for kwargs in effect.calls)))
+
     async def _drive(self, step: Any) -> Any:
         value: Any = None
         error: Optional[BaseException] = None
@@ -235,6 +266,8 @@ class AsyncBatches:
                     value = await self._send(effect)
                 elif isinstance(effect, OnlineCall):
                     value = await self._client.chat.completions.create(**effect.kwargs)
+                elif isinstance(effect, OnlineCalls):
+                    value = await self._online_calls(effect)
                 else:  # pragma: no cover
                     raise TypeError(f"unknown batch effect {effect!r}")
             except E.LLMRouteError as exc:

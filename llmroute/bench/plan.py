@@ -35,6 +35,7 @@ from typing import Any, Mapping, Sequence
 
 from llmroute.errors import ConfigError, LLMRouteError
 from llmroute.accounting.prices import load_price_table
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = [
     "main", "LevelChoice", "choose_level", "monthly_costs", "parse_price", "parse_throughput",
@@ -295,12 +296,15 @@ def _parser() -> argparse.ArgumentParser:
         description="GPUs (or instances) needed to hold a peak rate, the monthly cost per billing model, and the "
                     "traffic at which per-token and per-GPU billing cost the same.",
         epilog="field guide example: llmroute plan --tokens-per-s-per-gpu 800-1500 --peak-rps 50 "
-               "--mean-output-tokens 200")
+               "--mean-output-tokens 200 (or --peak-tokens-per-s 10000)")
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--bench", help="a `llmroute bench --out` file measured on one instance")
     src.add_argument("--tokens-per-s-per-gpu", metavar="LOW-HIGH",
                      help="output tokens/s one GPU (or instance) sustains, known already: 1200 or 800-1500")
     p.add_argument("--peak-rps", type=float, help="peak requests per second to hold (or from --ledger)")
+    p.add_argument("--peak-tokens-per-s", type=float, metavar="TOKENS_PER_S",
+                   help="the peak as output tokens per second (the field guide's 10,000 tokens/s), instead of "
+                        "--peak-rps; with --mean-output-tokens it is also read as requests/s")
     p.add_argument("--mean-output-tokens", type=float, help="mean output tokens per request (or from --ledger)")
     p.add_argument("--mean-input-tokens", type=float,
                    help="mean input tokens per request, cached included (default: the bench level's, or --ledger)")
@@ -330,7 +334,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    ns = _parser().parse_args(list(sys.argv[1:] if argv is None else argv))
+    ns = with_defaults(_parser()).parse_args(list(sys.argv[1:] if argv is None else argv))
     try:
         from llmroute.cli.paths import check_input, check_output  # loaded when the command runs, not at import
 
@@ -369,18 +373,42 @@ def _traffic(ns: argparse.Namespace) -> Traffic:
         except (OSError, ValueError) as exc:
             raise ConfigError(str(exc), key="--ledger") from None
         t = traffic_from_records(records, since=now - ns.days * 86400, until=now)
+        if ns.peak_tokens_per_s is not None:  # the peak given in tokens/s, the mix read from the ledger
+            if ns.mean_output_tokens is None:
+                ns.mean_output_tokens = t.mean_output_tokens
+            _peak_from_tokens(ns)
         return Traffic(peak_rps=ns.peak_rps or t.peak_rps, mean_rps=ns.mean_rps or t.mean_rps,
                        mean_input_tokens=ns.mean_input_tokens if ns.mean_input_tokens is not None else t.mean_input_tokens,
                        mean_cached_tokens=ns.mean_cached_tokens if ns.mean_cached_tokens is not None
                        else t.mean_cached_tokens,
                        mean_output_tokens=ns.mean_output_tokens or t.mean_output_tokens, calls=t.calls, days=t.days)
+    if ns.peak_tokens_per_s is not None:
+        _peak_from_tokens(ns)
     if ns.peak_rps is None or ns.mean_output_tokens is None:
-        raise ConfigError("give --peak-rps and --mean-output-tokens, or --ledger FILE to read them",
-                          key="--peak-rps/--mean-output-tokens")
+        raise ConfigError("give --peak-rps and --mean-output-tokens (or --peak-tokens-per-s), or --ledger FILE to "
+                          "read them", key="--peak-rps/--mean-output-tokens")
     mean_rps = ns.mean_rps if ns.mean_rps is not None else ns.peak_rps
     return Traffic(peak_rps=ns.peak_rps, mean_rps=mean_rps,
                    mean_input_tokens=ns.mean_input_tokens if ns.mean_input_tokens is not None else float("nan"),
                    mean_cached_tokens=ns.mean_cached_tokens or 0.0, mean_output_tokens=ns.mean_output_tokens)
+
+
+def _peak_from_tokens(ns: argparse.Namespace) -> None:
+    """`--peak-tokens-per-s`: the peak as output tokens/s. With `--mean-output-tokens` it is that many
+    requests/s; without, the plan counts in output tokens (a "request" of one output token)."""
+    if ns.peak_rps is not None:
+        raise ConfigError("give the peak once: --peak-rps or --peak-tokens-per-s", key="--peak-tokens-per-s")
+    if not ns.peak_tokens_per_s > 0:
+        raise ConfigError("must be positive", key="--peak-tokens-per-s")
+    if ns.mean_output_tokens is None:
+        ns.mean_output_tokens = 1.0
+        if ns.mean_rps is not None:
+            raise ConfigError("--mean-rps needs --mean-output-tokens when the peak is given in tokens/s",
+                              key="--mean-rps")
+    if not ns.mean_output_tokens > 0:
+        raise ConfigError("mean output tokens must be positive to read a peak in tokens/s (the ledger holds no "
+                          "successful calls?)", key="--peak-tokens-per-s")
+    ns.peak_rps = ns.peak_tokens_per_s / ns.mean_output_tokens
 
 
 def _plan(ns: argparse.Namespace) -> int:
@@ -437,8 +465,11 @@ def _plan(ns: argparse.Namespace) -> int:
                   f"{traffic.mean_output_tokens:g} planned; token throughput may not carry over", file=sys.stderr)
     else:
         out.append(f"per GPU: {_span(low, high, _n)} output tokens/s (given)")
-    out.append(f"peak output: {_n(traffic.peak_rps)} req/s x {_n(traffic.mean_output_tokens)} output tokens = "
-               f"{_n(needed)} tokens/s")
+    if getattr(ns, "peak_tokens_per_s", None) is not None:
+        out.append(f"peak output: {_n(needed)} tokens/s (given)")
+    else:
+        out.append(f"peak output: {_n(traffic.peak_rps)} req/s x {_n(traffic.mean_output_tokens)} output tokens = "
+                   f"{_n(needed)} tokens/s")
     if low == high:
         out.append(f"before headroom: {_n(needed)} / {_n(high)} = {g['ratio_fast']:.1f} -> {g['gpus_fast']} {unit}")
         out.append(f"with {ns.headroom:.0%} headroom (each planned at {1 - ns.headroom:.0%} of its rate; "

@@ -12,7 +12,7 @@ import sys
 from typing import List, Optional
 from llmroute.errors import LLMRouteError
 
-__all__ = ["main", "COMMANDS"]
+__all__ = ["main", "COMMANDS", "CLOSED_PIPE_STATUS"]
 
 # name -> (module:function, one-line help)
 COMMANDS = {
@@ -30,6 +30,22 @@ COMMANDS = {
 }
 
 
+# The status a shell reports for a process that SIGPIPE ended (128 + 13): what `head` leaves behind.
+CLOSED_PIPE_STATUS = 141
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so the interpreter's flush at exit does not fail on the closed pipe."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (captured): nothing to redirect
+        pass
+
+
 def _usage() -> str:
     width = max(len(n) for n in COMMANDS)
     lines = ["usage: llmroute <command> [options]", "", "commands:"]
@@ -39,7 +55,22 @@ def _usage() -> str:
 
 
 def main(argv: Optional[List[str]] = None) -> int:
-    args = list(sys.argv[1:] if argv is None else argv)
+    """Run one command; a reader that closed the pipe (`llmroute ... | head`) ends it quietly, with
+    `CLOSED_PIPE_STATUS`, whether it went away during the command, its `--help` or its last flush."""
+    try:
+        try:
+            status = _dispatch(list(sys.argv[1:] if argv is None else argv))
+        except SystemExit:  # argparse's --help and usage errors: flush here, where a closed pipe is caught
+            sys.stdout.flush()
+            raise
+        sys.stdout.flush()
+        return status
+    except BrokenPipeError:
+        _silence_stdout()
+        return CLOSED_PIPE_STATUS
+
+
+def _dispatch(args: List[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
         return 0
@@ -50,7 +81,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     name, rest = args[0], args[1:]
     if name not in COMMANDS:
-        print(f"llmroute: unknown command {name!r}\n\n{_usage()}", file=sys.stderr)
+        from llmroute._runtime.suggest import did_you_mean  # loaded only for this message
+
+        print(f"llmroute: unknown command {name!r}{did_you_mean(name, COMMANDS)}\n\n{_usage()}", file=sys.stderr)
         return 2
     target, _ = COMMANDS[name]
     module_name, func_name = target.split(":")
@@ -62,6 +95,8 @@ def main(argv: Optional[List[str]] = None) -> int:
 
     try:
         return int(getattr(module, func_name)(rest) or 0)
+    except BrokenPipeError:  # `llmroute health --json | head`: the reader left; `main` stops quietly
+        raise
     except LLMRouteError as exc:
         print(f"llmroute {name}: {exc}", file=sys.stderr)
         return 2

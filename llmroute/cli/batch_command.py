@@ -2,6 +2,10 @@
 
 Every subcommand reads the config (`--config`, default llmroute.toml) for the providers and the
 `[batch]` job store; `wait` and `status` resume a job another process started.
+
+`submit --wait` and `wait` exit 0 when every request has a result, 3 when `--timeout` passed first,
+4 when some requests failed, 5 when all failed, 6 when the job was cancelled or a platform job
+expired with requests unserved; the first causes go to stderr (docs/batch.md, "Exit statuses").
 """
 
 from __future__ import annotations
@@ -12,34 +16,81 @@ import sys
 from decimal import Decimal
 from typing import Any, List, Mapping, Optional
 from llmroute.client import Client
+from llmroute._runtime.cli_help import with_defaults
 
-__all__ = ["main"]
+__all__ = ["main", "outcome_status", "EXIT_OK", "EXIT_NOT_FINISHED", "EXIT_SOME_FAILED", "EXIT_ALL_FAILED",
+           "EXIT_CANCELLED"]
 
 
 def _parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="llmroute batch", description="batch jobs on the platforms' batch APIs")
+    parser = argparse.ArgumentParser(
+        prog="llmroute batch", description="batch jobs on the platforms' batch APIs",
+        epilog="exit statuses of submit --wait and wait: 0 all requests answered, 3 still running at --timeout, "
+               "4 some requests failed, 5 all failed, 6 cancelled or expired, 2 a usage or config error")
     parser.add_argument("--config", default="llmroute.toml", help="config file (default: llmroute.toml)")
     sub = parser.add_subparsers(dest="command", required=True)
     submit = sub.add_parser("submit", help="submit a JSONL file of chat requests (each with a custom_id)")
     submit.add_argument("file", help="JSONL: OpenAI batch lines or {custom_id, messages, ...} objects")
     submit.add_argument("--model", required=True, help="a tier, 'auto' or 'provider:model-id'")
-    submit.add_argument("--feature")
-    submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE")
-    submit.add_argument("--on-failure", choices=["resubmit", "next_deployment", "online", "fail"])
+    submit.add_argument("--feature", help="the feature every request is recorded under in the ledger")
+    submit.add_argument("--metadata", action="append", default=[], metavar="KEY=VALUE",
+                        help="ledger metadata for every request; repeat for more pairs")
+    submit.add_argument("--on-failure", choices=["resubmit", "next_deployment", "online", "fail"],
+                        help="what to do with a failed or expired platform job (default: [batch] on_failure)")
     submit.add_argument("--window", help="completion window, e.g. 24h")
     submit.add_argument("--wait", action="store_true", help="wait for the results after submitting")
     for name, text in (("status", "a job's progress, parts and events"), ("wait", "poll until the job finishes"),
                        ("fetch", "write the results as JSONL"), ("cancel", "cancel the job's platform jobs")):
         p = sub.add_parser(name, help=text)
-        p.add_argument("job_id")
+        p.add_argument("job_id", help="the job's id, as submit printed it")
         if name == "wait":
             p.add_argument("--timeout", type=float, help="give up waiting after this many seconds")
         if name == "fetch":
             p.add_argument("--output", "-o", help="file to write (default: stdout)")
         if name == "status":
-            p.add_argument("--json", action="store_true")
+            p.add_argument("--json", action="store_true", help="print the job as JSON")
     sub.add_parser("list", help="every job in the store")
     return parser
+
+
+# Exit statuses of `submit --wait` and `wait` (docs/batch.md, "Exit statuses"); 2 stays a usage or config error.
+EXIT_OK = 0
+EXIT_NOT_FINISHED = 3  # `wait --timeout` passed with the job still running
+EXIT_SOME_FAILED = 4  # finished; some requests failed (the rest have results)
+EXIT_ALL_FAILED = 5  # finished; every request failed
+EXIT_CANCELLED = 6  # cancelled, or a platform job expired with requests left unserved
+SHOWN_CAUSES = 3  # failures printed on stderr
+
+
+def outcome_status(view: Any) -> int:
+    """The exit status a finished (or not) job's view calls for."""
+    if not view.finished:
+        return EXIT_NOT_FINISHED
+    expired = any((p.get("state") == "expired") for p in view.parts)
+    if view.state == "cancelled" or (expired and view.failed):
+        return EXIT_CANCELLED
+    if view.failed and view.failed >= view.total:
+        return EXIT_ALL_FAILED
+    if view.failed:
+        return EXIT_SOME_FAILED
+    return EXIT_OK
+
+
+def _report_failures(batches: Any, view: Any, err: Any) -> int:
+    """Print how many requests failed and the first causes (stderr); return the exit status."""
+    status = outcome_status(view)
+    if status in (EXIT_OK, EXIT_NOT_FINISHED):
+        return status
+    failed = [r for r in batches.results(view.id).values() if r.error is not None]
+    what = {EXIT_CANCELLED: "was cancelled or expired", EXIT_ALL_FAILED: "failed: every request",
+            EXIT_SOME_FAILED: "finished with failures"}[status]
+    print(f"llmroute batch: job {view.id} {what} ({view.failed} of {view.total} requests failed)", file=err)
+    for result in failed[:SHOWN_CAUSES]:
+        error = result.error or {}
+        print(f"  {result.custom_id}: {error.get('code') or 'error'}: {error.get('message') or ''}"[:400], file=err)
+    if len(failed) > SHOWN_CAUSES:
+        print(f"  ... and {len(failed) - SHOWN_CAUSES} more (llmroute batch fetch {view.id})", file=err)
+    return status
 
 
 def _money(totals: Mapping[str, Decimal]) -> str:
@@ -57,9 +108,10 @@ def _print_status(view: Any, out: Any, events: bool = True) -> None:
             print(f"  event {e['kind']}: {e['detail']}", file=out)
 
 
-def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
+def main(argv: Optional[List[str]] = None, out: Any = None, err: Any = None) -> int:
     out = out or sys.stdout
-    args = _parser().parse_args(argv)
+    err = err or sys.stderr
+    args = with_defaults(_parser()).parse_args(argv)
 
     with Client.from_config(args.config) as client:
         batches = client.batches
@@ -75,6 +127,8 @@ def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
             if args.wait:
                 view = batches.wait(view.id, on_progress=lambda v: print(v.progress_line(), file=out))
             _print_status(view, out, events=False)
+            if view.finished:  # with --wait, or a job that ended at submission (every file refused)
+                return _report_failures(batches, view, err)
         elif args.command == "status":
             view = batches.retrieve(args.job_id)
             if args.json:
@@ -84,7 +138,7 @@ def main(argv: Optional[List[str]] = None, out: Any = None) -> int:
         elif args.command == "wait":
             view = batches.wait(args.job_id, timeout_s=args.timeout,
                                 on_progress=lambda v: print(v.progress_line(), file=out, flush=True))
-            return 0 if view.finished else 3
+            return _report_failures(batches, view, err)
         elif args.command == "fetch":
             results = batches.results(args.job_id)
             lines = []

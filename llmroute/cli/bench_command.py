@@ -26,6 +26,7 @@ from llmroute.bench.document import build_report, summary_text
 from llmroute.bench.runner import BenchRun, LoadPlan, client_send, run_bench
 from llmroute.bench.stats import parse_slo
 from llmroute.bench.workload import Prompt, load_prompts, synthetic_prompts
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main", "build_parser"]
 
@@ -120,7 +121,8 @@ def _smoke_parser() -> argparse.ArgumentParser:
     p.add_argument("--prompt", default="Reply with the single word OK.", help="the prompt sent")
     p.add_argument("--timeout", default="60s", help="give up on one deployment after this long (60s)")
     p.add_argument("--parallel", type=int, default=1, help="deployments tried at once (1: one after another)")
-    p.add_argument("--transport", choices=("auto", "httpx", "aiohttp"), default="auto")
+    p.add_argument("--transport", choices=("auto", "httpx", "aiohttp"), default="auto",
+                   help="HTTP library of the async client")
     p.add_argument("--json", dest="json_out", help="write the results as JSON here")
     return p
 
@@ -140,13 +142,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         from llmroute.cli.paths import check_input, check_output  # loaded when the command runs, not at import
 
         if args[:1] == ["smoke"]:
-            ns = _smoke_parser().parse_args(args[1:])
+            ns = with_defaults(_smoke_parser()).parse_args(args[1:])
             check_output(ns.json_out, "--json")  # paths are checked before the work, not after it
             with _config_source(ns):
                 return _smoke(ns)
         if args[:1] == ["compare"]:
-            return _compare(_compare_parser().parse_args(args[1:]))
-        ns = build_parser().parse_args(args)
+            return _compare(with_defaults(_compare_parser()).parse_args(args[1:]))
+        ns = with_defaults(build_parser()).parse_args(args)
         for path, option in ((ns.out, "--out"), (ns.html, "--html")):
             check_output(path, option)
         for path, option in ((ns.prompts, "--prompts"), (ns.baseline, "--baseline")):

@@ -14,13 +14,14 @@ import argparse
 import json
 from typing import Optional, Sequence
 from llmroute.config import load_config
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main"]
 
 
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="llmroute cache", description="Inspect or clear the response cache.")
-    p.add_argument("action", choices=["stats", "clear"])
+    p.add_argument("action", choices=["stats", "clear"], help="stats: the backend's entries and size; clear: drop entries")
     p.add_argument("--config", default="llmroute.toml", help="config file whose [cache] to use")
     p.add_argument("--namespace", help="clear only this namespace (as `client.cache.namespace(...)` writes it)")
     p.add_argument("--feature", help="clear the namespace of this feature (with --meta for tenant keys)")
@@ -31,7 +32,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Optional[Sequence[str]] = None) -> int:
     from llmroute._call.cache_step import open_cache  # loaded when the command runs, not at import
 
-    args = _parser().parse_args(list(argv) if argv is not None else None)
+    args = with_defaults(_parser()).parse_args(list(argv) if argv is not None else None)
     cache = open_cache(load_config(args.config))
     try:
         if args.action == "stats":

@@ -19,6 +19,7 @@ from typing import Any, Dict, List, Optional
 from llmroute.client import AsyncClient, Client
 from llmroute.errors import LLMRouteError
 from llmroute.cli.local import LocalServer
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main", "demo_config", "clean_answer"]
 
@@ -161,7 +162,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--small-url", help="use a running server for the small tier instead of starting one")
     parser.add_argument("--large-url", help="use a running server for the large tier instead of starting one")
     parser.add_argument("--ledger", help="ledger file (default: a temporary file)")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
     ledger = args.ledger or os.path.join(tempfile.mkdtemp(prefix="llmroute-demo-"), "ledger.db")
     servers = []
     try:

@@ -25,6 +25,7 @@ from typing import Any, Dict, List, Optional
 from llmroute.client import Client
 from llmroute.errors import LLMRouteError
 from llmroute._runtime.secrets import scrub
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main", "probe_deployments", "PROBE_MESSAGES", "PROBE_METADATA"]
 
@@ -67,7 +68,7 @@ def main(argv: Optional[List[str]] = None) -> int:
                          help="probe even with [state] backend = \"redis\" (where the default is the fleet's view only)")
     parser.add_argument("--rounds", type=int, default=1, help="probe requests per deployment (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
 
     with Client.from_config(args.config) as client:
         # With shared state the breakers are the running fleet's: show them as they are, send nothing.

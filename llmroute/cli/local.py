@@ -29,6 +29,7 @@ import threading
 import time
 from pathlib import Path
 from typing import List, Optional
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["LocalServer", "model_path", "main", "MODEL_ALIAS"]
 
@@ -229,8 +230,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(prog="llmroute local", description="The embedded llama.cpp server.")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve the bundled Gemma 3 270M model on 127.0.0.1")
-    s.add_argument("--host", default="127.0.0.1")
-    s.add_argument("--port", type=int, default=8080)
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (keep it a loopback address unless the server must be reachable)")
+    s.add_argument("--port", type=int, default=8080, help="port to listen on")
     s.add_argument("--threads", type=int, default=1, help="CPU threads (default 1: see the module docs)")
     s.add_argument("--ctx", type=int, default=2048, help="context window per slot, in tokens")
     s.add_argument("--parallel", type=int, default=2, help="concurrent slots")
@@ -239,7 +240,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     s.add_argument("--embedding", action="store_true", help="serve /v1/embeddings (llama.cpp embedding mode)")
     s.add_argument("--pooling", default="mean", choices=("mean", "cls", "last"), help="pooling of token vectors")
     sub.add_parser("model-path", help="print the path of the bundled GGUF file (assembling it once)")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
     try:
         if args.command == "model-path":
             print(model_path())

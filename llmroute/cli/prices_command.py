@@ -18,6 +18,7 @@ from typing import Any, Iterable, List, Optional, Sequence
 
 from llmroute.accounting.prices import Price, load_price_table
 from llmroute.config import Config, load_config
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main", "price_rows", "config_rows", "format_rate"]
 
@@ -103,7 +104,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--wide", action="store_true", help="add the batch rates, mode and page date (wider than 120)")
     parser.add_argument("--sources", action="store_true", help="one line per entry with the page and note")
     parser.add_argument("--json", action="store_true", help="JSON rows instead of a table")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
     table = load_price_table()
     if args.config:
         rows = config_rows(load_config(args.config))

@@ -28,6 +28,7 @@ from llmroute.routing.fit import FitOptions, fit, fit_options_check
 from llmroute.routing.configured import scorer_from_config
 from llmroute.routing.fitted import FEATURE_SETS, FittedRouter, load_model
 from llmroute.routing.outcomes import Outcome, gain_label, load_outcomes, outcomes_from_ledger
+from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["main"]
 
@@ -126,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
     p_fit.add_argument("--small-tier", default="small", help="the tier whose feedback counts (default small)")
     p_fit.add_argument("--out", default="router.json", help="model file to write (default router.json)")
     p_fit.add_argument("--max-ngrams", type=int, default=FitOptions.max_ngrams, help="n-grams kept in the file")
-    p_fit.add_argument("--seed", type=int, default=0)
+    p_fit.add_argument("--seed", type=int, default=0, help="random seed of the fit (same data and seed: same model)")
     p_fit.add_argument("--features", choices=FEATURE_SETS, default=FitOptions.features,
                        help=f"dense features besides the n-grams (default {FitOptions.features}; docs/routing.md)")
     p_fit.add_argument("--window", type=int, default=FitOptions.window,
@@ -141,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p_eval.add_argument("--threshold", type=float, help="routing threshold (default: the config's, else 0.55)")
     p_eval.add_argument("--small-cost", type=float, default=DEFAULT_SMALL_COST, help="small call cost / large call cost")
     p_eval.add_argument("--html", help="write the quality-cost curve here")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
     try:
         return _fit(args) if args.command == "fit" else _eval(args)
     except ConfigError as exc:

@@ -505,11 +505,15 @@ class StreamAssembler:
         self.created = 0
         self.system_fingerprint: Optional[str] = None
         self._choices: Dict[int, Dict[str, Any]] = {}
+        # Top-level fields of the platform's own (llama.cpp `timings`): kept on the assembled answer.
+        self.extras: Dict[str, Any] = {}
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         self.id = self.id or chunk.id
         self.model = self.model or chunk.model
         self.created = self.created or chunk.created
+        if chunk.model_extra:
+            self.extras.update(chunk.model_extra)
         if chunk.system_fingerprint:
             self.system_fingerprint = chunk.system_fingerprint
         for choice in chunk.choices:
@@ -523,7 +527,7 @@ class StreamAssembler:
             d = choice.delta
             if d.role:
                 slot["role"] = d.role
-            if d.content:
+            if d.content is not None:  # "" too: an answer's content stays as sent ("" is not None)
                 slot["content"].append(d.content)
             if d.reasoning_content:
                 slot["reasoning"].append(d.reasoning_content)
@@ -567,6 +571,7 @@ class StreamAssembler:
             out.model = out.model or part.model
             out.created = out.created or part.created
             out.system_fingerprint = part.system_fingerprint or out.system_fingerprint
+            out.extras.update(part.extras)
             for index, piece in part._choices.items():
                 slot = out._choices.get(index)
                 if slot is None:
@@ -607,7 +612,7 @@ class StreamAssembler:
         if len(self._choices) != 1 or 0 not in self._choices:
             return False
         slot = self._choices[0]
-        return bool(slot["content"]) and not slot["tools"] and not slot["refusal"]
+        return bool("".join(slot["content"])) and not slot["tools"] and not slot["refusal"]
 
     def all_tool_arguments(self) -> str:
         """Every tool call's arguments so far, joined (their tokens are billed as output)."""
@@ -639,6 +644,7 @@ class StreamAssembler:
             choices.append({"index": index, "message": message, "finish_reason": slot["finish"], "logprobs": logprobs})
         completion: ChatCompletion = ChatCompletion.__pydantic_validator__.validate_python(
             {
+                **self.extras,
                 "id": self.id,
                 "object": "chat.completion",
                 "created": self.created or int(time.time()),

@@ -14,6 +14,7 @@ from typing import Any, Literal, Mapping, Optional
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llmroute.errors import ConfigError
+from llmroute._runtime.suggest import did_you_mean
 
 __all__ = ["ResiliencePolicy", "merge", "policy_from_config"]
 
@@ -140,7 +141,10 @@ def _config_error(exc: ValidationError, key: str) -> ConfigError:
     where = f"{key}.{loc}" if loc else key
     message = first.get("msg", "invalid value")
     if first.get("type") == "extra_forbidden":
-        message = f"unknown key (known: {', '.join(sorted(ResiliencePolicy.model_fields))})"
+        name = str(first.get("loc", ("",))[-1])
+        hint = did_you_mean(name, ResiliencePolicy.model_fields)
+        message = (f"unknown key{hint}" if hint else
+                   f"unknown key (known: {', '.join(sorted(ResiliencePolicy.model_fields))})")
     more = len(exc.errors()) - 1
     if more:
         message += f" (and {more} more problem{'s' if more > 1 else ''})"

@@ -23,6 +23,7 @@ import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+from llmroute._runtime.cli_help import with_defaults
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -242,7 +243,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--config", default="llmroute.toml", help="config file to write with --write (default llmroute.toml)")
     parser.add_argument("--write", action="store_true", help="also set threshold under [routing] in --config")
     parser.add_argument("--model", help="score with this fitted router file (default: --config's [routing] model)")
-    args = parser.parse_args(argv)
+    args = with_defaults(parser).parse_args(argv)
     if not 0.0 <= args.large_share <= 1.0:
         print(f"llmroute calibrate: --large-share must be in [0, 1], got {args.large_share}", file=sys.stderr)
         return 2

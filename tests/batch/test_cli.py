@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import json
 
-from llmroute.cli.batch_command import main
+from llmroute.cli.batch_command import EXIT_ALL_FAILED, EXIT_CANCELLED, EXIT_SOME_FAILED, main
 from tests.batch.helpers import MODELS, PROVIDER, requests
 
 
@@ -25,9 +25,9 @@ def _toml(servers, tmp_path) -> str:
     return str(path)
 
 
-def _run(*argv):
+def _run(*argv, err=None):
     out = io.StringIO()
-    code = main(list(argv), out=out)
+    code = main(list(argv), out=out, err=err)
     return code, out.getvalue()
 
 
@@ -62,4 +62,40 @@ def test_cancel_from_the_command_line(servers, tmp_path):
     job_id = text.split()[1].rstrip(":")
     code, text = _run("--config", cfg, "cancel", job_id)
     code, text = _run("--config", cfg, "wait", job_id, "--timeout", "5")
-    assert code == 0 and "cancelled" in text
+    assert code == EXIT_CANCELLED and "cancelled" in text
+
+
+def _submit(cfg, tmp_path, n, *extra):
+    src = tmp_path / "in.jsonl"
+    src.write_text("".join(json.dumps(r) + "\n" for r in requests(n)))
+    err = io.StringIO()
+    code, text = _run("--config", cfg, "submit", str(src), "--model", "bulk", *extra, err=err)
+    return code, text, err.getvalue()
+
+
+def test_a_job_with_failed_requests_exits_non_zero_and_prints_the_first_causes(servers, tmp_path):
+    cfg = _toml(servers, tmp_path)
+    servers["bailian"].fail_ids = {"r1"}
+    code, text, err = _submit(cfg, tmp_path, 3, "--wait")
+    assert code == EXIT_SOME_FAILED, (text, err)
+    assert "finished with failures (1 of 3 requests failed)" in err and "  r1: " in err
+    job_id = text.split()[1].rstrip(":")
+    err_wait = io.StringIO()
+    assert _run("--config", cfg, "wait", job_id, err=err_wait)[0] == EXIT_SOME_FAILED  # a finished job: the same
+    assert "r1" in err_wait.getvalue()
+
+
+def test_a_job_whose_every_request_failed_exits_with_its_own_status(servers, tmp_path):
+    cfg = _toml(servers, tmp_path)
+    servers["bailian"].fail_ids = {f"r{i}" for i in range(5)}
+    code, text, err = _submit(cfg, tmp_path, 5, "--wait")
+    assert code == EXIT_ALL_FAILED
+    assert "failed: every request (5 of 5 requests failed)" in err
+    assert err.count("\n  r") == 3 and "... and 2 more" in err  # the first causes, not all of them
+
+
+def test_an_expired_job_exits_as_cancelled_or_expired(servers, tmp_path):
+    cfg = _toml(servers, tmp_path)
+    servers["bailian"].expire = True
+    code, text, err = _submit(cfg, tmp_path, 4, "--wait")
+    assert code == EXIT_CANCELLED and "was cancelled or expired" in err

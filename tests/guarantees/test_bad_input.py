@@ -78,7 +78,7 @@ BAD: list[tuple[dict[str, Any], str]] = [
     ({"feature": 3}, "feature"),
     ({"metadata": {"k": "v" * 1_000_000}}, "metadata.k"),
     ({"metadata": {f"k{i}": "v" for i in range(100)}}, "metadata"),
-    ({"metadata": {"k": 1}}, "metadata"),
+    ({"metadata": {"k": 1}}, "metadata.k"),  # the key whose value is not a string
     ({"metadata": ["k"]}, "metadata"),
     ({"pool": "nope"}, "pool"),
     ({"messages": []}, "messages"),

@@ -1,0 +1,312 @@
+"""Structured outputs as openai-python has them: `chat.completions.parse(response_format=Model)` and
+`chat.completions.stream(...)`.
+
+`parse()` sends the pydantic model as a JSON schema (`response_format = {"type": "json_schema", ...}`),
+then reads each choice's content into the model: `completion.choices[0].message.parsed`. A choice cut
+by the length limit raises `LengthFinishReasonError`, one refused by the platform's filter
+`ContentFilterFinishReasonError` (openai-python's names and rule). `stream()` is a context manager
+over a streamed call that yields openai-python's events (`chunk`, `content.delta`, `content.done`,
+`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`, with the arguments
+as JSON, not a pydantic model) and ends with `get_final_completion()`.
+
+This module shapes requests and reads answers; the calls go through the client's own `create()`.
+It never sends anything itself.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+from typing import Any, AsyncIterator, Dict, Iterator, List, Optional
+
+from pydantic import BaseModel, Field
+
+from llmroute.errors import LLMRouteError
+from llmroute.types import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, Choice
+
+__all__ = ["ParsedChatCompletion", "ParsedChoice", "ParsedChatCompletionMessage", "LengthFinishReasonError",
+           "ContentFilterFinishReasonError", "response_format_param", "parsed_completion", "ChatCompletionStream",
+           "AsyncChatCompletionStream", "ChatCompletionStreamManager", "AsyncChatCompletionStreamManager",
+           "StreamEvent"]
+
+
+class LengthFinishReasonError(LLMRouteError):
+    """`parse()`: the answer was cut by the token limit, so it cannot be read into the model."""
+
+    def __init__(self, completion: ChatCompletion) -> None:
+        self.completion = completion
+        super().__init__(f"could not parse the answer: the length limit was reached ({completion.usage.completion_tokens} "
+                         "completion tokens); raise max_tokens")
+
+
+class ContentFilterFinishReasonError(LLMRouteError):
+    """`parse()`: the platform's content filter refused the answer."""
+
+    def __init__(self) -> None:
+        super().__init__("could not parse the answer: the platform's content filter refused it")
+
+
+class ParsedChatCompletionMessage(ChatCompletionMessage):
+    parsed: Any = None  # the answer read into the response_format model (None without one)
+
+
+class ParsedChoice(Choice):
+    message: ParsedChatCompletionMessage = Field(default_factory=ParsedChatCompletionMessage)
+
+
+class ParsedChatCompletion(ChatCompletion):
+    """A `ChatCompletion` whose messages carry `.parsed`."""
+
+    choices: List[ParsedChoice] = Field(default_factory=list)  # type: ignore[assignment]
+
+
+def _is_model_type(value: Any) -> bool:
+    return inspect.isclass(value) and issubclass(value, BaseModel)
+
+
+def _strict_schema(schema: Dict[str, Any]) -> Dict[str, Any]:
+    """A pydantic JSON schema in the strict form OpenAI's structured outputs take: every object closed
+    (`additionalProperties: false`) and every property required."""
+    if schema.get("type") == "object" and "properties" in schema:
+        schema["additionalProperties"] = False
+        schema["required"] = list(schema["properties"])
+    for key in ("properties", "$defs", "definitions"):
+        for sub in (schema.get(key) or {}).values():
+            if isinstance(sub, dict):
+                _strict_schema(sub)
+    for key in ("items", "anyOf", "allOf", "oneOf"):
+        value = schema.get(key)
+        for sub in value if isinstance(value, list) else [value]:
+            if isinstance(sub, dict):
+                _strict_schema(sub)
+    return schema
+
+
+def response_format_param(response_format: Any) -> Any:
+    """`response_format=` for the wire: a pydantic model class becomes a strict JSON schema; a dict
+    (or None) is sent as given."""
+    if not _is_model_type(response_format):
+        return response_format
+    schema = _strict_schema(response_format.model_json_schema())
+    return {"type": "json_schema",
+            "json_schema": {"name": response_format.__name__, "schema": schema, "strict": True}}
+
+
+def parsed_completion(completion: ChatCompletion, response_format: Any) -> ParsedChatCompletion:
+    """`completion` with each choice's content read into `response_format` (a pydantic model class)."""
+    for choice in completion.choices:
+        if choice.finish_reason == "length":
+            raise LengthFinishReasonError(completion)
+        if choice.finish_reason == "content_filter":
+            raise ContentFilterFinishReasonError()
+    out = ParsedChatCompletion.model_validate(completion.model_dump())
+    out.route, out.cost = completion.route, completion.cost
+    for choice in out.choices:
+        message = choice.message
+        if _is_model_type(response_format) and message.content and not message.refusal:
+            message.parsed = response_format.model_validate_json(message.content)
+    return out
+
+
+def _parse_args(kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Any]:
+    if kwargs.get("stream"):
+        raise TypeError("parse() does not stream: use chat.completions.stream(...)")
+    response_format = kwargs.get("response_format")
+    kwargs = dict(kwargs)
+    if response_format is not None:
+        kwargs["response_format"] = response_format_param(response_format)
+    return kwargs, response_format
+
+
+def parse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompletion:
+    kwargs, response_format = _parse_args(kwargs)
+    return parsed_completion(completions.create(**kwargs), response_format)
+
+
+async def aparse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompletion:
+    kwargs, response_format = _parse_args(kwargs)
+    return parsed_completion(await completions.create(**kwargs), response_format)
+
+
+# ------------------------------------------------------------------------------------------------
+# stream(): openai-python's event stream over our chunks
+
+
+class StreamEvent(BaseModel):
+    """One event of `chat.completions.stream(...)`: `type` is "chunk", "content.delta", "content.done",
+    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta" or
+    "tool_calls.function.arguments.done"; the other fields as openai-python's events of that type."""
+
+    type: str
+    chunk: Optional[ChatCompletionChunk] = None
+    delta: Optional[str] = None
+    snapshot: Optional[str] = None
+    content: Optional[str] = None
+    refusal: Optional[str] = None
+    parsed: Any = None
+    # tool-call argument events
+    name: Optional[str] = None
+    index: Optional[int] = None
+    arguments: Optional[str] = None
+    arguments_delta: Optional[str] = None
+    parsed_arguments: Any = None
+
+
+class _Events:
+    """Chunks -> events (sans-I/O): the texts so far, and the done events at the end."""
+
+    def __init__(self, response_format: Any) -> None:
+        self.response_format = response_format
+        self.content = ""
+        self.refusal = ""
+        self.tools: Dict[int, Dict[str, str]] = {}  # index -> {"name", "arguments"} so far
+
+    def feed(self, chunk: ChatCompletionChunk) -> List[StreamEvent]:
+        events = [StreamEvent(type="chunk", chunk=chunk)]
+        for choice in chunk.choices:
+            if choice.index != 0:
+                continue
+            delta = choice.delta
+            if delta.content:
+                self.content += delta.content
+                events.append(StreamEvent(type="content.delta", delta=delta.content, snapshot=self.content))
+            if delta.refusal:
+                self.refusal += delta.refusal
+                events.append(StreamEvent(type="refusal.delta", delta=delta.refusal, snapshot=self.refusal))
+            for call in delta.tool_calls or ():
+                tool = self.tools.setdefault(call.index, {"name": "", "arguments": ""})
+                if call.function is not None and call.function.name:
+                    tool["name"] = call.function.name
+                piece = call.function.arguments if call.function is not None else ""
+                if piece:
+                    tool["arguments"] += piece
+                    events.append(StreamEvent(type="tool_calls.function.arguments.delta", name=tool["name"],
+                                              index=call.index, arguments=tool["arguments"], arguments_delta=piece))
+        return events
+
+    def done(self) -> List[StreamEvent]:
+        events = []
+        if self.content:
+            parsed = None
+            if _is_model_type(self.response_format):
+                try:
+                    parsed = self.response_format.model_validate_json(self.content)
+                except ValueError:
+                    parsed = None  # get_final_completion() raises the reason
+            events.append(StreamEvent(type="content.done", content=self.content, parsed=parsed))
+        if self.refusal:
+            events.append(StreamEvent(type="refusal.done", refusal=self.refusal))
+        for index, tool in sorted(self.tools.items()):
+            try:
+                parsed_arguments = json.loads(tool["arguments"]) if tool["arguments"] else None
+            except ValueError:
+                parsed_arguments = None
+            events.append(StreamEvent(type="tool_calls.function.arguments.done", name=tool["name"], index=index,
+                                      arguments=tool["arguments"], parsed_arguments=parsed_arguments))
+        return events
+
+
+def _stream_args(kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Any]:
+    kwargs = dict(kwargs)
+    kwargs.pop("stream", None)
+    response_format = kwargs.get("response_format")
+    if response_format is not None:
+        kwargs["response_format"] = response_format_param(response_format)
+    kwargs["stream"] = True
+    return kwargs, response_format
+
+
+class ChatCompletionStream:
+    """What `with client.chat.completions.stream(...) as stream:` gives: iterate for events, then
+    `get_final_completion()` (a `ParsedChatCompletion`); `until_done()` reads to the end."""
+
+    def __init__(self, stream: Any, response_format: Any) -> None:
+        self._stream = stream
+        self._events = _Events(response_format)
+        self._response_format = response_format
+
+    def __iter__(self) -> Iterator[StreamEvent]:
+        for chunk in self._stream:
+            yield from self._events.feed(chunk)
+        yield from self._events.done()
+
+    def until_done(self) -> "ChatCompletionStream":
+        for _ in self:
+            pass
+        return self
+
+    def get_final_completion(self) -> ParsedChatCompletion:
+        return parsed_completion(self._stream.get_final_completion(), self._response_format)
+
+    def close(self) -> None:
+        self._stream.close()
+
+    @property
+    def response(self) -> ChatCompletion:
+        return self._stream.response  # type: ignore[no-any-return]
+
+
+class ChatCompletionStreamManager:
+    def __init__(self, completions: Any, kwargs: Dict[str, Any]) -> None:
+        self._completions = completions
+        self._kwargs, self._response_format = _stream_args(kwargs)
+        self._stream: Optional[ChatCompletionStream] = None
+
+    def __enter__(self) -> ChatCompletionStream:
+        self._stream = ChatCompletionStream(self._completions.create(**self._kwargs), self._response_format)
+        return self._stream
+
+    def __exit__(self, *exc: Any) -> None:
+        if self._stream is not None:
+            self._stream.close()
+
+
+class AsyncChatCompletionStream:
+    """`async with client.chat.completions.stream(...) as stream:`; `async for event in stream`."""
+
+    def __init__(self, stream: Any, response_format: Any) -> None:
+        self._stream = stream
+        self._events = _Events(response_format)
+        self._response_format = response_format
+
+    def __aiter__(self) -> AsyncIterator[StreamEvent]:
+        return self._iterate()
+
+    async def _iterate(self) -> AsyncIterator[StreamEvent]:
+        async for chunk in self._stream:
+            for event in self._events.feed(chunk):
+                yield event
+        for event in self._events.done():
+            yield event
+
+    async def until_done(self) -> "AsyncChatCompletionStream":
+        async for _ in self:
+            pass
+        return self
+
+    async def get_final_completion(self) -> ParsedChatCompletion:
+        return parsed_completion(await self._stream.get_final_completion(), self._response_format)
+
+    async def close(self) -> None:
+        await self._stream.aclose()
+
+    @property
+    def response(self) -> ChatCompletion:
+        return self._stream.response  # type: ignore[no-any-return]
+
+
+class AsyncChatCompletionStreamManager:
+    def __init__(self, completions: Any, kwargs: Dict[str, Any]) -> None:
+        self._completions = completions
+        self._kwargs, self._response_format = _stream_args(kwargs)
+        self._stream: Optional[AsyncChatCompletionStream] = None
+
+    async def __aenter__(self) -> AsyncChatCompletionStream:
+        self._stream = AsyncChatCompletionStream(await self._completions.create(**self._kwargs),
+                                                 self._response_format)
+        return self._stream
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._stream is not None:
+            await self._stream.close()
+
