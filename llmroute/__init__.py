@@ -39,7 +39,7 @@ from llmroute.errors import (
     StreamNotFinishedError,
     APITimeoutError,
 )
-from llmroute.errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
+from llmroute.errors import ClientClosedError, EventLoopError, RedirectError, ReplayDivergedError, ResponseTooLargeError
 from llmroute.errors import deprecated_error as _deprecated_error
 from llmroute._http.bounded import ReadLimits
 from llmroute._runtime.secrets import SecretStr
@@ -124,6 +124,7 @@ __all__ = [
     "APITimeoutError",
     "APIConnectionError",
     "StreamInterruptedError",
+    "ReplayDivergedError",
     "ClientClosedError",
     "EventLoopError",
     "RedirectError",
