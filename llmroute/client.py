@@ -21,6 +21,7 @@ from llmroute.cache import open_cache
 from llmroute._call.cache_step import alookup, lookup
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
+from llmroute._call.server_probe import CUT_WAIT_S, ServerIdentities
 from llmroute.completions import AsyncCompletions, Completions
 from llmroute.config import Config, load_config
 from llmroute._call.engine import Engine
@@ -195,6 +196,9 @@ class Stream(_Ends):
         self._release()
         state = self._state
         state.ended = True  # this attempt is over: closing the stream must not end it twice
+        waiting = self._run.identifying()
+        if waiting:  # whether a backup can continue may be about to be known (bounded)
+            self._run.engine.identities.wait(waiting)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
             raise state.interrupted(error) from error
@@ -327,6 +331,7 @@ class Client(_ClientSurface):
         self.config = _as_config(config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
+        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = SyncTransport()
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
@@ -605,6 +610,9 @@ class AsyncStream(_Ends):
         await self._release()
         state = self._state
         state.ended = True
+        until = _now() + CUT_WAIT_S
+        while self._run.identifying() and _now() < until:  # whether a backup can continue (bounded)
+            await _asleep(0.02)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
             raise state.interrupted(error) from error
@@ -691,6 +699,7 @@ class AsyncClient(_ClientSurface):
         self.config = _as_config(config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
+        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = AsyncTransport(transport)
         self._transport_name = transport
         self.cache = open_cache(self.config)

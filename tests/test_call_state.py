@@ -107,7 +107,7 @@ def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill() -> Non
     assert chunks[0].resumed
     completion = rest.finish(101.7)
     assert completion.choices[0].message.content == "one two three"
-    assert completion.route.recovery == "resumed" and completion.route.resumed_at == [len("one two")]
+    assert completion.route.recovery == "continued" and completion.route.resumed_at == [len("one two")]
     usages = [a.usage for a in completion.route.attempts]
     assert completion.usage.completion_tokens == sum(u.completion_tokens for u in usages)
 

@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 
 __all__ = ["IDENTIFIABLE_KINDS", "SERVER_STYLE", "Identity", "probe_paths", "probe_request", "identify", "model_family"]
 
+PROBE_HEADER = "X-LLMRoute-Probe"
+
 # Kinds whose deployments may be any self-hosted server, or a different one than the kind says.
 IDENTIFIABLE_KINDS = frozenset({"openai-compatible", "vllm", "sglang", "llamacpp", "tgi"})
 
@@ -72,8 +74,11 @@ def probe_paths(provider: "Provider") -> Tuple[str, ...]:
 
 
 def probe_request(provider: "Provider", path: str) -> HttpRequest:
-    """The GET for `path` ("models": the provider's model list, with its key; others: from the root)."""
+    """The GET for `path` ("models": the provider's model list, with its key; others: from the root),
+    marked `X-LLMRoute-Probe: identify` so that a server's logs (and the loopback test servers) can
+    tell it from the calls."""
     listing = models_request(provider)
+    listing.headers[PROBE_HEADER] = "identify"
     if path == "models":
         return listing
     return HttpRequest("GET", _root(provider.base_url) + path, dict(listing.headers), None, False)  # type: ignore[arg-type]

@@ -268,6 +268,7 @@ class FailoverPlan:
         self._no_continue: set[str] = set()
         self._resent_after_drop: set[str] = set()
         self._again: Optional[tuple[Candidate, bool]] = None  # the cut deployment, to continue there once
+        self._replay: Optional[str] = None  # after a cut: which candidates may replay it ("family", "any")
 
     # ------------------------------------------------------------------ public
 
@@ -313,10 +314,12 @@ class FailoverPlan:
                 continue  # a hedge already holds it
             continuing = self._recover in _CONTINUING and self._continues(candidate)
             replaying = (not continuing and self._recover == "continue_or_replay" and self._cut is not None
-                         and self._can_replay(candidate.deployment_id, self._cut[0].candidate.deployment_id))
+                         and self._replay is not None
+                         and (self._replay == "any"
+                              or self._can_replay(candidate.deployment_id, self._cut[0].candidate.deployment_id)))
             if self._recover in _STREAM_RECOVERY and not continuing and not replaying:
                 self._skip(candidate, is_fallback, "skipped: cannot continue a partial answer"
-                           + (" nor repeat it" if self._recover == "continue_or_replay" else ""))
+                           + (" nor repeat it" if self._replay is not None else ""))
                 continue
             step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None,
                                continuation=continuing, replay=replaying,
@@ -366,13 +369,15 @@ class FailoverPlan:
         content_started: bool = False,
         partial_text: str = "",
         recover: Optional[str] = None,
+        replay: Optional[str] = None,
     ) -> None:
         """Record how the attempt at `deployment_id` ended (`error=None`: success).
 
         `content_started=True` says content had started: a failure then ends the plan with
         StreamInterruptedError (nothing is replayed), unless `recover` ("continue" or
         "continue_or_restart", "restart") asks to finish the answer elsewhere; `partial_text` is the
-        answer so far.
+        answer so far. With "continue_or_replay", `replay` says which candidates may replay it:
+        "family" (those `can_replay` admits), "any", or None (none).
         """
         flight = self._in_flight.pop(deployment_id, None)
         if flight is None:
@@ -397,6 +402,7 @@ class FailoverPlan:
             self._cut = (flight, error, partial_text)
             if self._recover != "restarted":
                 self._recover = recover
+                self._replay = replay
                 self._put_continuers_first()
                 if (recover == "continue_or_replay" and self._continues(flight.candidate)
                         and not isinstance(error, E.APITimeoutError)

@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from tests.servers.base import RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
+from tests.servers.base import PROBE_HEADER, RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
 from tests.servers.embeddings import EmbeddingsMixin
 from tests.servers.script import RecordedRequest, Reply
 
@@ -527,6 +527,8 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
         denied = self.auth_response(request)
         if denied is not None:
             return denied
+        if PROBE_HEADER in request.headers:
+            return None  # llmroute's identification GET: a test's scripted replies are for its own calls
         return await self.scripted_outcome(self.script.pop(request.path, None) or Reply())
 
     def model_card(self, model: str, context: int) -> dict[str, Any]:
