@@ -113,6 +113,7 @@ class AttemptContext:
     streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
     continuation: bool = False  # continues the partial answer of a cut attempt
     replay_of: Optional[str] = None  # a replay: the text the caller saw, to be repeated before anything is delivered
+    resume_offset: int = 0  # a continuation: where its text begins in the answer
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
 
@@ -298,8 +299,7 @@ class CallRun:
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
                              continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None)
         if step.is_continuation:
-            self.route.recovery = "continued"
-            self.route.resumed_at.append(len(cut_text))
+            ctx.resume_offset = len(cut_text)  # route.recovery says "continued" once its text comes
         self.in_flight[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
         ctx.trace = self.recorder.attempt_started(self, ctx, now, kind)
@@ -613,6 +613,9 @@ class StreamState:
                 chunk, has_content = passed, True
             if not self.content_started and has_content:
                 self.content_started = True
+                if self.ctx.continuation:
+                    self.run.route.recovery = "continued"
+                    self.run.route.resumed_at.append(self.ctx.resume_offset)
                 if self.ctx.continuation or self.replay_of is not None:
                     chunk.resumed = True
             if self.content_started:

@@ -417,6 +417,8 @@ class FailoverPlan:
             # The platform does not take a prefill: not the caller's fault, not the real failure.
             self._no_continue.add(deployment_id)
             note = "cannot continue a partial answer: " + (describe_error(error) or "refused")
+            if self._recover == "continue_or_replay" and self._replay is not None:
+                self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))  # it may still replay it
         elif isinstance(error, E.ContextLengthError):
             note = "context window too small: trying a larger one"
             self._context.error = error
