@@ -164,9 +164,9 @@ def test_the_real_llama_cpp_server_behind_openai_compatible_is_identified_and_co
     cfg["pricing"]["local:*"] = {"input_per_million": 0, "output_per_million": 0}
     cfg["tiers"][TIER]["deployments"].append(f"local:{MODEL_ALIAS}")
     with Caller("sync-stream", cfg) as caller:
-        chunks, stream = chunks_of(caller, max_tokens=8, **GREEDY)
+        chunks, stream = chunks_of(caller, max_tokens=CUT_AT + 8, **GREEDY)  # about 8 left for llama.cpp
         identity = caller.client._engine.identities.known("local")
-    assert identity is not None and identity.server == "llamacpp"
+    assert identity is not None and identity.server == "llamacpp", (identity, stream.response.route)
     route = stream.response.route
     assert sent(route) == [(A, "interrupted"), (f"local:{MODEL_ALIAS}", "ok")]
     assert route.recovery == "continued" and text(chunks).startswith(SEEN) and len(text(chunks)) > len(SEEN)
