@@ -479,7 +479,8 @@ class CallRun:
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""
         policy = self.engine.policy(ctx.deployment.id)
-        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation:
+        if (policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation
+                or ctx.replay_of is not None):  # a hedge of a replay would deliver the answer from its start
             return None
         from llmroute.resilience.hedge import HedgePlan  # the resilience package loads with the first client, not at import
 
