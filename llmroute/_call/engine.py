@@ -108,6 +108,7 @@ class Engine:
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
         self.identities: Any = None  # the client's server_probe.ServerIdentities (I/O in its own thread)
+        self._identify_asked: set[str] = set()  # deployments already handed to `identities`
 
     @property
     def ledger(self) -> Any:
@@ -275,7 +276,11 @@ class Engine:
         `server_probe.ServerIdentities`; nothing when the client gave none). Returns at once."""
         if self.identities is None:
             return
-        wanted = {d.provider.name: d.provider for d in deployments
+        new = [d for d in deployments if d.id not in self._identify_asked]
+        if not new:
+            return  # every call after the first to a tier: one set lookup per deployment
+        self._identify_asked.update(d.id for d in new)
+        wanted = {d.provider.name: d.provider for d in new
                   if d.provider.kind in IDENTIFIABLE_KINDS and self.policy(d.id).continue_prefill is None
                   and self.policy(d.id).identify_server}
         if wanted:

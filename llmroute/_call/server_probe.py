@@ -66,14 +66,19 @@ class ServerIdentities:
                 self._thread.start()
 
     def pending(self, providers: Iterable[str]) -> bool:
+        self._after_fork()
+        return self._is_pending(providers)
+
+    def _is_pending(self, providers: Iterable[str]) -> bool:
         return any(name in self._pending for name in providers)
 
     def wait(self, providers: Iterable[str], timeout_s: float = CUT_WAIT_S) -> None:
         """Block until none of `providers` is being identified, or `timeout_s` passed (sync shells)."""
         names = list(providers)
         deadline = time.monotonic() + timeout_s
+        self._after_fork()
         with self._lock:
-            while self.pending(names) and not self._closed:
+            while self._is_pending(names) and not self._closed:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return
