@@ -23,17 +23,18 @@ What it encodes:
 - A ContextLengthError moves only to a candidate whose known context window fits the request (and is
   larger than the one that refused it), or ends with a ContextLengthError saying so.
 - A fatal error (auth, billing, unknown model) disables the deployment and moves on.
-- A failure after content started (`content_started=True`) is never retried on the same deployment.
-  Without `recover` the plan ends with `StreamInterruptedError` carrying the partial text and the
+- A failure after content started (`content_started=True`) is never retried on the same deployment
+  from scratch (only continued there, below). Without `recover` the plan ends with `StreamInterruptedError` carrying the partial text and the
   attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
   continue a partial answer (`can_continue`), sent as `Send.is_continuation`; when none is left it
-  ends with that StreamInterruptedError. With `recover="continue_or_replay"` (streams) the other
-  continuers go first, then the cut deployment itself (a continuation counted as a retry, within
-  `max_retries` and the retry budget, after a cut that was not a timeout), then the candidates
+  ends with that StreamInterruptedError. With either stream mode the other continuers go first,
+  then the cut deployment itself (a continuation counted as a retry, within `max_retries` and the
+  retry budget, after a cut that was not a timeout); with `recover="continue_or_replay"` the candidates
   `can_replay` admits start the answer again as a replay (`Send.is_replay`: the shell holds the
   replay back until it has repeated the text the caller saw). A replay that diverges, or fails
-  before it has caught up, moves on to the next replay; when none is left, the cut is the error. With `recover="continue_or_restart"` (plain calls)
-  continuing deployments are tried first, then the next deployment starts the answer again
+  before it has caught up, moves on to the next replay; when none is left, the cut is the error.
+  With `recover="continue_or_restart"` (plain calls) continuing deployments are tried first, then
+  the next deployment starts the answer again
   (`Send.is_restart`). A continuation refused as a bad request (the platform does not take a
   prefill) moves on: the real failure is the cut, not the refusal.
 - Client-side limits (bulkhead, rpm, tpm per pool) either admit, ask to wait within
@@ -404,7 +405,7 @@ class FailoverPlan:
                 self._recover = recover
                 self._replay = replay
                 self._put_continuers_first()
-                if (recover == "continue_or_replay" and self._continues(flight.candidate)
+                if (recover in _STREAM_RECOVERY and self._continues(flight.candidate)
                         and not isinstance(error, E.APITimeoutError)
                         and self._retries.get(deployment_id, 0) < self._policy(deployment_id).max_retries):
                     self._again = (flight.candidate, flight.is_fallback)  # one broken connection, not a broken server

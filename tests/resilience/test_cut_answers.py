@@ -283,12 +283,13 @@ def test_stream_recovery_replay_opts_a_sampled_request_in_and_a_divergence_is_th
 
 
 @pytest.mark.parametrize("mode", STREAMS)
-def test_a_cut_is_continued_on_the_same_deployment_when_it_is_the_one_able_to(servers, mode):
+@pytest.mark.parametrize("recovery", ["auto", "continue"])
+def test_a_cut_is_continued_on_the_same_deployment_when_it_is_the_one_able_to(servers, mode, recovery):
     """The primary is really vLLM (identified) and the only deployment that can continue; its
     connection breaks once: the answer is continued there, as a retry within the budget."""
     servers["vllm"].push(reset_during(CUT_AT, gap_s=0.002))
     cfg = tier_config({"v": servers["vllm"], "unknown": servers["unknown"]},
-                      deployments=[dep("v"), dep("unknown")])
+                      deployments=[dep("v"), dep("unknown")], tier={"stream_recovery": recovery})
     cfg["resilience"] = {}
     with Caller(mode, cfg) as caller:
         caller.client._engine.identify([caller.client._engine.deployment(dep("v"))])
