@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
 from llmroute.providers.prefill import continue_style
-from llmroute.providers.server_identity import IDENTIFIABLE_KINDS, model_family
+from llmroute.providers.server_identity import IDENTIFIABLE_KINDS, NAMED_SELF_HOSTED, model_family
 from llmroute._call.recorder import CallRecorder
 from llmroute._call.targets import Target, tier_target
 from llmroute.types import Usage
@@ -265,7 +265,7 @@ class Engine:
         `continue_prefill` wins; else what its server turned out to be (`identify`), when it was
         identified; else its kind's documented default."""
         policy = self.policy(dep.id)
-        if policy.continue_prefill is None and self.identities is not None and policy.identify_server:
+        if self.identities is not None and self._identifiable(dep):
             identity = self.identities.known(dep.provider.name)
             if identity is not None and identity.server is not None:
                 return identity.style
@@ -280,11 +280,19 @@ class Engine:
         if not new:
             return  # every call after the first to a tier: one set lookup per deployment
         self._identify_asked.update(d.id for d in new)
-        wanted = {d.provider.name: d.provider for d in new
-                  if d.provider.kind in IDENTIFIABLE_KINDS and self.policy(d.id).continue_prefill is None
-                  and self.policy(d.id).identify_server}
+        wanted = {d.provider.name: d.provider for d in new if self._identifiable(d)}
         if wanted:
             self.identities.want(wanted.values())
+
+    def _identifiable(self, dep: Deployment) -> bool:
+        """Is `dep`'s server asked what it is? Not when `continue_prefill` is set (it wins) or
+        `identify_server = false`; `openai-compatible` by default, the named self-hosted kinds with
+        `identify_server = true`."""
+        policy = self.policy(dep.id)
+        if policy.continue_prefill is not None or policy.identify_server is False:
+            return False
+        kind = dep.provider.kind
+        return kind in IDENTIFIABLE_KINDS or (policy.identify_server is True and kind in NAMED_SELF_HOSTED)
 
     def identifying(self, deployment_ids: List[str]) -> List[str]:
         """The providers of these deployments whose identification is still under way."""

@@ -1,7 +1,7 @@
 """Which server is behind an OpenAI-compatible URL, from what it already exposes, and how it continues.
 
-A deployment of kind `openai-compatible` (or `vllm`, `sglang`, `llamacpp`, `tgi`) may be any of the
-self-hosted servers. Each one says what it is on free, unbilled GET endpoints (docs/failover.md,
+A deployment of kind `openai-compatible` may be any of the self-hosted servers (and one of a named
+self-hosted kind may be another, when `identify_server = true` asks). Each one says what it is on free, unbilled GET endpoints (docs/failover.md,
 "Knowing what a server can do"):
 
 * `GET {base}/models`: `owned_by` is "vllm", "sglang" or "llamacpp" on those servers' cards.
@@ -33,12 +33,15 @@ from llmroute.providers.prefill import CONTINUE_STYLE_BY_KIND
 if TYPE_CHECKING:
     from llmroute.config import Provider
 
-__all__ = ["IDENTIFIABLE_KINDS", "SERVER_STYLE", "Identity", "probe_paths", "probe_request", "identify", "model_family"]
+__all__ = ["IDENTIFIABLE_KINDS", "NAMED_SELF_HOSTED", "SERVER_STYLE", "Identity", "probe_paths", "probe_request", "identify", "model_family"]
 
 PROBE_HEADER = "X-LLMRoute-Probe"
 
-# Kinds whose deployments may be any self-hosted server, or a different one than the kind says.
-IDENTIFIABLE_KINDS = frozenset({"openai-compatible", "vllm", "sglang", "llamacpp", "tgi"})
+# Kinds whose deployments may be any self-hosted server. A deployment of a named self-hosted kind
+# (vllm, sglang, llamacpp, tgi) is asked only when its policy sets `identify_server = true`: its kind
+# already says what the server is, and asking would change nothing unless the kind is wrong.
+IDENTIFIABLE_KINDS = frozenset({"openai-compatible"})
+NAMED_SELF_HOSTED = frozenset({"vllm", "sglang", "llamacpp", "tgi"})
 
 # server -> continuation style (None: the server documents no way to continue a prefill).
 SERVER_STYLE: Dict[str, Optional[str]] = {

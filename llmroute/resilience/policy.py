@@ -70,7 +70,9 @@ class ResiliencePolicy(BaseModel):
     # requests (verified: a replay that diverges is dropped unseen); "raise" never recovers.
     stream_recovery: Literal["auto", "continue", "replay", "raise"] = "auto"
     replay_max_chars: int = Field(default=8000, ge=0)  # a longer cut answer is not replayed (0: never replay)
-    identify_server: bool = True  # ask an openai-compatible/self-hosted server what it is (continuation style)
+    # Ask the server what it is (docs/failover.md, "Knowing what a server can do"): None, the default,
+    # asks `openai-compatible` servers; true asks vllm, sglang, llamacpp and tgi deployments too; false never.
+    identify_server: Optional[bool] = None
     continue_prefill: Optional[bool] = None  # can this deployment continue a partial answer? None: the kind's default
     context_precheck: bool = True  # skip deployments whose window is known to be too small
     # -- hedging (opt-in: off while hedge_after_ms is None)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import socket
+from typing import Any, Callable, Iterator
 
 import pytest
 
@@ -12,7 +13,11 @@ import llmroute as L
 from llmroute.config import Config
 from llmroute._call.server_probe import ServerIdentities
 from llmroute.providers.server_identity import identify, model_family
+from tests.servers.fault import FaultServer
 from tests.servers.llamacpp_wire import LlamaCppWireServer
+from tests.servers.sglang import SGLangServer
+from tests.servers.tgi import TGIServer
+from tests.servers.vllm import VLLMServer
 
 
 def body(payload: object) -> bytes:
@@ -67,33 +72,39 @@ def provider(base_url: str, kind: str = "openai-compatible"):
     return cfg.providers["p"]
 
 
-@pytest.mark.parametrize("platform, server", [("vllm", "vllm"), ("sglang", "sglang"), ("tgi", "tgi"),
-                                               ("fault", None)])
-def test_the_prober_identifies_each_loopback_server_over_a_socket(loopback_servers, platform, server):
-    srv = loopback_servers.get(platform)
-    srv.reset()
+@pytest.fixture
+def fresh() -> Iterator[Callable[[Any], Any]]:
+    """Start a server of its own for the test (identifications are kept per process, per server)."""
+    started: list[Any] = []
+
+    def start(server: Any) -> Any:
+        started.append(server.start())
+        return server
+    yield start
+    for server in started:
+        server.stop()
+
+
+def identified(prov: Any) -> Any:
     identities = ServerIdentities()
-    try:
-        identities.want([provider(srv.base_url)])
-        identities.wait(["p"], timeout_s=10.0)
-        found = identities.known("p")
-    finally:
-        identities.close()
+    identities.want([prov])
+    identities.wait([prov.name], timeout_s=10.0)
+    return identities.known(prov.name)
+
+
+@pytest.mark.parametrize("make, server", [(VLLMServer, "vllm"), (SGLangServer, "sglang"), (TGIServer, "tgi"),
+                                          (FaultServer, None)])
+def test_the_prober_identifies_each_loopback_server_over_a_socket(fresh, make, server):
+    srv = fresh(make())
+    found = identified(provider(srv.base_url))
     assert found is not None and found.server == server, found
     assert srv.probes and srv.requests == []  # marked, kept apart from the calls, no chat request
-    assert all(p.headers.get("x-llmroute-probe") == "identify" for p in srv.probes)
+    assert all(p.method == "GET" and p.headers.get("x-llmroute-probe") == "identify" for p in srv.probes)
 
 
-def test_the_loopback_llama_cpp_is_identified_by_its_server_header():
-    srv = LlamaCppWireServer().start()
-    identities = ServerIdentities()
-    try:
-        identities.want([provider(srv.base_url)])
-        identities.wait(["p"], timeout_s=10.0)
-        found = identities.known("p")
-    finally:
-        identities.close()
-        srv.stop()
+def test_the_loopback_llama_cpp_is_identified_by_its_server_header(fresh):
+    srv = fresh(LlamaCppWireServer())
+    found = identified(provider(srv.base_url))
     assert found is not None and found.server == "llamacpp" and "Server" in found.evidence
     assert len(srv.probes) == 1  # the first answer told: nothing more was asked
 
@@ -102,37 +113,39 @@ def test_a_server_that_does_not_answer_is_not_identified_and_behaves_as_before()
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again at once: connection refused
-    identities = ServerIdentities()
-    try:
-        identities.want([provider(f"http://127.0.0.1:{port}/v1")])
-        identities.wait(["p"], timeout_s=10.0)
-        found = identities.known("p")
-    finally:
-        identities.close()
+    found = identified(provider(f"http://127.0.0.1:{port}/v1"))
     assert found is not None and found.server is None and "not identified" in found.evidence
 
 
-def test_identification_runs_once_per_provider_and_writes_no_ledger_row(vllm_server):
-    cfg = {"providers": {"p": {"kind": "openai-compatible", "base_url": vllm_server.base_url}},
-           "tiers": {"t": {"deployments": ["p:Qwen/Qwen2.5-7B-Instruct"]}},
-           "pricing": {"p:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
-    with L.Client(config=cfg) as client:
-        for _ in range(3):
-            client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}])
-        client._engine.identities.wait(["p"], timeout_s=10.0)
-        identity = client._engine.identities.known("p")
-        rows = client._engine.ledger.records
-    assert identity is not None and identity.server == "vllm"
-    assert len(vllm_server.probes) == 1  # owned_by told at once
-    assert len(rows) == 3 and all(r.status == "ok" for r in rows)  # the three calls, nothing else
+def client_config(srv: Any, kind: str = "openai-compatible", **deployment: Any) -> dict[str, Any]:
+    return {"providers": {"p": {"kind": kind, "base_url": srv.base_url}},
+            "tiers": {"t": {"deployments": [{"id": "p:Qwen/Qwen2.5-7B-Instruct", **deployment}]}},
+            "pricing": {"p:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
 
 
-@pytest.mark.parametrize("setting", [{"identify_server": False}, {"continue_prefill": False}])
-def test_identification_is_off_when_the_config_says_so(vllm_server, setting):
-    cfg = {"providers": {"p": {"kind": "openai-compatible", "base_url": vllm_server.base_url}},
-           "tiers": {"t": {"deployments": [{"id": "p:Qwen/Qwen2.5-7B-Instruct", **setting}]}},
-           "pricing": {"p:*": {"input_per_million": 0, "output_per_million": 0}}, "ledger": {"sink": "memory"}}
-    with L.Client(config=cfg) as client:
+def test_identification_runs_once_per_server_for_the_process_and_writes_no_ledger_row(fresh):
+    srv = fresh(VLLMServer())
+    for _ in range(2):  # two clients, three calls each
+        with L.Client(config=client_config(srv)) as client:
+            for _ in range(3):
+                client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}])
+            client._engine.identities.wait(["p"], timeout_s=10.0)
+            identity = client._engine.identities.known("p")
+            rows = client._engine.ledger.records
+        assert identity is not None and identity.server == "vllm"
+        assert len(rows) == 3 and all(r.status == "ok" for r in rows)  # the three calls, nothing else
+    assert len(srv.probes) == 1  # owned_by told at once, and the second client knew already
+
+
+@pytest.mark.parametrize("kind, setting, asked", [
+    ("openai-compatible", {"identify_server": False}, False),
+    ("openai-compatible", {"continue_prefill": False}, False),
+    ("vllm", {}, False),  # the kind already says what the server is
+    ("vllm", {"identify_server": True}, True),
+])
+def test_who_is_asked(fresh, kind, setting, asked):
+    srv = fresh(VLLMServer())
+    with L.Client(config=client_config(srv, kind, **setting)) as client:
         client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}])
-        assert client._engine.identifying(["p:Qwen/Qwen2.5-7B-Instruct"]) == []
-    assert vllm_server.probes == []
+        client._engine.identities.wait(["p"], timeout_s=10.0)
+    assert bool(srv.probes) is asked

@@ -140,8 +140,8 @@ def test_an_unknown_openai_compatible_backup_that_can_continue_is_identified_and
         identity = caller.client._engine.identities.known(backup)
     seen = text(chunks)
     assert seen == ANSWER if sampling == "greedy" else sampled_whole(seen), seen
-    assert identity is not None and identity.server == backup.replace("_thinking", "")
-    assert servers[backup].probes and all(p.method == "GET" for p in servers[backup].probes)
+    assert identity is not None and identity.server == backup  # asked once per process (the first such test)
+    assert all(p.method == "GET" for p in servers[backup].probes)
     before_cut = " ".join(seen.split(" ")[:CUT_AT])  # SEEN, or its sampled variant
     route = stream.response.route
     assert sent(route) == [(A, "interrupted"), (dep(backup), "ok")]
