@@ -196,7 +196,7 @@ class Stream(_Ends):
         self._release()
         state = self._state
         state.ended = True  # this attempt is over: closing the stream must not end it twice
-        waiting = self._run.identifying()
+        waiting = self._run.identifying(state.ctx)
         if waiting:  # whether a backup can continue may be about to be known (bounded)
             self._run.engine.identities.wait(waiting)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
@@ -611,7 +611,7 @@ class AsyncStream(_Ends):
         state = self._state
         state.ended = True
         until = _now() + CUT_WAIT_S
-        while self._run.identifying() and _now() < until:  # whether a backup can continue (bounded)
+        while self._run.identifying(state.ctx) and _now() < until:  # whether a backup can continue (bounded)
             await _asleep(0.02)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:

@@ -378,9 +378,11 @@ class CallRun:
         greedy = params.get("temperature") == 0 or params.get("seed") is not None
         return "family" if greedy else None
 
-    def identifying(self) -> List[str]:
-        """Providers this call may recover on whose server is still being identified (a cut waits
-        for them, bounded: `server_probe.CUT_WAIT_S`)."""
+    def identifying(self, ctx: AttemptContext) -> List[str]:
+        """Providers this call may recover on, after a cut at `ctx`, whose server is still being
+        identified (the cut waits for them, bounded: `server_probe.CUT_WAIT_S`)."""
+        if self.prepared.stream and self.engine.policy(ctx.deployment.id).stream_recovery == "raise":
+            return []  # nothing to decide
         return self.engine.identifying([d.id for d in (*self.target.deployments, *self.target.fallback)])
 
     def replay_caught_up(self, ctx: AttemptContext, offset: int) -> None:
