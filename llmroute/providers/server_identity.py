@@ -26,7 +26,7 @@ import re
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
 
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 from llmroute.providers.embedding_wire import models_request
 from llmroute.providers.prefill import CONTINUE_STYLE_BY_KIND
 
