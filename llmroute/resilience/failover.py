@@ -200,6 +200,11 @@ class _Pending:
     reason: str
     queued_since: Optional[float] = None
     free: bool = False  # a resend after a dropped keep-alive connection: not counted in max_retries
+    # What the send was for, kept across the wait: a continuation or a replay retried (or queued
+    # behind a limit) is still one; sent plain, a stream would deliver its answer from the start.
+    continuation: bool = False
+    restart: bool = False
+    replay: bool = False
 
 
 @dataclass
@@ -294,7 +299,11 @@ class FailoverPlan:
                 self._pending = pending
                 return Wait(pending.ready_at - now, pending.candidate.deployment_id, pending.reason)
             step = self._admit(pending.candidate, pending.is_fallback, now, is_retry=pending.is_retry,
-                               queued_since=pending.queued_since, free=pending.free)
+                               queued_since=pending.queued_since, free=pending.free,
+                               continuation=pending.continuation and self._continues(pending.candidate),
+                               restart=pending.restart, replay=pending.replay)
+            if isinstance(step, Send) and step.is_restart:
+                self._recover = "restarted"
             if step is not None:
                 return step
         while self._pos < len(self._queue) or self._again is not None:
@@ -433,7 +442,8 @@ class FailoverPlan:
         elif dropped_before_reply(error) and deployment_id not in self._resent_after_drop and self._pending is None:
             # One immediate resend on a new connection, visible in the route and the ledger.
             self._resent_after_drop.add(deployment_id)
-            self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True)
+            self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True,
+                                     continuation=flight.is_continuation, replay=flight.is_replay)
             note = "connection dropped before a reply: resending once on a new connection"
         else:
             policy = self._policy(deployment_id)
@@ -450,7 +460,8 @@ class FailoverPlan:
                 has_backup=self._has_backup(deployment_id, now),
             )
             if decision.retry and not flight.is_hedge and self._pending is None:
-                self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason)
+                self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason,
+                                         continuation=flight.is_continuation, replay=flight.is_replay)
                 note = f"retrying after {decision.wait_s:.2f}s ({decision.reason})"
             else:
                 note = f"moving on: {decision.reason}" if not decision.retry else "moving on"
@@ -551,7 +562,8 @@ class FailoverPlan:
                 if fits(admission.wait_s, now=now, queued_since=since,
                         queue_timeout_s=queue_timeout_s, deadline_at=self.deadline_at):
                     self._pending = _Pending(candidate, is_fallback, is_retry, now + admission.wait_s,
-                                             "limit: " + admission.reason, queued_since=since, free=free)
+                                             "limit: " + admission.reason, queued_since=since, free=free,
+                                             continuation=continuation, restart=restart, replay=replay)
                     return Wait(admission.wait_s, dep, "limit: " + admission.reason)
                 self._skip(candidate, is_fallback, f"client-side {admission.reason} (pool {self.pool})", is_retry=is_retry)
                 return None

@@ -342,3 +342,18 @@ def test_a_replay_is_only_tried_within_the_model_family_by_default(servers):
         chunks_of(caller, **GREEDY)
     assert servers["unknown"].chat_requests() == []
     assert "nor repeat it" in (info.value.attempts[-1].note or "")
+
+
+@pytest.mark.parametrize("mode", STREAMS)
+def test_a_continuation_that_fails_before_its_text_is_retried_as_a_continuation(servers, mode):
+    """The backup (really vLLM) answers the continuation with a 503 once: the retry asks it to
+    continue again; sent as a fresh request it would have delivered the answer from its start."""
+    cut(servers)
+    servers["vllm"].push(Reply(error="overloaded"))
+    with Caller(mode, config(servers, "vllm")) as caller:
+        chunks, stream = chunks_of(caller, **GREEDY)
+    assert text(chunks) == ANSWER
+    route = stream.response.route
+    assert [(a.deployment, a.status, a.recovery) for a in route.attempts] == [
+        (A, "interrupted", None), (dep("vllm"), "error", "continued"), (dep("vllm"), "ok", "continued")]
+    assert all(r.json["messages"][-1] == {"role": "assistant", "content": SEEN} for r in servers["vllm"].chat_requests())
