@@ -105,36 +105,28 @@ _REGISTRY = _Registry()
 
 def _identify(transport: Any, provider: "Provider") -> Identity:
     from llmroute._http.bounded import ReadLimits
+    from llmroute._http.exchange import Exchange, fetch
     from llmroute._http.timeouts import Timeouts
-    from llmroute._http.transport import read_body
 
     timeouts = Timeouts(connect_s=PROBE_TIMEOUT_S, ttft_s=PROBE_TIMEOUT_S, total_s=PROBE_TIMEOUT_S,
                         read_s=PROBE_TIMEOUT_S, read_kind="total")
     limits = ReadLimits(max_response_bytes=_MAX_BODY, max_decoded_bytes=_MAX_BODY, max_sse_line_bytes=_MAX_BODY)
     tried = []
     for path in probe_paths(provider):
+        ex = Exchange(probe_request(provider, path), timeouts, limits, provider=provider.name,
+                      deployment=provider.name, max_connections=1)
         try:
-            response = transport.open(probe_request(provider, path), timeouts, provider=provider.name,
-                                      max_connections=1)
-        except Exception as exc:  # noqa: BLE001 - a refused or unreachable endpoint says nothing
+            reply = fetch(transport, ex)  # no error mapping: a status is an answer too (a 404 says "not me")
+        except Exception as exc:  # noqa: BLE001 - refused, unreachable, too large, too slow: says nothing
             tried.append(f"{path}: {type(exc).__name__}")
-            if path == "models":
+            if path == "models" and ex.status is None:
                 break  # the server is not answering at all: do not knock on every door
             continue
-        try:
-            body = b""
-            if response.status_code == 200:
-                body = read_body(response, limits, time.monotonic() + PROBE_TIMEOUT_S, provider=provider.name,
-                                 deployment=provider.name)
-        except Exception as exc:  # noqa: BLE001 - too large, too slow, cut: says nothing
-            tried.append(f"{path}: {type(exc).__name__}")
-            continue
-        finally:
-            response.close()
-        found = identify(path, response.status_code, {"server": response.headers.get("server") or ""}, body)
+        body = reply.body if reply.status == 200 else b""
+        found = identify(path, reply.status, {"server": reply.headers.get("server") or ""}, body)
         if found is not None:
             return found
-        tried.append(f"{path}: {response.status_code}")
+        tried.append(f"{path}: {reply.status}")
     return Identity(None, "not identified (" + ", ".join(tried) + ")")
 
 

@@ -84,7 +84,7 @@ def probe_request(provider: "Provider", path: str) -> HttpRequest:
     listing.headers[PROBE_HEADER] = "identify"
     if path == "models":
         return listing
-    return HttpRequest("GET", _root(provider.base_url) + path, dict(listing.headers), None, False)  # type: ignore[arg-type]
+    return HttpRequest("GET", _root(provider.base_url) + path, dict(listing.headers), None, False)
 
 
 def _json(body: bytes) -> Any:
