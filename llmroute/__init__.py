@@ -32,6 +32,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  ResponseTooLargeError, RoutingError, ServerError, SharedStateUnavailableError,
                                  StreamInterruptedError,
                                  StreamNotFinishedError)
+    from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
     from llmroute.streams import AsyncStream, Stream
     from llmroute.types import (Attempt, ChatCompletion, ChatCompletionChunk, ChatCompletionTokenLogprob,
@@ -71,9 +72,10 @@ _WHERE = {
         "RequestGuardError", "AllDeploymentsFailedError", "ProviderError", "AuthenticationError",
         "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
         "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
-        "APIConnectionError", "StreamInterruptedError", "ReplayDivergedError", "ClientClosedError", "EventLoopError",
-        "RedirectError",
-        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError")},
+        "APIConnectionError", "StreamInterruptedError", "ReplayDivergedError", "ClientClosedError", "EventLoopError", "RedirectError",
+        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError",
+        # openai-python's exception names (llmroute/errors.py draws the one tree)
+        "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError")},
 }
 
 
@@ -153,4 +155,10 @@ __all__ = [
     "Model",
     "ModelList",
     "SharedStateUnavailableError",
+    # openai-python's exception names (llmroute/errors.py draws the one tree)
+    "APIError",
+    "APIStatusError",
+    "ConflictError",
+    "InternalServerError",
+    "UnprocessableEntityError",
 ]
