@@ -28,8 +28,9 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  BadRequestError, BillingError, BudgetExceededError, ClientClosedError, ConfigError,
                                  ContentFilterError, ContextLengthError, EventLoopError, InvalidRequestError,
                                  LLMRouteError, NotFoundError, OverloadedError, PermissionDeniedError, ProviderError,
-                                 RateLimitError, RedirectError, RequestGuardError, ResponseTooLargeError, RoutingError,
-                                 ServerError, SharedStateUnavailableError, StreamInterruptedError,
+                                 RateLimitError, RedirectError, ReplayDivergedError, RequestGuardError,
+                                 ResponseTooLargeError, RoutingError, ServerError, SharedStateUnavailableError,
+                                 StreamInterruptedError,
                                  StreamNotFinishedError)
     from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
@@ -77,7 +78,7 @@ _WHERE = {
         "RequestGuardError", "AllDeploymentsFailedError", "ProviderError", "AuthenticationError",
         "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
         "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
-        "APIConnectionError", "StreamInterruptedError", "ClientClosedError", "EventLoopError", "RedirectError",
+        "APIConnectionError", "StreamInterruptedError", "ReplayDivergedError", "ClientClosedError", "EventLoopError", "RedirectError",
         "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError",
         # openai-python's exception names (llmroute/errors.py draws the one tree)
         "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError")},
@@ -147,6 +148,7 @@ __all__ = [
     "APITimeoutError",
     "APIConnectionError",
     "StreamInterruptedError",
+    "ReplayDivergedError",
     "ClientClosedError",
     "EventLoopError",
     "RedirectError",

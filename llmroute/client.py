@@ -21,6 +21,7 @@ from llmroute._call.cache_step import alookup, lookup, open_cache
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from llmroute.openai_surface.resources import AsyncChatCompletions, ChatCompletions
+from llmroute._call.server_probe import ServerIdentities
 from llmroute.streams import AsyncStream, Stream, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
 from llmroute.openai_surface.construction import CallOptions, build_config, call_options, per_call_timeout
@@ -218,6 +219,7 @@ class Client(_ClientSurface):
         self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
+        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = SyncTransport()
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
@@ -485,6 +487,7 @@ class AsyncClient(_ClientSurface):
         self._options = self._options.for_config(self.config)
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
+        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = AsyncTransport(transport)
         self._transport_name = transport
         self.cache = open_cache(self.config)

@@ -103,6 +103,7 @@ __all__ = [
     "APITimeoutError",
     "APIConnectionError",
     "StreamInterruptedError",
+    "ReplayDivergedError",
     "ClientClosedError",
     "EventLoopError",
     "RedirectError",
@@ -443,6 +444,20 @@ class StreamInterruptedError(ProviderError):
     def __init__(self, message: str, *, partial_text: str = "", attempts: Sequence[Any] = (), **kw: Any) -> None:
         self.partial_text = partial_text
         self.attempts = list(attempts)
+        super().__init__(message, **kw)
+
+
+class ReplayDivergedError(ProviderError):
+    """A stream restarted after a cut did not repeat the text the caller had already seen (the
+    replay is dropped unseen; docs/failover.md, "Replaying a cut stream"). `offset` is the first
+    character that differed, `expected` and `got` a few characters from there."""
+
+    default_retryable = False
+
+    def __init__(self, message: str, *, offset: int = 0, expected: str = "", got: str = "", **kw: Any) -> None:
+        self.offset = offset
+        self.expected = expected
+        self.got = got
         super().__init__(message, **kw)
 
 

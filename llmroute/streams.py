@@ -15,6 +15,7 @@ from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.call import AttemptContext, CallRun, StreamState
 from llmroute._call.exits import ExitStatus, end_call, exit_status
+from llmroute._call.server_probe import CUT_WAIT_S
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
 
 __all__ = ["Stream", "AsyncStream"]
@@ -159,6 +160,9 @@ class Stream(_Ends):
         self._release()
         state = self._state
         state.ended = True  # this attempt is over: closing the stream must not end it twice
+        waiting = self._run.identifying(state.ctx)
+        if waiting:  # whether a backup can continue may be about to be known (bounded)
+            self._run.engine.identities.wait(waiting)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
             raise self._final_error(state, error)
@@ -287,6 +291,11 @@ class AsyncStream(_Ends):
         await self._release()
         state = self._state
         state.ended = True
+        import asyncio  # not at import llmroute: the sync client never needs it
+
+        until = _now() + CUT_WAIT_S
+        while self._run.identifying(state.ctx) and _now() < until:  # whether a backup can continue (bounded)
+            await asyncio.sleep(0.02)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
             raise self._final_error(state, error)

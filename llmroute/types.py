@@ -206,6 +206,10 @@ class Attempt(BaseModel):
     note: Optional[str] = None
     # The HTTP headers of the platform's answer (an attempt that was answered): `with_raw_response`.
     response_headers: Any = Field(default=None, exclude=True, repr=False)
+    # How this attempt took up an answer cut after content: "continued" (the cut text as a prefill),
+    # "replayed" (a stream started again, delivered past the text the caller saw), "restarted" (a
+    # plain call answered again). None: it started the answer.
+    recovery: Optional[str] = None
 
     @property
     def id(self) -> str:
@@ -229,10 +233,12 @@ class Route(BaseModel):
     usage_estimated: bool = False
     request_id: Optional[str] = None
     warnings: List[str] = Field(default_factory=list)  # e.g. malformed stream events that were skipped
-    # An answer cut after content started and finished elsewhere: "resumed" (continued on a
-    # deployment that can continue a prefill) or "restarted" (a plain call answered again from scratch).
+    # An answer cut after content started, and how it was finished (the last path that took it up):
+    # "continued" (on a deployment that continues a prefill), "replayed" (a stream started again and
+    # delivered past the text the caller had seen, docs/failover.md) or "restarted" (a plain call
+    # answered again from scratch). Each attempt's own part is `Attempt.recovery`.
     recovery: Optional[str] = None
-    resumed_at: List[int] = Field(default_factory=list)  # character offsets where continuations begin
+    resumed_at: List[int] = Field(default_factory=list)  # character offsets where continued/replayed text begins
 
     cache: Optional[str] = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
     cache_similarity: Optional[float] = None  # a semantic lookup's best cosine similarity

@@ -107,22 +107,36 @@ def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill() -> Non
     assert chunks[0].resumed
     completion = rest.finish(101.7)
     assert completion.choices[0].message.content == "one two three"
-    assert completion.route.recovery == "resumed" and completion.route.resumed_at == [len("one two")]
+    assert completion.route.recovery == "continued" and completion.route.resumed_at == [len("one two")]
     usages = [a.usage for a in completion.route.attempts]
     assert completion.usage.completion_tokens == sum(u.completion_tokens for u in usages)
 
 
-def test_a_stream_cut_where_no_backup_can_continue_ends_in_the_cut() -> None:
+def test_a_stream_stalled_where_no_backup_can_continue_ends_in_the_cut() -> None:
+    # a:m (vLLM) could continue its own answer, but it stalled: a silent deployment stays silent.
+    run = start(config(), model="u", stream=True)
+    first = send(run, 100.0)
+    state = StreamState(run, first)
+    state.feed(sse("one", finish=False), 100.5)
+    stall = E.APITimeoutError("stall", timeout="stall", seconds=10.0, provider="a", deployment="a:m")
+    run.failed(first, stall, 111.0, content_started=True, partial=state)
+    with pytest.raises(E.StreamInterruptedError) as info:
+        run.next_step(111.0)
+    assert info.value.partial_text == "one"
+    assert [(a.deployment, a.status) for a in info.value.attempts] == [("a:m", "interrupted"), ("c:m", "skipped")]
+
+
+def test_a_stream_cut_where_no_backup_can_continue_is_continued_on_the_same_deployment() -> None:
     run = start(config(), model="u", stream=True)
     first = send(run, 100.0)
     state = StreamState(run, first)
     state.feed(sse("one", finish=False), 100.5)
     cut = E.APIConnectionError("reset", provider="a", deployment="a:m")
     run.failed(first, cut, 101.0, content_started=True, partial=state)
-    with pytest.raises(E.StreamInterruptedError) as info:
-        run.next_step(101.0)
-    assert info.value.partial_text == "one"
-    assert [(a.deployment, a.status) for a in info.value.attempts] == [("a:m", "interrupted"), ("c:m", "skipped")]
+    again = send(run, 101.0)
+    assert again.deployment.id == "a:m" and again.continuation and again.record.number == 2
+    assert again.record.recovery == "continued" and "retry" in (again.record.note or "")
+    assert again.request.json["messages"][-1] == {"role": "assistant", "content": "one"}
 
 
 def test_a_plain_cut_where_no_backup_can_continue_is_answered_again() -> None:

@@ -30,7 +30,7 @@ LAYERS = [
 ]
 
 SANS_IO = ["llmroute._call.call", "llmroute._call.engine", "llmroute._call.targets", "llmroute._http.timeouts", "llmroute._call.exits",
-           "llmroute._http.sse", "llmroute._call.validate", "llmroute.providers.base", "llmroute.providers.prefill",
+           "llmroute._http.sse", "llmroute._call.validate", "llmroute.providers.base", "llmroute.providers.prefill", "llmroute.providers.server_identity",
            "llmroute.resilience.failover", "llmroute.resilience.breaker", "llmroute.resilience.deployment_health",
            "llmroute.resilience.retry", "llmroute.resilience.hedge", "llmroute.routing.classifier",
            "llmroute.routing.rules", "llmroute.routing.fitted", "llmroute.accounting.cost",

@@ -248,7 +248,7 @@ def test_a_cut_answer_finished_elsewhere_has_the_logprobs_of_both_parts(vllm_ser
     sglang_server.push(Reply(pieces=[" three", " four"]))
     with L.Client(config=_two_deployments(vllm_server, sglang_server, ("vllm", "sglang"), (model, model))) as client:
         resp = client.chat.completions.create(model=TIER, messages=MESSAGES, logprobs=True, top_logprobs=1)
-    assert [a.status for a in resp.route.attempts] == ["interrupted", "ok"] and resp.route.recovery == "resumed"
+    assert [a.status for a in resp.route.attempts] == ["interrupted", "ok"] and resp.route.recovery == "continued"
     tokens = [e.token for e in resp.choices[0].logprobs.content]
     assert tokens == ["one", " two", " three", " four"]  # two from vLLM, then two from SGLang
     assert "".join(tokens) == resp.choices[0].message.content

@@ -80,6 +80,8 @@ class AttemptContext:
     trace: Any = None
     streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
     continuation: bool = False  # continues the partial answer of a cut attempt
+    replay_of: Optional[str] = None  # a replay: the text the caller saw, to be repeated before anything is delivered
+    resume_offset: int = 0  # a continuation: where its text begins in the answer
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
 
@@ -196,12 +198,14 @@ class CallRun:
         adapter = self._adapter(deployment)
         # A continuation is read as a stream whatever the policy: its text is joined to the cut
         # answer chunk by chunk (and every kind that can continue a prefill streams).
-        streamed = step.is_continuation or self.streams(deployment)
+        streamed = step.is_continuation or step.is_replay or self.streams(deployment)
         call = self.prepared.call
         cut_text = ""  # a continuation's prefill: the cut answer so far
         if step.is_restart:
             self._answer_parts = []  # the cut answer is dropped: this attempt starts it again
             self.route.recovery = "restarted"
+        elif step.is_replay:
+            cut_text = self.answer.text(0)  # the same request again; its text is checked against this
         elif step.is_continuation:
             produced = sum(u.completion_tokens for u in self.earlier_usage)
             cut_text = self.answer.text(0)
@@ -238,7 +242,7 @@ class CallRun:
         )
         notes = [n for n, on in (("retry", step.is_retry), ("fallback tier", step.is_fallback),
                                  ("hedge", step.is_hedge), ("continuation", step.is_continuation),
-                                 ("restart", step.is_restart)) if on]
+                                 ("restart", step.is_restart), ("replay", step.is_replay)) if on]
         record = Attempt(
             deployment=deployment.id,
             provider=deployment.provider.name,
@@ -247,13 +251,14 @@ class CallRun:
             number=len(self.route.attempts) + 1,
             started_at=self.wall(),
             note=", ".join(notes) or None,
+            recovery=("continued" if step.is_continuation else "replayed" if step.is_replay
+                      else "restarted" if step.is_restart else None),
         )
         self.route.attempts.append(record)
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
-                             continuation=step.is_continuation)
+                             continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None)
         if step.is_continuation:
-            self.route.recovery = "resumed"
-            self.route.resumed_at.append(len(cut_text))
+            ctx.resume_offset = len(cut_text)  # route.recovery says "continued" once its text comes
         self.in_flight[record.number] = ctx
         kind = "hedge" if step.is_hedge else "retry" if step.is_retry else "failover" if record.number > 1 else "first"
         ctx.trace = self.recorder.attempt_started(self, ctx, now, kind)
@@ -281,7 +286,8 @@ class CallRun:
         partial_text = ""
         if partial is not None and partial.content_started:
             self._answer_parts.append(partial.assembler)  # its content is part of the answer
-        if partial is not None and (partial.content_started or partial.decoder.usage is not None):
+        if partial is not None and (partial.content_started or partial.decoder.usage is not None
+                                    or partial.ttft_s is not None):  # a replay produced text the caller never saw
             # A stream that delivered tokens was billed for them, even if it broke afterwards.
             rec.ttft_s = partial.ttft_s
             rec.usage, rec.usage_estimated = partial.usage_so_far()
@@ -301,11 +307,12 @@ class CallRun:
         # An answer cut by a read cap is not finished elsewhere: the caller gets the typed error.
         recover = recover and not isinstance(error, E.ResponseTooLargeError)
         mode = self.recovery_mode(ctx, partial) if content_started and recover else None
-        if mode is not None and rec.usage is not None:
-            self.earlier_usage.append(rec.usage)
+        if (mode is not None or ctx.replay_of is not None) and rec.billed and rec.usage is not None:
+            self.earlier_usage.append(rec.usage)  # billed for this answer: its usage is part of the total
         self._attempt_ended(ctx, error, now)
+        replay = self.replay_scope(ctx) if mode == "continue_or_replay" else None
         self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
-                         content_started=content_started, partial_text=partial_text, recover=mode)
+                         content_started=content_started, partial_text=partial_text, recover=mode, replay=replay)
         if content_started and self.plan.finished:
             self._end(None, error, now)
 
@@ -329,15 +336,48 @@ class CallRun:
         return completion, reported
 
     def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
-        """How a cut answer may be finished: streams continue it ("continue") or raise (None); plain
-        calls continue it or answer again ("continue_or_restart"), or only answer again ("restart")
-        when the partial answer cannot be continued (tool calls, several choices, no text)."""
+        """How a cut answer may be finished: streams continue it ("continue": `stream_recovery =
+        "continue"`; "continue_or_replay": the cut deployment may continue it too, and a replay may
+        follow, see `replay_scope`) or raise (None); plain calls continue it or answer again
+        ("continue_or_restart"), or only answer again ("restart") when the partial answer cannot be
+        continued (tool calls, several choices, no text)."""
         continuable = self.answer.continuable()
         if self.prepared.stream:
-            if self.engine.policy(ctx.deployment.id).stream_recovery != "continue" or not continuable:
+            setting = self.engine.policy(ctx.deployment.id).stream_recovery
+            if setting == "raise" or not continuable:
                 return None
-            return "continue"
+            return "continue" if setting == "continue" else "continue_or_replay"
         return "continue_or_restart" if continuable else "restart"
+
+    def replay_scope(self, ctx: AttemptContext) -> Optional[str]:
+        """May a stream cut at `ctx` be replayed where no deployment continues it, and on which
+        backups: "family" (the default, for greedy or seeded requests: `temperature = 0` or a
+        `seed`), "any" (`stream_recovery = "replay"`: sampled requests too), or None (a sampled
+        request under "auto", reasoning the caller saw, or more than `replay_max_chars`)."""
+        policy = self.engine.policy(ctx.deployment.id)
+        answer = self.answer
+        text = answer.text(0)
+        if answer.all_reasoning() or not text or len(text) > policy.replay_max_chars:
+            return None
+        if policy.stream_recovery == "replay":
+            return "any"
+        params = self.prepared.call.params
+        greedy = params.get("temperature") == 0 or params.get("seed") is not None
+        return "family" if greedy else None
+
+    def identifying(self, ctx: AttemptContext) -> List[str]:
+        """Providers this call may recover on, after a cut at `ctx`, whose server is still being
+        identified (the cut waits for them, bounded: `server_probe.CUT_WAIT_S`)."""
+        if self.prepared.stream and self.engine.policy(ctx.deployment.id).stream_recovery == "raise":
+            return []  # nothing to decide
+        return self.engine.identifying([d.id for d in (*self.target.deployments, *self.target.fallback)])
+
+    def replay_caught_up(self, ctx: AttemptContext, offset: int) -> None:
+        """A replay repeated the text the caller saw: it carries the whole answer from here (the cut
+        attempts' parts are dropped from the answer, their usage stays billed)."""
+        self._answer_parts = []
+        self.route.recovery = "replayed"
+        self.route.resumed_at.append(offset)
 
     def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
                   ttft_s: Optional[float], attempt_usage: Optional[Usage] = None) -> ChatCompletion:
@@ -440,7 +480,8 @@ class CallRun:
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""
         policy = self.engine.policy(ctx.deployment.id)
-        if policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation:
+        if (policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation
+                or ctx.replay_of is not None):  # a hedge of a replay would deliver the answer from its start
             return None
         from llmroute.resilience.hedge import HedgePlan  # the resilience package loads with the first client, not at import
 
@@ -545,6 +586,9 @@ class StreamState:
         self.ttft_s: Optional[float] = None
         self.last_content_at: Optional[float] = None
         self.ended = False
+        # A replay: the text the caller saw, and how much of it the replay has repeated so far.
+        self.replay_of: Optional[str] = ctx.replay_of
+        self.replayed = 0
         # The usage-only chunk reaches the caller only when it asked (`stream_options.include_usage`).
         self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
         self.meter = AnswerMeter(DEFAULT_READ_LIMITS, run.prepared.call.params, provider=ctx.deployment.provider.name,
@@ -573,7 +617,7 @@ class StreamState:
         self.decoder.skipped.clear()
 
     def _take(self, chunks: Sequence[ChatCompletionChunk], now: float) -> List[ChatCompletionChunk]:
-        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+        if self.ttft_s is None and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()  # content that comes after the limit comes too late
         out: List[ChatCompletionChunk] = []
         for chunk in chunks:
@@ -582,11 +626,20 @@ class StreamState:
             has_content = chunk_has_content(chunk)
             if has_content:
                 self.last_content_at = now
+                if self.ttft_s is None:
+                    self.ttft_s = now - self.ctx.started
+                    self.note_first_chunk(now)
+            if self.replay_of is not None and not self.content_started:
+                passed = self._replay(chunk, has_content)
+                if passed is None:
+                    continue  # repeated text the caller already has (or a chunk held with it)
+                chunk, has_content = passed, True
             if not self.content_started and has_content:
                 self.content_started = True
-                self.ttft_s = now - self.ctx.started
-                self.note_first_chunk(now)
                 if self.ctx.continuation:
+                    self.run.route.recovery = "continued"
+                    self.run.route.resumed_at.append(self.ctx.resume_offset)
+                if self.ctx.continuation or self.replay_of is not None:
                     chunk.resumed = True
             if self.content_started:
                 if self.held:
@@ -601,10 +654,10 @@ class StreamState:
         if chunks and self.decoder.usage is not None:
             self.meter.usage(self.decoder.usage)  # a platform's running count (vLLM continuous usage)
         stall_s = self.ctx.timeouts.stall_s
-        if (self.content_started and stall_s is not None and self.last_content_at is not None
+        if (self.ttft_s is not None and stall_s is not None and self.last_content_at is not None
                 and now - self.last_content_at > stall_s):
             raise stall_timeout(self.ctx)
-        if not self.content_started and now - self.ctx.started > self.ctx.timeouts.ttft_s:
+        if self.ttft_s is None and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()
         if now > self.ctx.deadline:
             raise E.APITimeoutError(
@@ -630,11 +683,56 @@ class StreamState:
                 provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
                 code=BROKEN_AFTER_SEND,  # the platform answered: it read the prompt
             )
+        if self.replay_of is not None and not self.content_started:
+            if self.replayed < len(self.replay_of):  # the replayed answer is shorter than what the caller saw
+                raise self._diverged("")
+            self.content_started = True  # it ended exactly where the cut was: only its end is new
+            self.run.replay_caught_up(self.ctx, self.replayed)
         self.ended = True
         if self.held:
             out.extend(for_caller(self.held, self.usage_wanted))
             self.held = []
         return out
+
+    def _replay(self, chunk: ChatCompletionChunk, has_content: bool) -> Optional[ChatCompletionChunk]:
+        """A replay's chunk, checked against the text the caller saw (`replay_of`), character for
+        character: None while it repeats that text (nothing is delivered), the chunk carrying only
+        the new text once it has caught up, `ReplayDivergedError` when it differs. Chunks without
+        content (role, usage, finish) are held, and delivered if the replay ends where the cut did."""
+        expected = self.replay_of or ""
+        if not has_content:
+            self.held.append(chunk)
+            return None
+        choice = chunk.choices[0] if chunk.choices else None
+        delta = choice.delta if choice is not None else None
+        if delta is None or (choice is not None and choice.index != 0) or delta.tool_calls or (
+                getattr(delta, "reasoning_content", None)):
+            raise self._diverged("(not text)")
+        text = delta.content or ""
+        need = expected[self.replayed:]
+        if not need.startswith(text[:len(need)]):
+            raise self._diverged(text)
+        self.replayed += min(len(text), len(need))
+        rest = text[len(need):]
+        if self.replayed < len(expected) or not rest:
+            return None
+        self.run.replay_caught_up(self.ctx, len(expected))
+        self.held = []  # the role chunk and the like: the caller has them from the first attempt
+        assert choice is not None  # a content chunk has its choice
+        return chunk.model_copy(update={"choices": [choice.model_copy(update={"delta": delta.model_copy(
+            update={"content": rest})})]})
+
+    def _diverged(self, got: str) -> E.ReplayDivergedError:
+        expected = self.replay_of or ""
+        at = self.replayed
+        if got:
+            at += next((i for i, (a, b) in enumerate(zip(expected[at:], got)) if a != b), 0)
+        return E.ReplayDivergedError(
+            f"the replay did not repeat the {len(expected)} characters the caller had seen: it differs at "
+            f"character {at} (expected {expected[at:at + 20]!r}, got {got[at - self.replayed:][:20]!r})",
+            offset=at, expected=expected[at:at + 20], got=got[at - self.replayed:][:20],
+            provider=self.ctx.deployment.provider.name, deployment=self.ctx.deployment.id,
+        )
 
     def usage_so_far(self) -> tuple[Usage, bool]:
         if self.decoder.usage is not None:

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
 from llmroute.providers.prefill import continue_style
+from llmroute.providers.server_identity import IDENTIFIABLE_KINDS, NAMED_SELF_HOSTED, model_family
 from llmroute._call.recorder import CallRecorder
 from llmroute._call.targets import Target, tier_target
 from llmroute.types import Usage
@@ -123,6 +124,8 @@ class Engine:
         self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+        self.identities: Any = None  # the client's server_probe.ServerIdentities (I/O in its own thread)
+        self._identify_asked: set[str] = set()  # deployments already handed to `identities`
 
     @property
     def ledger(self) -> Any:
@@ -264,6 +267,7 @@ class Engine:
             self._deployments.setdefault(dep.id, dep)
             # A deployment disabled by a 401 comes back when its key is no longer the one refused.
             self.breakers.breaker(dep.id).note_key(key_fingerprint(dep.provider.api_key), now)
+        self.identify([*target.deployments, *target.fallback])
         plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,
@@ -274,13 +278,57 @@ class Engine:
             fallback_tier=target.fallback_tier,
             limits=admission.pre_admitted or self.limits,
             can_continue=self.can_continue,
+            can_replay=self.same_family,
             **self._plan_inputs(prepared, target, input_tokens),
         )
         return plan
 
     def continue_style(self, dep: Deployment) -> Optional[str]:
-        """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot."""
-        return continue_style(dep.provider.kind, dep.provider.protocol, self.policy(dep.id).continue_prefill)
+        """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot. An explicit
+        `continue_prefill` wins; else what its server turned out to be (`identify`), when it was
+        identified; else its kind's documented default."""
+        policy = self.policy(dep.id)
+        if self.identities is not None and self._identifiable(dep):
+            identity = self.identities.known(dep.provider.name)
+            if identity is not None and identity.server is not None:
+                style: Optional[str] = identity.style
+                return style
+        return continue_style(dep.provider.kind, dep.provider.protocol, policy.continue_prefill)
+
+    def identify(self, deployments: List[Deployment]) -> None:
+        """Queue the servers of these deployments for identification (the client's background
+        `server_probe.ServerIdentities`; nothing when the client gave none). Returns at once."""
+        if self.identities is None:
+            return
+        new = [d for d in deployments if d.id not in self._identify_asked]
+        if not new:
+            return  # every call after the first to a tier: one set lookup per deployment
+        self._identify_asked.update(d.id for d in new)
+        wanted = {d.provider.name: d.provider for d in new if self._identifiable(d)}
+        if wanted:
+            self.identities.want(wanted.values())
+
+    def _identifiable(self, dep: Deployment) -> bool:
+        """Is `dep`'s server asked what it is? Not when `continue_prefill` is set (it wins) or
+        `identify_server = false`; `openai-compatible` by default, the named self-hosted kinds with
+        `identify_server = true`."""
+        policy = self.policy(dep.id)
+        if policy.continue_prefill is not None or policy.identify_server is False:
+            return False
+        kind = dep.provider.kind
+        return kind in IDENTIFIABLE_KINDS or (policy.identify_server is True and kind in NAMED_SELF_HOSTED)
+
+    def identifying(self, deployment_ids: List[str]) -> List[str]:
+        """The providers of these deployments whose identification is still under way."""
+        if self.identities is None:
+            return []
+        names = {d.provider.name for d in (self._deployments.get(i) for i in deployment_ids) if d is not None}
+        return [n for n in names if self.identities.pending([n])]
+
+    def same_family(self, deployment_id: str, other_id: str) -> bool:
+        """Do two deployments serve the same model family (`server_identity.model_family`)?"""
+        a, b = self._deployments.get(deployment_id), self._deployments.get(other_id)
+        return a is not None and b is not None and model_family(a.model) == model_family(b.model)
 
     def can_continue(self, deployment_id: str) -> bool:
         dep = self._deployments.get(deployment_id)
@@ -326,6 +374,8 @@ class Engine:
         return report
 
     def close(self) -> None:
+        if self.identities is not None:
+            self.identities.close()
         if self.ledger is not None:
             self.ledger.close()
         if self.fleet is not None:

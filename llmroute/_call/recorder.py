@@ -135,6 +135,7 @@ class CallRecorder:
             router_score=run.route.score,
             usage_estimated=rec.usage_estimated,
             cache=run.route.cache,
+            recovery=rec.recovery,
         )
         if self.ledger is not None:
             self.ledger.write(record)

@@ -55,7 +55,8 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       router_score     REAL,              -- the router's score for this choice, when one routed it
       usage_estimated  INTEGER NOT NULL,  -- 1: the platform sent no usage; tokens were counted locally
       cache            TEXT,              -- hit | semantic-hit | miss | bypass; NULL: the cache was not in play
-      cost_saved       TEXT               -- a cache hit: what the cached answer cost when it was made
+      cost_saved       TEXT,              -- a cache hit: what the cached answer cost when it was made
+      recovery         TEXT               -- continued | replayed | restarted: how this attempt took up a cut answer
     );
     CREATE INDEX ledger_ts ON ledger (ts);
     CREATE INDEX ledger_request ON ledger (request_id);
@@ -115,7 +116,7 @@ __all__ = [
 
 log = logging.getLogger("llmroute.ledger")
 
-SCHEMA_VERSION = 2  # 2: cache, cost_saved
+SCHEMA_VERSION = 3  # 2: cache, cost_saved; 3: recovery
 Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
@@ -196,6 +197,7 @@ class LedgerRecord:
     usage_estimated: bool = False
     cache: Optional[str] = None
     cost_saved: Optional[Decimal] = None
+    recovery: Optional[str] = None  # continued | replayed | restarted (types.Attempt.recovery)
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":

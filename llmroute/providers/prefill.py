@@ -12,6 +12,9 @@ joined. Each platform marks "continue this message" its own way (sources in docs
 * Together, Fireworks, SiliconFlow, TGI, Ollama: not documented, so off unless a deployment sets
   `continue_prefill = true` (then the vLLM form is sent).
 
+An `openai-compatible` (or self-hosted kind's) deployment identified as one of these servers uses
+that server's style (`server_identity.SERVER_STYLE`, chosen by `_call/engine.Engine.continue_style`).
+
 Sans-I/O: plain functions over `CallInput`.
 """
 

@@ -28,12 +28,18 @@ What it encodes:
   (once per candidate). Otherwise, when every hold has one cause class (429s, a refused key, an
   unknown model), the plan ends with a copy of that error (`held = True`, `retry_after` = the time
   left); mixed causes end with AllDeploymentsFailedError, whose `causes` lists each.
-- A failure after content started (`content_started=True`) is never retried on the same deployment.
-  Without `recover` the plan ends with `StreamInterruptedError` carrying the partial text and the
-  attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
+- A failure after content started (`content_started=True`) is never retried on the same deployment
+  from scratch (only continued there, below). Without `recover` the plan ends with
+  `StreamInterruptedError` carrying the partial text and the attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
   continue a partial answer (`can_continue`), sent as `Send.is_continuation`; when none is left it
-  ends with that StreamInterruptedError. With `recover="continue_or_restart"` (plain calls)
-  continuing deployments are tried first, then the next deployment starts the answer again
+  ends with that StreamInterruptedError. With either stream mode the other continuers go first,
+  then the cut deployment itself (a continuation counted as a retry, within `max_retries` and the
+  retry budget, after a cut that was not a timeout); with `recover="continue_or_replay"` the candidates
+  `can_replay` admits start the answer again as a replay (`Send.is_replay`: the shell holds the
+  replay back until it has repeated the text the caller saw). A replay that diverges, or fails
+  before it has caught up, moves on to the next replay; when none is left, the cut is the error.
+  With `recover="continue_or_restart"` (plain calls) continuing deployments are tried first, then
+  the next deployment starts the answer again
   (`Send.is_restart`). A continuation refused as a bad request (the platform does not take a
   prefill) moves on: the real failure is the cut, not the refusal; a plain call's answer then starts
   again from scratch on that same deployment (the caller has seen nothing), a stream's moves on.
@@ -94,6 +100,7 @@ class Send:
     timeout_s: float  # time left before the call's deadline
     is_continuation: bool = False  # continue the partial answer of an attempt that was cut
     is_restart: bool = False  # start the answer again after a cut no deployment could continue
+    is_replay: bool = False  # start a cut stream again, delivered only past the text the caller saw
 
 
 @dataclass(frozen=True)
@@ -151,6 +158,11 @@ class _Held:
     until: Optional[float]
 
 
+# Recovery modes that continue a cut answer on a deployment that can; the stream ones never restart it.
+_CONTINUING = ("continue", "continue_or_replay", "continue_or_restart")
+_STREAM_RECOVERY = ("continue", "continue_or_replay")
+
+
 def sticky_point(sticky_value: str, salt: str = "") -> float:
     """A stable point in [0, 1) for a sticky value: the same on every run and every process."""
     digest = hashlib.sha256(f"{salt}\x00{sticky_value}".encode("utf-8")).digest()
@@ -190,6 +202,7 @@ class _InFlight:
     permit: Optional[Permit]
     lease: Optional[Lease]
     is_continuation: bool = False
+    is_replay: bool = False
 
 
 @dataclass
@@ -203,6 +216,11 @@ class _Pending:
     reason: str
     queued_since: Optional[float] = None
     free: bool = False  # a resend after a dropped keep-alive connection: not counted in max_retries
+    # What the send was for, kept across the wait: a continuation or a replay retried (or queued
+    # behind a limit) is still one; sent plain, a stream would deliver its answer from the start.
+    continuation: bool = False
+    restart: bool = False
+    replay: bool = False
 
 
 @dataclass
@@ -234,6 +252,7 @@ class FailoverPlan:
         pool: str = "interactive",
         request_tokens: int = 0,
         can_continue: Optional[Callable[[str], bool]] = None,
+        can_replay: Optional[Callable[[str, str], bool]] = None,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -262,11 +281,16 @@ class FailoverPlan:
         self._context = _ContextState()
         self.used_fallback_tier: Optional[str] = None
         self._can_continue = can_continue or (lambda deployment_id: False)
-        # Recovery after a cut: None, "continue", "continue_or_restart", "restart", or "restarted" (done).
+        # (candidate, cut deployment) -> may the candidate replay the cut stream? (same model family)
+        self._can_replay = can_replay or (lambda deployment_id, cut: True)
+        # Recovery after a cut: None, "continue", "continue_or_replay", "continue_or_restart", "restart",
+        # or "restarted" (done).
         self._recover: Optional[str] = None
         self._cut: Optional[tuple[_InFlight, BaseException, str]] = None
         self._no_continue: set[str] = set()
         self._resent_after_drop: set[str] = set()
+        self._again: Optional[tuple[Candidate, bool]] = None  # the cut deployment, to continue there once
+        self._replay: Optional[str] = None  # after a cut: which candidates may replay it ("family", "any")
         self._held: list[_Held] = []  # candidates skipped for an open breaker, for a short wait
         self._waited: set[str] = set()  # candidates whose hold this call already waited out
 
@@ -293,20 +317,40 @@ class FailoverPlan:
                 self._pending = pending
                 return Wait(pending.ready_at - now, pending.candidate.deployment_id, pending.reason)
             step = self._admit(pending.candidate, pending.is_fallback, now, is_retry=pending.is_retry,
-                               queued_since=pending.queued_since, free=pending.free)
+                               queued_since=pending.queued_since, free=pending.free,
+                               continuation=pending.continuation and self._continues(pending.candidate),
+                               restart=pending.restart, replay=pending.replay)
+            if isinstance(step, Send) and step.is_restart:
+                self._recover = "restarted"
             if step is not None:
                 return step
-        while self._pos < len(self._queue):
+        while self._pos < len(self._queue) or self._again is not None:
+            if self._again is not None and (self._pos >= len(self._queue)
+                                            or not self._continues(self._queue[self._pos][0])):
+                # No other deployment continues it first: the cut deployment itself, as a retry.
+                again, again_fallback = self._again
+                self._again = None
+                if self._continues(again):
+                    step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None,
+                                       continuation=True)
+                    if step is not None:
+                        return step
+                continue
             candidate, is_fallback = self._queue[self._pos]
             self._pos += 1
             if candidate.deployment_id in self._in_flight:
                 continue  # a hedge already holds it
-            continuing = self._recover in ("continue", "continue_or_restart") and self._continues(candidate)
-            if self._recover == "continue" and not continuing:
-                self._skip(candidate, is_fallback, "skipped: cannot continue a partial answer")
+            continuing = self._recover in _CONTINUING and self._continues(candidate)
+            replaying = (not continuing and self._recover == "continue_or_replay" and self._cut is not None
+                         and self._replay is not None
+                         and (self._replay == "any"
+                              or self._can_replay(candidate.deployment_id, self._cut[0].candidate.deployment_id)))
+            if self._recover in _STREAM_RECOVERY and not continuing and not replaying:
+                self._skip(candidate, is_fallback, "skipped: cannot continue a partial answer"
+                           + (" nor repeat it" if self._replay is not None else ""))
                 continue
             step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None,
-                               continuation=continuing,
+                               continuation=continuing, replay=replaying,
                                restart=self._recover in ("continue_or_restart", "restart") and not continuing)
             if step is not None:
                 if isinstance(step, Send) and step.is_restart:
@@ -378,13 +422,15 @@ class FailoverPlan:
         content_started: bool = False,
         partial_text: str = "",
         recover: Optional[str] = None,
+        replay: Optional[str] = None,
     ) -> None:
         """Record how the attempt at `deployment_id` ended (`error=None`: success).
 
         `content_started=True` says content had started: a failure then ends the plan with
         StreamInterruptedError (nothing is replayed), unless `recover` ("continue" or
         "continue_or_restart", "restart") asks to finish the answer elsewhere; `partial_text` is the
-        answer so far.
+        answer so far. With "continue_or_replay", `replay` says which candidates may replay it:
+        "family" (those `can_replay` admits), "any", or None (none).
         """
         flight = self._in_flight.pop(deployment_id, None)
         if flight is None:
@@ -393,7 +439,7 @@ class FailoverPlan:
             self._limits.release(flight.lease)
         if latency_s is None:
             latency_s = max(0.0, now - flight.started_at)
-        if error is not None and dropped_before_reply(error):
+        if error is not None and (dropped_before_reply(error) or isinstance(error, E.ReplayDivergedError)):
             self._breakers.breaker(deployment_id).release(flight.permit)  # not the platform's health
         else:
             self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
@@ -409,8 +455,17 @@ class FailoverPlan:
             self._cut = (flight, error, partial_text)
             if self._recover != "restarted":
                 self._recover = recover
+                self._replay = replay
                 self._put_continuers_first()
+                if (recover in _STREAM_RECOVERY and self._continues(flight.candidate)
+                        and not isinstance(error, E.APITimeoutError)
+                        and self._retries.get(deployment_id, 0) < self._policy(deployment_id).max_retries):
+                    self._again = (flight.candidate, flight.is_fallback)  # one broken connection, not a broken server
             note = "answer cut after content started: finishing it on another deployment"
+        elif flight.is_replay:
+            # A replay that diverged from the text the caller saw, or failed before catching up: the
+            # next replay (or the cut) decides. Not the platform's health when it merely diverged.
+            note = "replay did not finish: " + (describe_error(error) or "failed")
         elif flight.is_continuation and outcome == "caller":
             # The platform does not take a prefill: not the caller's fault, not the real failure.
             self._no_continue.add(deployment_id)
@@ -418,6 +473,8 @@ class FailoverPlan:
             if self._recover == "continue_or_restart":  # a plain call: the caller saw nothing, start again there
                 self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))
                 note += "; restarting the answer there"
+            elif self._recover == "continue_or_replay" and self._replay is not None:
+                self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))  # it may still replay it
         elif isinstance(error, E.ContextLengthError):
             note = "context window too small: trying a larger one"
             self._context.error = error
@@ -431,7 +488,8 @@ class FailoverPlan:
         elif dropped_before_reply(error) and deployment_id not in self._resent_after_drop and self._pending is None:
             # One immediate resend on a new connection, visible in the route and the ledger.
             self._resent_after_drop.add(deployment_id)
-            self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True)
+            self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True,
+                                     continuation=flight.is_continuation, replay=flight.is_replay)
             note = "connection dropped before a reply: resending once on a new connection"
         else:
             policy = self._policy(deployment_id)
@@ -448,7 +506,8 @@ class FailoverPlan:
                 has_backup=self._has_backup(deployment_id, now),
             )
             if decision.retry and not flight.is_hedge and self._pending is None:
-                self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason)
+                self._pending = _Pending(flight.candidate, flight.is_fallback, True, now + decision.wait_s, decision.reason,
+                                         continuation=flight.is_continuation, replay=flight.is_replay)
                 note = f"retrying after {decision.wait_s:.2f}s ({decision.reason})"
             else:
                 note = f"moving on: {decision.reason}" if not decision.retry else "moving on"
@@ -526,6 +585,7 @@ class FailoverPlan:
         hedge: bool = False,
         continuation: bool = False,
         restart: bool = False,
+        replay: bool = False,
         free: bool = False,
     ) -> Optional[Union[Send, Wait]]:
         """Send to `candidate` if everything admits it, Wait if a limit asks to, None (skipped) otherwise."""
@@ -548,7 +608,8 @@ class FailoverPlan:
                 if fits(admission.wait_s, now=now, queued_since=since,
                         queue_timeout_s=queue_timeout_s, deadline_at=self.deadline_at):
                     self._pending = _Pending(candidate, is_fallback, is_retry, now + admission.wait_s,
-                                             "limit: " + admission.reason, queued_since=since, free=free)
+                                             "limit: " + admission.reason, queued_since=since, free=free,
+                                             continuation=continuation, restart=restart, replay=replay)
                     return Wait(admission.wait_s, dep, "limit: " + admission.reason)
                 self._skip(candidate, is_fallback, f"client-side {admission.reason} (pool {self.pool})", is_retry=is_retry)
                 return None
@@ -569,11 +630,11 @@ class FailoverPlan:
             budget.note_request(now)
         number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
-                                         continuation)
+                                         continuation, replay)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
         send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
-                    continuation, restart)
+                    continuation, restart, replay)
         self._sent += 1
         return send
 
@@ -674,7 +735,7 @@ class FailoverPlan:
         for dep in list(self._in_flight):
             self.cancel(dep, now, note="cancelled: the call's deadline passed")
         self._pending = None
-        if self._recover == "continue" and self._cut is not None:
+        if self._recover in _STREAM_RECOVERY and self._cut is not None:
             flight, error, partial = self._cut  # the real failure is the cut, whatever came after
             self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))
             return self._terminal

@@ -71,7 +71,15 @@ class ResiliencePolicy(BaseModel):
     ttft_per_1k_tokens_s: float = Field(default=0.2, ge=0)
     stall_timeout_s: float = Field(default=10.0, gt=0)  # no byte (or no content) for this long after content started
     plain_via_stream: bool = True  # plain calls are streamed internally, so the limits above apply to them
-    stream_recovery: Literal["continue", "raise"] = "continue"  # a stream cut after content: continue on a backup
+    # A stream cut after content (docs/failover.md): "auto" continues it on a deployment that can
+    # (another one first, then the cut one as a retry), else replays it on a same-family backup when
+    # the request is greedy or seeded; "continue" only continues; "replay" also replays sampled
+    # requests (verified: a replay that diverges is dropped unseen); "raise" never recovers.
+    stream_recovery: Literal["auto", "continue", "replay", "raise"] = "auto"
+    replay_max_chars: int = Field(default=8000, ge=0)  # a longer cut answer is not replayed (0: never replay)
+    # Ask the server what it is (docs/failover.md, "Knowing what a server can do"): None, the default,
+    # asks `openai-compatible` servers; true asks vllm, sglang, llamacpp and tgi deployments too; false never.
+    identify_server: Optional[bool] = None
     continue_prefill: Optional[bool] = None  # can this deployment continue a partial answer? None: the kind's default
     context_precheck: bool = True  # skip deployments whose window is known to be too small
     # -- hedging (opt-in: off while hedge_after_ms is None)

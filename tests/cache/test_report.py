@@ -7,7 +7,7 @@ import sqlite3
 from decimal import Decimal
 
 from llmroute import Client
-from llmroute.accounting.ledger import COLUMNS, SQLiteSink
+from llmroute.accounting.ledger import COLUMNS, SCHEMA_VERSION, SQLiteSink
 from llmroute.accounting.sinks import read_records
 from llmroute.accounting.report import main as report_main, report
 from tests.cache.conftest import DEP, MESSAGES, cache_config
@@ -60,5 +60,5 @@ def test_an_old_ledger_gets_the_cache_columns_and_keeps_its_rows(tmp_path):
     assert (old.request_id, old.cache, old.cost_saved, old.cost) == ("old", None, None, Decimal("0.5"))
     assert (new.cache, new.cost_saved) == ("hit", Decimal("0.5"))
     con = sqlite3.connect(path)
-    assert con.execute("SELECT value FROM ledger_meta WHERE key='schema_version'").fetchone() == ("2",)
+    assert con.execute("SELECT value FROM ledger_meta WHERE key='schema_version'").fetchone() == (str(SCHEMA_VERSION),)
     con.close()

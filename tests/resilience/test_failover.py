@@ -397,6 +397,66 @@ def test_recording_an_attempt_that_was_not_sent_is_an_error():
 
 
 # ---------------------------------------------------------------------------------------------
+# finishing a cut stream (issue 24): other continuers, then the cut deployment, then replays
+
+
+def _cut_plan(world, *, can_continue, replay, same_family=lambda dep, cut: True, cut_error=None):
+    plan = world.plan([Candidate(A, "t"), Candidate(B, "t"), Candidate(C, "t")],
+                      can_continue=can_continue, can_replay=same_family)
+    first = plan.next_step(world.now)
+    assert isinstance(first, Send) and first.deployment_id == A
+    cut = cut_error or E.APIConnectionError("reset", deployment=A)
+    plan.record(A, world.now, cut, content_started=True, partial_text="one two",
+                recover="continue_or_replay", replay=replay)
+    return plan
+
+
+def test_after_a_cut_other_continuers_go_first_then_the_cut_one_then_replays():
+    world = World(max_retries=2)
+    plan = _cut_plan(world, can_continue=lambda dep: dep in (A, C), replay="family")
+    steps = []
+    while True:
+        step = plan.next_step(world.now)
+        if isinstance(step, Wait):
+            world.now += step.seconds
+            continue
+        if not isinstance(step, Send):
+            break
+        steps.append((step.deployment_id, step.is_continuation, step.is_replay, step.is_retry))
+        plan.record(step.deployment_id, world.now, server_error(), latency_s=0.1)
+    # a continuation's 500 is retried once (a backup is left), still as a continuation; a replay that
+    # fails moves on (the next replay, or the cut)
+    assert steps == [(C, True, False, False), (C, True, False, True), (A, True, False, True),
+                     (B, False, True, False)]
+    assert isinstance(step, Exhausted) and isinstance(step.error, E.StreamInterruptedError)
+    assert step.error.partial_text == "one two"  # the cut is the error, whatever came after
+
+
+def test_a_stall_is_not_continued_on_the_stalled_deployment():
+    world = World(max_retries=2)
+    stall = E.APITimeoutError("stall", timeout="stall", seconds=10.0, deployment=A)
+    plan = _cut_plan(world, can_continue=lambda dep: dep == A, replay=None, cut_error=stall)
+    step = plan.next_step(world.now)
+    assert isinstance(step, Exhausted) and isinstance(step.error, E.StreamInterruptedError)
+    assert [a.note for a in plan.attempts if a.status == "skipped"] == [
+        "skipped: cannot continue a partial answer"] * 2
+
+
+def test_a_replay_goes_only_to_the_same_family_and_a_divergence_moves_on_without_tripping():
+    world = World(consecutive_failures=1)
+    plan = _cut_plan(world, can_continue=lambda dep: False, replay="family",
+                     same_family=lambda dep, cut: dep == C)
+    step = plan.next_step(world.now)
+    assert isinstance(step, Send) and step.deployment_id == C and step.is_replay
+    skipped = [a for a in plan.attempts if a.status == "skipped"]
+    assert [(a.deployment, a.note) for a in skipped] == [(B, "skipped: cannot continue a partial answer nor repeat it")]
+    plan.record(C, world.now, E.ReplayDivergedError("differs", deployment=C), latency_s=0.1)
+    assert world.breakers.breaker(C).peek(world.now)  # diverging says nothing of C's health
+    assert "replay did not finish" in (plan.attempts[-1].note or "")
+    assert isinstance(plan.next_step(world.now), Exhausted)
+
+
+# ---------------------------------------------------------------------------------------------
 # held deployments: the class that holds them, a short hold waited out, mixed causes
 
 

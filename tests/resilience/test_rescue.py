@@ -106,7 +106,7 @@ def test_defaults_rescue_a_30s_stall_after_content_within_15s(servers, mode):
     result, elapsed = timed_call(mode, config)
     assert result.text == "one two three four"  # continued on b, nothing repeated, nothing missing
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
-    assert result.route.recovery == "resumed"
+    assert result.route.recovery == "continued"
     assert elapsed < 15.0, elapsed
 
 
@@ -152,7 +152,7 @@ def test_a_stall_after_content_is_finished_on_a_continuing_backup(servers, mode)
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
     stall = result.route.attempts[0].error
     assert isinstance(stall, E.APITimeoutError) and stall.timeout == "stall"
-    assert result.route.recovery == "resumed" and result.route.resumed_at == [len("one two")]
+    assert result.route.recovery == "continued" and result.route.resumed_at == [len("one two")]
     assert result.route.attempts[1].note == "continuation"
 
 
@@ -212,20 +212,20 @@ def test_a_cut_plain_answer_is_restarted_where_no_backup_can_continue(servers, m
 
 
 @pytest.mark.parametrize("mode", PLAIN_MODES)
-@pytest.mark.parametrize("recovery", ["resumed", "restarted"])
+@pytest.mark.parametrize("recovery", ["continued", "restarted"])
 def test_a_cut_plain_answer_is_finished_on_a_backup_that_reads_plain_calls_plain(servers, mode, recovery):
     # The backup's policy says plain_via_stream = false: a restart there is read as one JSON body, a
     # continuation is still streamed (its text is joined to the cut answer chunk by chunk).
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
-    servers["b"].push(Reply(pieces=[" three", " four"]) if recovery == "resumed" else Reply(pieces=["all", " again"]))
-    backup = {"id": B, "plain_via_stream": False, "continue_prefill": recovery == "resumed"}
+    servers["b"].push(Reply(pieces=[" three", " four"]) if recovery == "continued" else Reply(pieces=["all", " again"]))
+    backup = {"id": B, "plain_via_stream": False, "continue_prefill": recovery == "continued"}
     config = fast_config(primary_ttft_s=5.0, servers={"a": servers["a"], "b": servers["b"]}, deployments=[A, backup])
     with Caller(mode, config) as call:
         result = call()
-    assert result.text == ("one two three four" if recovery == "resumed" else "all again")
+    assert result.text == ("one two three four" if recovery == "continued" else "all again")
     assert sent(result.route) == [(A, "interrupted"), (B, "ok")]
     assert result.route.recovery == recovery
-    assert servers["b"].requests[-1].json.get("stream") is (True if recovery == "resumed" else None)
+    assert servers["b"].requests[-1].json.get("stream") is (True if recovery == "continued" else None)
 
 
 @pytest.mark.parametrize("mode", STREAM_MODES)
@@ -432,7 +432,7 @@ def test_the_real_llama_cpp_server_continues_a_cut_answer(servers, llama_server,
     with Caller(mode, config) as call:
         result = call(max_tokens=8, temperature=0)
     assert sent(result.route) == [(A, "interrupted"), (local, "ok")]
-    assert result.route.recovery == "resumed" and result.route.resumed_at == [len("The capital of France")]
+    assert result.route.recovery == "continued" and result.route.resumed_at == [len("The capital of France")]
     assert result.text.startswith("The capital of France") and len(result.text) > len("The capital of France")
     assert result.completion.usage.completion_tokens == sum(a.usage.completion_tokens for a in result.route.attempts)
 

@@ -33,6 +33,7 @@ from typing import Any
 from tests.servers.script import RecordedRequest, Reply, Script
 
 HOST = "127.0.0.1"
+PROBE_HEADER = "x-llmroute-probe"  # llmroute/providers/server_identity.py: PROBE_HEADER, lower-cased
 
 _REASONS = {
     200: "OK", 400: "Bad Request", 401: "Unauthorized", 402: "Payment Required",
@@ -303,7 +304,12 @@ class PlatformServer:
         return {}
 
     async def handle(self, request: RecordedRequest) -> Response:
-        self.script.record(request)
+        if PROBE_HEADER in request.headers:
+            # llmroute's server identification (docs/failover.md): kept apart from what a test sent,
+            # so a test's `requests`, `last_request` and scripted replies are its own calls'.
+            self.probes.append(request)
+        else:
+            self.script.record(request)
         handler = self._routes.get((request.method, request.path))
         if handler is None and request.method == "HEAD":
             handler = self._routes.get(("GET", request.path))
@@ -328,6 +334,13 @@ class PlatformServer:
         self.script.default = reply
 
     @property
+    def probes(self) -> list[RecordedRequest]:
+        """The identification GETs llmroute sent this server (never scripted, never in `requests`)."""
+        if not hasattr(self, "_probes"):
+            self._probes: list[RecordedRequest] = []
+        return self._probes
+
+    @property
     def requests(self) -> list[RecordedRequest]:
         return list(self.script.requests)
 
@@ -345,6 +358,7 @@ class PlatformServer:
     def reset(self) -> None:
         """Forget scripted replies, the default override and recorded requests (between tests)."""
         self.script.reset()
+        self.probes.clear()
 
     # -- lifecycle ----------------------------------------------------------------------------------
     @property

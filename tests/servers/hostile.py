@@ -88,7 +88,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if not got:
                 return
             body += got
-        self.server.owner.requests += 1
+        if b"\r\nx-llmroute-probe:" not in head.lower():  # llmroute's identification GETs are not the test's calls
+            self.server.owner.requests += 1
 
     def _send(self, data: bytes) -> bool:
         try:

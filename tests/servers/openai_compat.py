@@ -21,7 +21,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, replace
 from typing import Any, NamedTuple
 
-from tests.servers.base import RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
+from tests.servers.base import PROBE_HEADER, RESET, Flush, PlatformServer, Reset, Response, now_unix, wait_until
 from tests.servers.embeddings import EmbeddingsMixin
 from tests.servers.script import RecordedRequest, Reply
 
@@ -195,6 +195,64 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
         words = self.default_text.split(" ")
         return [words[0]] + [" " + w for w in words[1:]]
 
+    # -- a model's answer, and continuing it (docs/failover.md, "Continuing a partial answer") -----
+    # With `answer` set, the server answers every chat request with that text, the way a model would:
+    # a greedy or seeded request (temperature 0, or a seed) gets exactly `answer`; a sampled one gets
+    # a variant whose second word differs from request to request. A request ending with an assistant
+    # message is read the way this server reads one (`prefill`): "continue_final_message" (vLLM,
+    # SGLang: only with `continue_final_message: true`, else a new turn after it), "trailing_assistant"
+    # (llama.cpp: always continued), "refuse" (a 400, as llama.cpp in thinking mode), or None (a new
+    # turn after it: the whole answer again).
+    prefill: str | None = None
+    answer: str | None = None
+
+    def _samples(self) -> int:
+        self.sampled_answers = getattr(self, "sampled_answers", 0) + 1
+        return self.sampled_answers
+
+    def answer_text(self, body: dict[str, Any]) -> str:
+        text = self.answer or ""
+        greedy = body.get("temperature") == 0 or body.get("seed") is not None
+        if not greedy:
+            words = text.split(" ")
+            if len(words) > 1:
+                words[1] = f"{words[1]}~{self._samples()}"
+            text = " ".join(words)
+        return text
+
+    def continues(self, body: dict[str, Any]) -> bool:
+        """Does this request ask this server to continue its final assistant message?"""
+        messages = body.get("messages") or []
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if last.get("role") != "assistant":
+            return False
+        if self.prefill == "trailing_assistant":
+            return True
+        return self.prefill == "continue_final_message" and body.get("continue_final_message") is True
+
+    def prefill_refusal(self, body: dict[str, Any]) -> Response | None:
+        messages = body.get("messages") or []
+        last = messages[-1] if messages and isinstance(messages[-1], dict) else {}
+        if self.answer is not None and self.prefill == "refuse" and last.get("role") == "assistant":
+            return self.error_response("bad_request", message="Assistant response prefill is incompatible with "
+                                                              "enable_thinking")
+        return None
+
+    def answer_pieces(self, body: dict[str, Any]) -> list[str]:
+        """The pieces of this request's answer (the server's default text when `answer` is not set)."""
+        if self.answer is None:
+            return self.default_pieces()
+        text = self.answer_text(body)
+        if self.continues(body):
+            prefix = str(body["messages"][-1].get("content") or "")
+            if text.startswith(prefix):
+                text = text[len(prefix):]  # the model carries on from the prefill
+            else:  # a sampled prefill: carry on after as many words as it holds
+                text = "".join(" " + w for w in text.split(" ")[len(prefix.split(" ")):])
+        words = text.split(" ")
+        pieces = [words[0]] + [" " + w for w in words[1:]]
+        return [p for p in pieces if p]
+
     def next_id(self) -> str:
         return f"chatcmpl-{self.platform}-{next(self._ids)}"
 
@@ -347,6 +405,9 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
         messages = body.get("messages")
         if not isinstance(messages, list) or not messages:
             return self.error_response("bad_request", message="messages must be a non-empty list", param="messages")
+        refused = self.prefill_refusal(body)
+        if refused is not None:
+            return refused
         limit = self.max_tokens_of(body)
         if isinstance(limit, Response):
             return limit
@@ -391,7 +452,7 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
 
     def make_plan(self, body: dict[str, Any], model: str, prompt: int, limit: int | None, reply: Reply) -> Plan:
         reasoning = [("reasoning", t) for t in reply.reasoning]
-        content = [("content", t) for t in (self.default_pieces() if reply.pieces is None else reply.pieces)]
+        content = [("content", t) for t in (self.answer_pieces(body) if reply.pieces is None else reply.pieces)]
         items = reasoning + content
         finish = reply.finish_reason or self.natural_finish
         if limit is not None and len(items) > limit:
@@ -527,6 +588,8 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
         denied = self.auth_response(request)
         if denied is not None:
             return denied
+        if PROBE_HEADER in request.headers:
+            return None  # llmroute's identification GET: a test's scripted replies are for its own calls
         return await self.scripted_outcome(self.script.pop(request.path, None) or Reply())
 
     def model_card(self, model: str, context: int) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from tests.servers.script import RecordedRequest
 
 class SGLangServer(OpenAICompatServer):
     platform = "sglang"
+    prefill = "continue_final_message"  # docs/failover.md: as vLLM
     base_path = "/v1"
     embedding_models = {"Alibaba-NLP/gte-Qwen2-1.5B-instruct": 1536}  # --is-embedding
     default_models = {"Qwen/Qwen2.5-7B-Instruct": 32_768}

@@ -21,6 +21,7 @@ from tests.servers.script import RecordedRequest
 
 class VLLMServer(OpenAICompatServer):
     platform = "vllm"
+    prefill = "continue_final_message"  # docs/failover.md: continue_final_message + add_generation_prompt false
     base_path = "/v1"
     embedding_models = {"BAAI/bge-m3": 1024}  # a pooling model (--runner pooling)
     embedding_id_prefix = "embd-"
