@@ -89,6 +89,13 @@ class _Opened:
     cancelled: bool = False
 
 
+def _start_gauges(config: Config, balancer: Any) -> Any:
+    """The queue-gauge scraper (docs/failover.md, "Load-aware balancing"), when a deployment has gauges to read."""
+    from llmroute._runtime.gauge_scraper import start_gauge_scraper  # loaded with the first client
+
+    return start_gauge_scraper(config, balancer)
+
+
 def _now() -> float:
     return time.monotonic()
 
@@ -328,6 +335,7 @@ class Client(_ClientSurface):
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = SyncTransport()
+        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
@@ -692,6 +700,7 @@ class AsyncClient(_ClientSurface):
         self.read_limits = read_limits or DEFAULT_READ_LIMITS
         self._engine = Engine(self.config, ledger=ledger)
         self._transport = AsyncTransport(transport)
+        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
         self._transport_name = transport
         self.cache = open_cache(self.config)
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop

@@ -170,6 +170,8 @@ class CallRun:
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
         self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now)
+        if self.plan.balance_choice is not None:
+            self.route.balance = self.plan.balance_choice.text
         _bind_lazy_modules()
         self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
         self.trace = self.recorder.call_started(self, now)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional, Sequence, Union
 
 from llmroute import errors as E
+from llmroute.resilience.balance import BalanceChoice, LoadBalancer
 from llmroute.resilience.breaker import Permit
 from llmroute.resilience.deployment_health import BreakerRegistry
 from llmroute.resilience.limits import DeploymentLimits, Lease, fits
@@ -62,6 +63,7 @@ __all__ = [
     "PlannedAttempt",
     "FailoverPlan",
     "order_candidates",
+    "order_tier",
     "sticky_point",
 ]
 
@@ -163,6 +165,40 @@ def order_candidates(
     return [first] + [c for c in candidates if c is not first]
 
 
+def _sticky_index(candidates: Sequence[Candidate], sticky_value: str) -> int:
+    """The candidate a sticky value hashes to: by weight among the weighted ones, else among all."""
+    weighted = [i for i, c in enumerate(candidates) if c.weight is not None and c.weight > 0]
+    pool = weighted or list(range(len(candidates)))
+    weights = [candidates[i].weight or 1.0 for i in pool]
+    point = sticky_point(sticky_value, salt=candidates[pool[0]].tier) * sum(weights)
+    acc = 0.0
+    for i, w in zip(pool, weights):
+        acc += w
+        if point < acc:
+            return i
+    return pool[-1]
+
+
+def order_tier(
+    candidates: Sequence[Candidate],
+    *,
+    mode: str,
+    rng: random.Random,
+    now: float,
+    sticky_value: Optional[str] = None,
+    balancer: Optional[LoadBalancer] = None,
+) -> tuple[list[Candidate], Optional[BalanceChoice]]:
+    """A tier's candidates in the order the plan tries them, by the tier's `balance` mode:
+    "load" (lowest expected delay first, `balance.LoadBalancer.rank`), "weighted" (weights share the
+    first place, then list order: `order_candidates`) or "order" (list order)."""
+    if mode == "order":
+        return list(candidates), None
+    if mode == "load" and balancer is not None and len(candidates) > 1:
+        sticky = _sticky_index(candidates, sticky_value) if sticky_value is not None else None
+        return balancer.rank(candidates, [c.deployment_id for c in candidates], now, rng=rng, sticky=sticky)
+    return order_candidates(candidates, rng=rng, sticky_value=sticky_value), None
+
+
 @dataclass
 class _InFlight:
     candidate: Candidate
@@ -174,6 +210,7 @@ class _InFlight:
     permit: Optional[Permit]
     lease: Optional[Lease]
     is_continuation: bool = False
+    met: int = 0  # the in-flight count it met at the deployment (the balancer's, itself included)
 
 
 @dataclass
@@ -218,6 +255,9 @@ class FailoverPlan:
         pool: str = "interactive",
         request_tokens: int = 0,
         can_continue: Optional[Callable[[str], bool]] = None,
+        balancer: Optional[LoadBalancer] = None,
+        ordered: bool = False,
+        choice: Optional[BalanceChoice] = None,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -234,9 +274,12 @@ class FailoverPlan:
         self._policies = policies
         self._limits = limits
         self._rng = rng
-        self._queue: list[tuple[Candidate, bool]] = [
-            (c, False) for c in order_candidates(candidates, rng=rng, sticky_value=sticky_value)
-        ] + [(c, True) for c in order_candidates(fallback, rng=rng, sticky_value=sticky_value)]
+        self._balancer = balancer  # told of every attempt's start and end (its load estimates)
+        self.balance_choice = choice  # why the first candidate is first, when load chose it
+        if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
+            candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
+            fallback = order_candidates(fallback, rng=rng, sticky_value=sticky_value)
+        self._queue: list[tuple[Candidate, bool]] = [(c, False) for c in candidates] + [(c, True) for c in fallback]
         self._pos = 0
         self._sent = 0
         self._retries: dict[str, int] = {}
@@ -355,6 +398,12 @@ class FailoverPlan:
         else:
             self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
         outcome = classify_failure(error)
+        if self._balancer is not None:
+            if error is not None and (outcome == "caller" or dropped_before_reply(error) or content_started):
+                self._balancer.abandoned(deployment_id)  # says nothing of its load
+            else:
+                self._balancer.finished(deployment_id, now, latency_s=now - flight.started_at, met=flight.met,
+                                        ok=error is None)
         note: Optional[str] = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
 
@@ -431,6 +480,8 @@ class FailoverPlan:
         self._breakers.breaker(deployment_id).release(flight.permit)
         if self._limits is not None:
             self._limits.release(flight.lease)
+        if self._balancer is not None:
+            self._balancer.abandoned(deployment_id)
         self.attempts.append(
             PlannedAttempt(
                 deployment=deployment_id,
@@ -522,8 +573,9 @@ class FailoverPlan:
         elif not is_retry:
             budget.note_request(now)
         number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
+        met = self._balancer.started(dep, now) if self._balancer is not None else 0
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
-                                         continuation)
+                                         continuation, met)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
         send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
