@@ -116,8 +116,6 @@ class Engine:
         self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
-        if self.fleet is not None:
-            self.fleet.breakers.balancer = self.balancer  # other processes' in-flight counts, each sync
 
     @property
     def ledger(self) -> Any:

@@ -50,7 +50,7 @@ BALANCE_MODES = ("load", "weighted", "order")
 STICKY_SLACK = 2.0  # a sticky deployment keeps the call while its delay is within this factor of the best
 UP_ALPHA = 0.5  # a slower service sample moves the estimate this far up at once (peak-sensitive)
 DOWN_TAU_S = 2.0  # a faster sample pulls the estimate down with this time constant
-IDLE_TAU_S = 5.0  # an estimate not refreshed relaxes toward the fastest seen with this time constant
+IDLE_TAU_S = 10.0  # an estimate not refreshed relaxes toward the fastest seen with this time constant
 FAST = 1.5  # a latency within this factor of the service time met no queue
 CAPACITY_ALPHA = 0.2  # weight of one saturated sample in the capacity estimate
 ERROR_ALPHA = 0.2  # weight of one outcome in the error rate
@@ -218,13 +218,12 @@ class LoadBalancer:
         """An attempt ended: `met` is what `started` returned; `ok` False for a platform failure."""
         with self._lock:
             load = self._load(deployment_id)
-            n_end = load.in_flight + (load.remote_in_flight if now - load.remote_at <= REMOTE_FRESH_S else 0)
             load.in_flight = max(0, load.in_flight - 1)
             load.errors += ERROR_ALPHA * ((0.0 if ok else 1.0) - load.errors)
             if not ok or latency_s <= 0:
                 return
-            n = max(1.0, (met + n_end) / 2.0)  # the concurrency the call lived through, roughly
-            _learn(load, now, latency_s, n)
+            # The requests ahead of it when it started (a FIFO server's queue): not those that came after.
+            _learn(load, now, latency_s, max(1.0, float(met)))
 
     def set_gauges(self, deployment_id: str, gauges: QueueGauges, now: float) -> None:
         with self._lock:
