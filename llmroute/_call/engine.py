@@ -328,7 +328,11 @@ class Engine:
         if self.fleet is not None:
             self.fleet.breakers.sync_now()
         sink_health = getattr(self.ledger, "health", None)
-        report = HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
+        from dataclasses import replace
+
+        loads = self.balancer.snapshot(now)
+        snapshots = {dep: replace(snap, load=loads.get(dep)) for dep, snap in self.breakers.health(now).items()}
+        report = HealthReport(snapshots, ledger=sink_health() if callable(sink_health) else None)
         report.shared_state = self.fleet.status() if self.fleet is not None else None
         return report
 
