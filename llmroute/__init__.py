@@ -28,6 +28,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  BadRequestError, BillingError, BudgetExceededError, ClientClosedError, ConfigError,
                                  ContentFilterError, ContextLengthError, EventLoopError, InvalidRequestError,
                                  LLMRouteError, NotFoundError, OverloadedError, PermissionDeniedError, ProviderError,
+                                 QueueTimeoutError,
                                  RateLimitError, RedirectError, RequestGuardError, ResponseTooLargeError, RoutingError,
                                  ServerError, SharedStateUnavailableError, StreamInterruptedError,
                                  StreamNotFinishedError)
@@ -71,7 +72,7 @@ _WHERE = {
         "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
         "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
         "APIConnectionError", "StreamInterruptedError", "ClientClosedError", "EventLoopError", "RedirectError",
-        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError")},
+        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError", "QueueTimeoutError")},
 }
 
 
@@ -124,6 +125,7 @@ __all__ = [
     "BudgetExceededError",
     "RequestGuardError",
     "AllDeploymentsFailedError",
+    "QueueTimeoutError",
     "ProviderError",
     "AuthenticationError",
     "PermissionDeniedError",

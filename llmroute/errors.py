@@ -9,6 +9,7 @@ LLMRouteError                      base of every llmroute error
 ├── RequestGuardError              a per-feature guard refused the call before sending
 ├── SharedStateUnavailableError    Redis did not answer and [state] on_unavailable = "refuse"
 ├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
+│   └── QueueTimeoutError          every deployment stayed full (max_concurrency) for queue_timeout_s
 ├── ClientClosedError              a call on a client after its close()
 ├── EventLoopError                 an AsyncClient used from a second event loop
 ├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
@@ -59,6 +60,7 @@ __all__ = [
     "RequestGuardError",
     "SharedStateUnavailableError",
     "AllDeploymentsFailedError",
+    "QueueTimeoutError",
     "ProviderError",
     "AuthenticationError",
     "PermissionDeniedError",
@@ -311,6 +313,16 @@ class AllDeploymentsFailedError(LLMRouteError):
             if error is not None:
                 return error
         return None
+
+
+class QueueTimeoutError(AllDeploymentsFailedError):
+    """Every deployment of a tier balanced by load was full (its client-side `max_concurrency`
+    reached) for the whole `queue_timeout_s` the call waited in the client-side queue; `.queued_s`."""
+
+    def __init__(self, message: str, *, attempts: Sequence[Any], tier: str | None = None,
+                 queued_s: float = 0.0) -> None:
+        self.queued_s = queued_s
+        super().__init__(message, attempts=attempts, tier=tier)
 
 
 class ClientClosedError(LLMRouteError):

@@ -161,6 +161,7 @@ class CallRun:
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
         self._sync_skips()
+        self.route.queued_s = self.plan.queued_s
         if isinstance(step, Wait):
             return step
         if isinstance(step, _plan_steps.Exhausted):

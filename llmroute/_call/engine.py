@@ -281,6 +281,7 @@ class Engine:
             balancer=self.balancer,
             ordered=True,
             choice=order[2],
+            queue_when_full=target.tier in self.config.tiers and self.config.tiers[target.tier].balance == "load",
             **inputs,
         )
         return plan

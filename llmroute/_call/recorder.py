@@ -133,6 +133,7 @@ class CallRecorder:
             router_score=run.route.score,
             usage_estimated=rec.usage_estimated,
             cache=run.route.cache,
+            queued_ms=run.route.queued_s * 1000 if run.route.queued_s else None,
         )
         if self.ledger is not None:
             self.ledger.write(record)

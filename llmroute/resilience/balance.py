@@ -8,17 +8,19 @@ a tier's candidates by **expected delay**, lowest first:
 
     delay = service_s * max(1, (n + 1) / capacity) * kv_factor * error_factor
 
-- `n`: requests in flight there: this process's (exact), plus the other processes' (last sync), or
-  the server's own running + waiting gauges when those are fresher and larger.
+- `n`: requests in flight there: this process's (exact, counted when sent), plus what the server's
+  gauges held beyond this process's calls at the last scrape (other clients), or, with shared state,
+  the other processes' counts (last sync), whichever is larger.
 - `service_s`: a peak-sensitive EWMA of the service time (a latency divided by the queueing it met):
   a slower sample moves it half-way up at once, a faster one pulls it down with a time constant; an
   estimate not refreshed for a while relaxes toward the fastest service time seen, so a deployment
   that got no traffic after a slow spell is tried again.
 - `capacity`: concurrent requests the deployment serves without queueing. Prior: the deployment's
   weight relative to the smallest weight of the tier (weights are capacity hints); learned: a call
-  answered at the service time with n in flight proves capacity >= n; a slower one gives
-  n * service_s / latency (Little's law on a saturated server); a server's gauges with a waiting
-  queue say capacity = its running count.
+  answered at the service time with n in flight (itself included) proves capacity >= n; a slower
+  one met with n above the capacity queued as predicted (its service time is its latency over the
+  rounds it waited); a slower one with n within the capacity moves the capacity toward n - 1 (and
+  the service time up); a server's gauges with a waiting queue say capacity = its running count.
 - `kv_factor`: 1 + 4 * (KV-cache usage - 0.85) above 85% (a nearly full KV cache preempts and recomputes).
 - `error_factor`: 1 / (1 - error rate EWMA), capped at 10.
 
@@ -88,6 +90,7 @@ class DeploymentLoad:
     remote_at: float = -math.inf
     gauges: Optional[QueueGauges] = None
     gauges_at: float = -math.inf
+    gauge_others: float = 0.0  # the server's running + waiting beyond this process's in flight, at the scrape
     gauge_error: Optional[str] = None  # the last scrape's failure (health line), None once one succeeds
 
 
@@ -115,6 +118,11 @@ class LoadBalancer:
         self._lock = threading.Lock()
         self._loads: dict[str, DeploymentLoad] = {}
         self.default_service_s = default_service_s
+        # The client-side queue of each tier whose deployments are all full: ticket -> expiry, in
+        # arrival order. A ticket expires by itself (its call's queue timeout), so a call abandoned
+        # while queued cannot block the ones behind it.
+        self._queues: dict[str, dict[int, float]] = {}
+        self._tickets = 0
 
     # -- the table -------------------------------------------------------------------------------
     def _load(self, deployment_id: str) -> DeploymentLoad:
@@ -154,11 +162,12 @@ class LoadBalancer:
         kv = 1.0
         g = load.gauges
         if g is not None and now - load.gauges_at <= GAUGES_FRESH_S:
-            queued = (g.running or 0.0) + (g.waiting or 0.0)
-            if queued > n:
-                n = int(queued)
-            if g.waiting and g.running:
-                capacity = max(1.0, g.running)
+            # What the server holds beyond this process's own calls (other clients, other processes):
+            # this process's count is exact now, the gauge's only as of the scrape.
+            others = load.gauge_others
+            if now - load.remote_at <= REMOTE_FRESH_S:
+                others = max(0.0, others - load.remote_in_flight)
+            n += int(others)
             if g.kv_cache is not None and g.kv_cache > KV_KNEE:
                 kv = 1.0 + 4.0 * (g.kv_cache - KV_KNEE) / (1.0 - KV_KNEE)
         utilization = (n + 1) / capacity
@@ -229,6 +238,9 @@ class LoadBalancer:
         with self._lock:
             load = self._load(deployment_id)
             load.gauges, load.gauges_at, load.gauge_error = gauges, now, None
+            load.gauge_others = max(0.0, (gauges.running or 0.0) + (gauges.waiting or 0.0) - load.in_flight)
+            if gauges.waiting and gauges.running:
+                load.capacity = max(1.0, min(MAX_CAPACITY, gauges.running))  # a queue: the batch is full
 
     def gauge_failed(self, deployment_id: str, reason: str) -> None:
         """A scrape failed: only the health line changes (the last gauges age out on their own)."""
@@ -240,6 +252,37 @@ class LoadBalancer:
         with self._lock:
             load = self._load(deployment_id)
             load.remote_in_flight, load.remote_at = max(0, int(in_flight)), now
+
+    # -- the client-side queue ------------------------------------------------------------------
+    def enqueue(self, key: str, expires_at: float) -> int:
+        """A place at the back of `key`'s queue (a tier's), valid until `expires_at`."""
+        with self._lock:
+            self._tickets += 1
+            self._queues.setdefault(key, {})[self._tickets] = expires_at
+            return self._tickets
+
+    def dequeue(self, key: str, ticket: Optional[int]) -> None:
+        if ticket is None:
+            return
+        with self._lock:
+            queue = self._queues.get(key)
+            if queue is not None:
+                queue.pop(ticket, None)
+
+    def ahead(self, key: str, ticket: Optional[int], now: float) -> int:
+        """Calls queued ahead of `ticket` (all of them for None: a call that has not queued)."""
+        with self._lock:
+            queue = self._queues.get(key)
+            if not queue:
+                return 0
+            for t in [t for t, expires in queue.items() if expires < now]:
+                del queue[t]
+            count = 0
+            for t in queue:
+                if t == ticket:
+                    break
+                count += 1
+            return count
 
     def local_in_flight(self) -> dict[str, int]:
         with self._lock:
@@ -287,14 +330,18 @@ def _learn(load: DeploymentLoad, now: float, latency_s: float, n: float) -> None
         load.capacity = max(load.capacity, n)
         load.updated_at = now
         return
-    queueing = max(1.0, n / load.capacity)
-    sample = latency_s / queueing
+    capacity = load.capacity
     if latency_s <= FAST * s:
-        load.capacity = min(MAX_CAPACITY, max(load.capacity, n))  # served at speed with n in flight
+        capacity = max(capacity, n)  # served at speed with n in flight: it holds at least n
         sample = latency_s
-    elif n > load.capacity:
-        implied = n * s / latency_s
-        load.capacity = max(1.0, load.capacity + CAPACITY_ALPHA * (implied - load.capacity))
+    elif n > capacity:
+        sample = latency_s / math.ceil(n / capacity)  # it queued, as predicted: one service per round waited
+    else:
+        # Slower than its service time with no queue predicted: the server slowed down, or it holds
+        # fewer than believed. Both move: the service time (below) and the capacity, toward n - 1.
+        capacity -= CAPACITY_ALPHA * (capacity - max(1.0, n - 1.0))
+        sample = latency_s
+    load.capacity = min(MAX_CAPACITY, max(1.0, capacity))
     if sample > s:
         s += UP_ALPHA * (sample - s)
     else:

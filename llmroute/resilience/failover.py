@@ -189,13 +189,19 @@ def order_tier(
     balancer: Optional[LoadBalancer] = None,
 ) -> tuple[list[Candidate], Optional[BalanceChoice]]:
     """A tier's candidates in the order the plan tries them, by the tier's `balance` mode:
-    "load" (lowest expected delay first, `balance.LoadBalancer.rank`), "weighted" (weights share the
-    first place, then list order: `order_candidates`) or "order" (list order)."""
+    "load" (the weighted entries, or all when none has a weight, by lowest expected delay first,
+    `balance.LoadBalancer.rank`; unweighted entries of a weighted tier follow in list order, as
+    backups), "weighted" (weights share the first place, then list order: `order_candidates`) or
+    "order" (list order)."""
     if mode == "order":
         return list(candidates), None
     if mode == "load" and balancer is not None and len(candidates) > 1:
-        sticky = _sticky_index(candidates, sticky_value) if sticky_value is not None else None
-        return balancer.rank(candidates, [c.deployment_id for c in candidates], now, rng=rng, sticky=sticky)
+        pool = [c for c in candidates if c.weight is not None and c.weight > 0] or list(candidates)
+        sticky = _sticky_index(pool, sticky_value) if sticky_value is not None else None
+        ranked, choice = balancer.rank(pool, [c.deployment_id for c in pool], now, rng=rng, sticky=sticky)
+        if len(pool) < len(candidates):
+            ranked += [c for c in candidates if c not in pool]
+        return ranked, choice
     return order_candidates(candidates, rng=rng, sticky_value=sticky_value), None
 
 
@@ -258,6 +264,7 @@ class FailoverPlan:
         balancer: Optional[LoadBalancer] = None,
         ordered: bool = False,
         choice: Optional[BalanceChoice] = None,
+        queue_when_full: bool = False,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -276,6 +283,13 @@ class FailoverPlan:
         self._rng = rng
         self._balancer = balancer  # told of every attempt's start and end (its load estimates)
         self.balance_choice = choice  # why the first candidate is first, when load chose it
+        # A tier balanced by load: when every deployment is at its `max_concurrency`, the call waits
+        # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
+        self._queue_when_full = queue_when_full and limits is not None and balancer is not None
+        self._full: list[Candidate] = []  # candidates found full in this pass over the queue
+        self._ticket: Optional[int] = None
+        self._queued_since: Optional[float] = None
+        self.queued_s = 0.0  # time spent in the client-side queue
         if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
             candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
             fallback = order_candidates(fallback, rng=rng, sticky_value=sticky_value)
@@ -337,6 +351,8 @@ class FailoverPlan:
                 if isinstance(step, Send) and step.is_restart:
                     self._recover = "restarted"
                 return step
+        if self._full and not self._in_flight:
+            return self._wait_in_queue(now)
         if self._in_flight:
             # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
             return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
@@ -545,8 +561,15 @@ class FailoverPlan:
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
             return None
         lease: Optional[Lease] = None
+        queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
+        if queues and self._queued_behind(now):
+            self._full.append(candidate)  # calls queued before this one go first
+            return None
         if self._limits is not None:
             admission = self._limits.try_acquire(now, dep, pool=self.pool, tokens=self.request_tokens)
+            if not admission.granted and queues and admission.reason.startswith("concurrency"):
+                self._full.append(candidate)
+                return None
             if not admission.granted:
                 since = now if queued_since is None else queued_since
                 queue_timeout_s = self._limits.policy(self.pool, dep).queue_timeout_s
@@ -573,6 +596,10 @@ class FailoverPlan:
         elif not is_retry:
             budget.note_request(now)
         number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
+        if self._queued_since is not None and not hedge:
+            self.queued_s += now - self._queued_since
+            self._queued_since = None
+            self._leave_queue()
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
                                          continuation, met)
@@ -582,6 +609,55 @@ class FailoverPlan:
                     continuation, restart)
         self._sent += 1
         return send
+
+    def _queued_behind(self, now: float) -> bool:
+        """Are there calls queued ahead of this one, at least as many as free slots? (FIFO fairness)"""
+        assert self._balancer is not None and self._limits is not None
+        ahead = self._balancer.ahead(self.tier, self._ticket, now)
+        if not ahead:
+            return False
+        free = 0
+        for candidate, is_fallback in self._queue:
+            if not is_fallback:
+                limit = self._limits.policy(self.pool, candidate.deployment_id).max_concurrency
+                if limit is None:
+                    return False  # a deployment without a concurrency limit is never full
+                free += max(0, limit - self._balancer.in_flight(candidate.deployment_id))
+        return ahead >= free
+
+    def _leave_queue(self) -> None:
+        if self._ticket is not None and self._balancer is not None:
+            self._balancer.dequeue(self.tier, self._ticket)
+            self._ticket = None
+
+    def _wait_in_queue(self, now: float) -> Union[Wait, Exhausted]:
+        """Every deployment was full: wait in the queue and try them again, or give up past the timeout."""
+        assert self._balancer is not None and self._limits is not None
+        full, self._full = self._full, []
+        policy = self._limits.policy(self.pool, full[0].deployment_id)
+        since = now if self._queued_since is None else self._queued_since
+        if fits(policy.queue_poll_s, now=now, queued_since=since, queue_timeout_s=policy.queue_timeout_s,
+                deadline_at=self.deadline_at):
+            if self._ticket is None:
+                self._ticket = self._balancer.enqueue(self.tier, since + policy.queue_timeout_s + policy.queue_poll_s)
+            self._queued_since = since
+            full, _ = self._balancer.rank(full, [c.deployment_id for c in full], now, rng=self._rng)
+            self._queue.extend((c, False) for c in full)
+            return Wait(policy.queue_poll_s, full[0].deployment_id, "queue: every deployment is full")
+        self._leave_queue()
+        self.queued_s += now - since
+        self._queued_since = None
+        for c in full:
+            limit = self._limits.policy(self.pool, c.deployment_id).max_concurrency
+            self._skip(c, False, f"client-side concurrency limit {limit} reached (pool {self.pool}); "
+                                 f"queued {self.queued_s:.2f}s")
+        self._pending = None
+        exc = E.QueueTimeoutError(
+            f"every deployment of tier {self.tier!r} stayed full (client-side max_concurrency, pool {self.pool}) "
+            f"for the {self.queued_s:.2f}s the call waited in the queue",
+            attempts=list(self.attempts), tier=self.tier, queued_s=self.queued_s)
+        self._terminal = Exhausted("all_failed", exc)
+        return self._terminal
 
     def _fits_context(self, candidate: Candidate, *, note: bool, now: float) -> bool:
         window = candidate.context_window
@@ -649,6 +725,7 @@ class FailoverPlan:
         for dep in list(self._in_flight):
             self.cancel(dep, now, note="cancelled: the call's deadline passed")
         self._pending = None
+        self._leave_queue()
         if self._recover == "continue" and self._cut is not None:
             flight, error, partial = self._cut  # the real failure is the cut, whatever came after
             self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))

@@ -132,3 +132,65 @@ def test_a_tier_balanced_by_load_prefers_the_server_with_room(tmp_path):
         assert small.metrics_reads >= 2 and big.metrics_reads >= 1  # read off the request path
         load = health["small:m"].load
         assert load is not None and load["latency_s"] is not None and load["in_flight"] == 0
+
+
+def test_the_queue_is_first_come_first_served_and_tickets_expire():
+    b = LoadBalancer()
+    t1, t2 = b.enqueue("t", expires_at=10.0), b.enqueue("t", expires_at=5.0)
+    assert (b.ahead("t", t1, 0.0), b.ahead("t", t2, 0.0), b.ahead("t", None, 0.0)) == (0, 1, 2)
+    assert b.ahead("t", None, 6.0) == 1  # t2's call gave up at 5 s: it holds no place after
+    b.dequeue("t", t1)
+    assert b.ahead("t", None, 6.0) == 0
+
+
+def _capacity_tier(servers: dict, **resilience: object) -> dict:
+    return {
+        "providers": {n: {"kind": "vllm", "base_url": s.base_url, "queue_gauges": False} for n, s in servers.items()},
+        "tiers": {"t": {"deployments": [{"id": f"{n}:m", "weight": 1} for n in servers]}},
+        "pricing": {f"{n}:*": {"input_per_million": 0, "output_per_million": 0} for n in servers},
+        "resilience": {"max_retries": 0, **resilience},
+        "ledger": {"sink": "memory"},
+    }
+
+
+def test_calls_queue_when_every_deployment_is_full_and_the_wait_is_on_the_route_and_ledger():
+    import concurrent.futures
+
+    from llmroute.accounting.ledger import MemorySink
+
+    with CapacityServer(slots=1, service_s=0.1) as a, CapacityServer(slots=1, service_s=0.1) as b:
+        ledger = MemorySink()
+        cfg = _capacity_tier({"a": a, "b": b}, max_concurrency=1, queue_timeout_s=30)
+        with L.Client(config=cfg, ledger=ledger) as client:
+            def call(_: int) -> L.Route:
+                return client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}]).route
+
+            with concurrent.futures.ThreadPoolExecutor(6) as pool:
+                routes = list(pool.map(call, range(6)))
+        # Two slots, six callers: at least four waited, none failed, each sent exactly once.
+        assert sum(1 for r in routes if r.queued_s > 0) >= 4
+        assert all(len(r.attempts) == 1 and r.attempts[0].status == "ok" for r in routes)
+        assert a.served + b.served == 6 and max(a.served, b.served) <= 4
+        rows = [r for r in ledger.records if r.queued_ms]
+        assert len(rows) >= 4 and all(r.queued_ms > 0 for r in rows)
+
+
+def test_a_queue_that_does_not_move_ends_in_a_typed_error():
+    import concurrent.futures
+
+    with CapacityServer(slots=1, service_s=1.5) as a:
+        cfg = _capacity_tier({"a": a}, max_concurrency=1, queue_timeout_s=0.2)
+        cfg["tiers"]["t"]["balance"] = "load"
+        with L.Client(config=cfg) as client:
+            def call(_: int) -> object:
+                try:
+                    return client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}])
+                except L.QueueTimeoutError as exc:
+                    return exc
+
+            with concurrent.futures.ThreadPoolExecutor(2) as pool:
+                outcomes = list(pool.map(call, range(2)))
+    errors = [o for o in outcomes if isinstance(o, L.QueueTimeoutError)]
+    assert len(errors) == 1 and a.served == 1
+    assert isinstance(errors[0], L.AllDeploymentsFailedError) and 0 < errors[0].queued_s <= 0.2
+    assert "queued" in (errors[0].attempts[-1].note or "")
