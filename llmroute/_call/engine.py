@@ -89,6 +89,8 @@ class Engine:
                 for deps in (tier.deployments, *tier.pools.values()):
                     self.balancer.set_prior({d.id: d.weight for d in deps})
         self.gauges: Any = None  # the queue-gauge scraper the client starts (llmroute/_runtime/gauge_scraper.py)
+        if self.fleet is not None:
+            self.fleet.breakers.balancer = self.balancer  # shares in-flight counts in the breaker sync
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )

@@ -284,6 +284,44 @@ class LoadBalancer:
                 count += 1
             return count
 
+    # -- shared state (llmroute/state/breakers.py carries these in its sync round trip) --------------
+    def published(self, deployment_ids: Sequence[str]) -> list[str]:
+        """This process's "in_flight|service_s|capacity" per deployment, for the other processes."""
+        with self._lock:
+            out = []
+            for dep in deployment_ids:
+                load = self._loads.get(dep)
+                if load is None:
+                    out.append("0||")
+                else:
+                    service = "" if load.service_s is None else f"{load.service_s:.6g}"
+                    out.append(f"{load.in_flight}|{service}|{load.capacity:.6g}")
+            return out
+
+    def adopt(self, deployment_id: str, others: Sequence[str], now: float) -> None:
+        """The other processes' `published` values for one deployment: their in-flight counts add to
+        this process's; their estimates stand in for this process's until it has measured its own."""
+        total = 0
+        services: list[float] = []
+        capacities: list[float] = []
+        for value in others:
+            parts = value.split("|")
+            try:
+                total += max(0, int(parts[0]))
+                if len(parts) > 2 and parts[1]:
+                    services.append(float(parts[1]))
+                    capacities.append(float(parts[2]))
+            except ValueError:
+                continue
+        with self._lock:
+            load = self._load(deployment_id)
+            load.remote_in_flight, load.remote_at = total, now
+            if load.completed == 0 and services:
+                services.sort()
+                load.service_s = load.fastest_s = services[len(services) // 2]
+                load.capacity = max(load.capacity, sorted(capacities)[len(capacities) // 2])
+                load.updated_at = now
+
     def local_in_flight(self) -> dict[str, int]:
         with self._lock:
             return {d: load.in_flight for d, load in self._loads.items()}
