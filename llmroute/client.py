@@ -65,7 +65,7 @@ async def _asleep(seconds: float) -> None:
 
 def _start_gauges(config: Config, balancer: Any) -> Any:
     """The queue-gauge scraper (docs/failover.md, "Load-aware balancing"), when a deployment has gauges to read."""
-    from llmroute._runtime.gauge_scraper import start_gauge_scraper  # loaded with the first client
+    from llmroute._call.gauge_scraper import start_gauge_scraper  # loaded with the first client
 
     return start_gauge_scraper(config, balancer)
 

@@ -88,7 +88,7 @@ class Engine:
             if tier.balance == "load":
                 for deps in (tier.deployments, *tier.pools.values()):
                     self.balancer.set_prior({d.id: d.weight for d in deps})
-        self.gauges: Any = None  # the queue-gauge scraper the client starts (llmroute/_runtime/gauge_scraper.py)
+        self.gauges: Any = None  # the queue-gauge scraper the client starts (llmroute/_call/gauge_scraper.py)
         if self.fleet is not None:
             self.fleet.breakers.balancer = self.balancer  # shares in-flight counts in the breaker sync
         uses_limits = bool(sections.pools) or any(
@@ -117,6 +117,8 @@ class Engine:
                 self._seed_from_postgres(ledger_sink)
         self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
+        balancer = self.balancer
+        self.recorder.telemetry.load_source = lambda: balancer.snapshot(time.monotonic())  # OTel load gauges
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
 
     @property
