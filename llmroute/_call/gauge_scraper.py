@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.gauges import GAUGE_KINDS, parse_gauges
 
 __all__ = ["GaugeScraper", "start_gauge_scraper", "metrics_targets"]
@@ -72,11 +73,20 @@ class GaugeScraper:
         self.balancer = balancer
         self._clock = clock
         self._stop = threading.Event()
+        self._httpx = httpx
         self._http = httpx.Client(follow_redirects=False, trust_env=False)
         self.scrapes = 0
         self.failures = 0
         self._thread = threading.Thread(target=self._loop, name="llmroute-gauges", daemon=True)
         self._thread.start()
+        renew_at_fork(self, "_stop")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child reads the gauges on a thread (and connections) of its own."""
+        if not self._stop.is_set():
+            self._http = self._httpx.Client(follow_redirects=False, trust_env=False)
+            self._thread = threading.Thread(target=self._loop, name="llmroute-gauges", daemon=True)
+            self._thread.start()
 
     def scrape(self, target: _Target) -> None:
         """Read one target now (the thread's step; tests call it directly)."""

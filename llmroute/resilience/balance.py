@@ -12,7 +12,7 @@ a tier's candidates by **expected delay**, lowest first:
   gauges held beyond this process's calls at the last scrape (other clients), or, with shared state,
   the other processes' counts (last sync), whichever is larger.
 - `service_s`: a peak-sensitive EWMA of the service time (a latency divided by the queueing it met):
-  a slower sample moves it half-way up at once, a faster one pulls it down with a time constant; an
+  a slower sample moves it a quarter of the way up, a faster one a twentieth of the way down; an
   estimate not refreshed for a while relaxes toward the fastest service time seen, so a deployment
   that got no traffic after a slow spell is tried again.
 - `capacity`: concurrent requests the deployment serves without queueing. Prior: the deployment's
@@ -28,7 +28,8 @@ Exact minimum, not power-of-two-choices: a tier holds a handful of deployments (
 a few microseconds), this process's counts are exact and change the moment a call is sent, so the
 herding P2C guards against (every chooser reading the same stale numbers) does not happen within a
 process; P2C would, with three deployments, send a third of the pairs' choices to the worse of two.
-Ties (within 1%) go to the lower utilization, then at random.
+Delays within 10% of the best count as ties (two equal servers' estimates differ by noise): the
+lower utilization goes first, then at random.
 
 Sticky keys: the deployment the sticky value hashes to keeps the call unless its expected delay is
 more than `STICKY_SLACK` times the best's (bounded-load affinity); the route says when load won.
@@ -45,13 +46,16 @@ import threading
 from dataclasses import dataclass
 from typing import Mapping, Optional, Sequence, TypeVar
 
+from llmroute._runtime.forksafe import renew_at_fork
+
 __all__ = ["QueueGauges", "LoadBalancer", "BalanceChoice", "DeploymentLoad", "BALANCE_MODES", "STICKY_SLACK"]
 
 BALANCE_MODES = ("load", "weighted", "order")
 
 STICKY_SLACK = 2.0  # a sticky deployment keeps the call while its delay is within this factor of the best
-UP_ALPHA = 0.5  # a slower service sample moves the estimate this far up at once (peak-sensitive)
-DOWN_TAU_S = 2.0  # a faster sample pulls the estimate down with this time constant
+UP_ALPHA = 0.25  # a slower service sample moves the estimate this far up at once (peak-sensitive)
+DOWN_ALPHA = 0.05  # a faster one this far down
+DOWN_TAU_S = 2.0  # the raw latency average (display) decays with this time constant
 IDLE_TAU_S = 10.0  # an estimate not refreshed relaxes toward the fastest seen with this time constant
 FAST = 1.5  # a latency within this factor of the service time met no queue
 CAPACITY_ALPHA = 0.2  # weight of one saturated sample in the capacity estimate
@@ -59,6 +63,7 @@ ERROR_ALPHA = 0.2  # weight of one outcome in the error rate
 GAUGES_FRESH_S = 5.0  # gauges older than this are ignored
 REMOTE_FRESH_S = 5.0  # other processes' counts older than this are ignored
 KV_KNEE = 0.85
+TIE = 1.10  # expected delays within 10% of the best count as equal
 MAX_CAPACITY = 4096.0
 
 C = TypeVar("C")
@@ -123,6 +128,13 @@ class LoadBalancer:
         # while queued cannot block the ones behind it.
         self._queues: dict[str, dict[int, float]] = {}
         self._tickets = 0
+        renew_at_fork(self, "_lock")
+
+    def _after_fork_in_child(self) -> None:
+        """A forked child keeps the estimates; the calls in flight and queued are the parent's."""
+        for load in self._loads.values():
+            load.in_flight = 0
+        self._queues = {}
 
     # -- the table -------------------------------------------------------------------------------
     def _load(self, deployment_id: str) -> DeploymentLoad:
@@ -193,11 +205,12 @@ class LoadBalancer:
                 scored.append((delay, utilization, rng.random(), i, n, capacity))
         scored.sort()
         best = scored[0]
-        # Within 1% of the best: the lower utilization first (spreads load over equal servers).
-        near = [s for s in scored if s[0] <= best[0] * 1.01]
+        # Within TIE of the best: the lower utilization first (spreads load over equal servers whose
+        # estimates differ by noise).
+        near = [s for s in scored if s[0] <= best[0] * TIE]
         if len(near) > 1:
             near.sort(key=lambda s: (s[1], s[2]))
-            scored = near + [s for s in scored if s[0] > best[0] * 1.01]
+            scored = near + [s for s in scored if s[0] > best[0] * TIE]
         overridden: Optional[str] = None
         if sticky is not None:
             pos = next(k for k, s in enumerate(scored) if s[3] == sticky)
@@ -380,10 +393,7 @@ def _learn(load: DeploymentLoad, now: float, latency_s: float, n: float) -> None
         capacity -= CAPACITY_ALPHA * (capacity - max(1.0, n - 1.0))
         sample = latency_s
     load.capacity = min(MAX_CAPACITY, max(1.0, capacity))
-    if sample > s:
-        s += UP_ALPHA * (sample - s)
-    else:
-        s += (sample - s) * (1.0 - math.exp(-max(0.0, now - load.updated_at) / DOWN_TAU_S))
+    s += (UP_ALPHA if sample > s else DOWN_ALPHA) * (sample - s)
     load.service_s = s
     fastest = load.fastest_s if load.fastest_s is not None else s
     # The fastest seen, forgotten slowly (a deployment that got faster for good becomes the new floor).
