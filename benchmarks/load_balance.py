@@ -80,12 +80,15 @@ class KnowsCapacity(LoadBalancer):
         return [candidates[c[3]] for c in sorted(cost)], None
 
 
-def config(urls: List[str], balance: Optional[str], weights: Sequence[float] = (1, 1, 1)) -> Dict[str, Any]:
+def config(urls: List[str], balance: Optional[str], weights: Sequence[float] = (1, 1, 1),
+           redis_url: Optional[str] = None) -> Dict[str, Any]:
     names = ["a", "b", "c"]
     tier: Dict[str, Any] = {"deployments": [{"id": f"{n}:m", "weight": w} for n, w in zip(names, weights)]}
     if balance:
         tier["balance"] = balance
+    state = {"backend": "redis", "url": redis_url, "key_prefix": "bench:"} if redis_url else {}
     return {
+        "state": state,
         "providers": {n: {"kind": "vllm", "base_url": u} for n, u in zip(names, urls)},
         "tiers": {"t": tier},
         "pricing": {f"{n}:*": {"input_per_million": 0, "output_per_million": 0} for n in names},
@@ -100,6 +103,7 @@ async def run(cfg: Dict[str, Any], balancer: Optional[LoadBalancer], n: int, con
     if balancer is not None:
         client._engine.balancer = balancer
     latencies: List[float] = []
+    latencies_in_order: List[float] = []
     starts: List[tuple[float, str]] = []
     todo = itertools.count()
     t0 = time.perf_counter()
@@ -109,6 +113,7 @@ async def run(cfg: Dict[str, Any], balancer: Optional[LoadBalancer], n: int, con
             t = time.perf_counter()
             r = await client.chat.completions.create(model="t", messages=MESSAGES, max_tokens=4)
             latencies.append(time.perf_counter() - t)
+            latencies_in_order.append(latencies[-1])
             starts.append((t - t0, r.route.deployment or ""))
 
     async with client:
@@ -119,8 +124,38 @@ async def run(cfg: Dict[str, Any], balancer: Optional[LoadBalancer], n: int, con
     elapsed = time.perf_counter() - t0
     latencies.sort()
     split = {d: sum(1 for _, dep in starts if dep == d) for d in ("a:m", "b:m", "c:m")}
+    warm = sorted(lat for lat, (s, _) in zip(latencies_in_order, starts) if s >= 1.0)
     return {"p50_s": latencies[len(latencies) // 2], "p99_s": latencies[int(len(latencies) * 0.99) - 1],
-            "throughput": n / elapsed, "split": split, "starts": starts}
+            "p99_after_1s": warm[int(len(warm) * 0.99) - 1] if warm else None,
+            "throughput": n / elapsed, "split": split, "starts": starts, "elapsed": elapsed,
+            "all_latencies": latencies}
+
+
+def fleet(urls: List[str], processes: int, n: int, concurrency: int, weights: Sequence[float],
+          redis_url: Optional[str]) -> Dict[str, Any]:
+    """`processes` worker processes at once, each `n / processes` requests at `concurrency / processes`."""
+    args = ["--worker", ",".join(urls), "--requests", str(n // processes),
+            "--concurrency", str(concurrency // processes), "--weights", ",".join(str(w) for w in weights)]
+    if redis_url:
+        args += ["--redis", redis_url]
+    t0 = time.perf_counter()
+    workers = [subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
+               for _ in range(processes)]
+    results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
+    elapsed = time.perf_counter() - t0
+    latencies = sorted(x for r in results for x in r["latencies"])
+    split = {d: sum(r["split"][d] for r in results) for d in ("a:m", "b:m", "c:m")}
+    return {"p50_s": latencies[len(latencies) // 2], "p99_s": latencies[int(len(latencies) * 0.99) - 1],
+            "throughput": len(latencies) / max(r["elapsed"] for r in results), "wall_s": elapsed, "split": split}
+
+
+def worker(args: argparse.Namespace) -> None:
+    weights = [float(w) for w in args.weights.split(",")]
+    cfg = config(args.worker.split(","), None, weights, args.redis)
+    res = asyncio.run(run(cfg, None, args.requests, args.concurrency))
+    res["latencies"] = res.pop("all_latencies")
+    res.pop("starts")
+    print(json.dumps(res))
 
 
 def cpu_per_call(concurrency: int = 256, calls: int = 50_000) -> float:
@@ -156,7 +191,13 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=24)
     parser.add_argument("--slowdown-requests", type=int, default=1200)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--fleet", type=int, default=4, help="processes sharing Redis in the fleet run (0: skip)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--weights", default="1,1,1", help=argparse.SUPPRESS)
+    parser.add_argument("--redis", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker:
+        return worker(args)
     child = subprocess.Popen([sys.executable, "-m", "tests.servers.capacity", *(f"{s}:{t}" for s, t in SPECS)],
                              cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
@@ -179,8 +220,10 @@ def main() -> None:
                                   args.concurrency))
             split = "/".join(str(v) for v in res.pop("split").values())
             res.pop("starts")
+            res.pop("all_latencies")
             out[name] = res
-            print(f"{name:24} {res['p50_s']:7.3f} {res['p99_s']:7.3f} {res['throughput']:7.1f}  {split}")
+            print(f"{name:24} {res['p50_s']:7.3f} {res['p99_s']:7.3f} {res['throughput']:7.1f}  {split}"
+                  f"   (p99 of calls started after 1 s: {res['p99_after_1s']:.3f})")
         ref = out["SED (knows capacity)"]
         for name in ("load (default)", "load, weights 8/8/1"):
             mine = out[name]
@@ -213,6 +256,23 @@ def main() -> None:
         print(f"  from 2 s after the slowdown on: a:m got {share_after:.1%} of {len(after)} (fair share {fair:.1%})")
         out["slowdown"] = {"fair_share": fair, "share_after_2s": share_after, "windows": windows,
                            "p99_s": res["p99_s"], "throughput": res["throughput"]}
+        if args.fleet:
+            sys.path.insert(0, str(ROOT))
+            from tests.state.servers import RedisServer
+
+            redis = RedisServer().start()
+            try:
+                for label, weights in (("1/1/1", (1, 1, 1)), ("8/8/1", (8, 8, 1))):
+                    for shared in (False, True):
+                        res = fleet(urls, args.fleet, args.requests, args.concurrency, weights,
+                                    redis.url if shared else None)
+                        key = f"{args.fleet} processes, weights {label}, {'shared Redis' if shared else 'local state'}"
+                        out[key] = res
+                        split = "/".join(str(v) for v in res.pop("split").values())
+                        print(f"{key:48} p50 {res['p50_s']:.3f} p99 {res['p99_s']:.3f} "
+                              f"{res['throughput']:6.1f} req/s  {split}")
+            finally:
+                redis.stop()
         cpu = cpu_per_call()
         out["cpu_per_call_us"] = cpu * 1e6
         print(f"strategy CPU per call at concurrency 256: {cpu * 1e6:.1f} us")
