@@ -160,7 +160,9 @@ def load_line(load: Mapping[str, Any]) -> str:
     parts = [f"load: in flight {load.get('in_flight', 0)}"]
     if load.get("remote_in_flight"):
         parts.append(f"other processes {load['remote_in_flight']}")
-    parts.append(f"latency ~{_seconds(load.get('latency_s'))}, capacity ~{float(load.get('capacity') or 1):.0f}")
+    latency = load.get("latency_s")
+    parts.append(f"latency ~{_seconds(latency)}{'s' if latency is not None else ''}, "
+                 f"capacity ~{float(load.get('capacity') or 1):.0f}")
     if load.get("queue_running") is not None or load.get("queue_waiting") is not None:
         kv = load.get("kv_cache")
         parts.append(f"server running {load.get('queue_running') or 0:g}, waiting {load.get('queue_waiting') or 0:g}"

@@ -194,3 +194,24 @@ def test_a_queue_that_does_not_move_ends_in_a_typed_error():
     assert len(errors) == 1 and a.served == 1
     assert isinstance(errors[0], L.AllDeploymentsFailedError) and 0 < errors[0].queued_s <= 0.2
     assert "queued" in (errors[0].attempts[-1].note or "")
+
+
+def test_health_prints_each_deployments_load_line():
+    from llmroute.resilience.deployment_health import format_health, load_line
+
+    b = LoadBalancer()
+    _serve(b, "a:m", 0.0, 0.25)
+    b.set_gauges("a:m", QueueGauges(running=3, waiting=2, kv_cache=0.5), 1.0)  # a queue: its batch holds 3
+    b.gauge_failed("b:m", "metrics: HTTP 500")
+    snap = b.snapshot(1.5)
+    assert load_line(snap["a:m"]) == ("load: in flight 0; latency ~0.25s, capacity ~3; "
+                                      "server running 3, waiting 2, KV cache 50%")
+    assert load_line(snap["b:m"]).endswith("metrics: HTTP 500")
+    from dataclasses import replace
+
+    from llmroute.resilience.deployment_health import BreakerRegistry
+
+    registry = BreakerRegistry()
+    registry.breaker("a:m")
+    table = format_health({d: replace(s, load=snap[d]) for d, s in registry.health(2.0).items()}, now=2.0)
+    assert table.splitlines()[-1] == "   a:m: " + load_line(snap["a:m"])
