@@ -215,3 +215,21 @@ def test_health_prints_each_deployments_load_line():
     registry.breaker("a:m")
     table = format_health({d: replace(s, load=snap[d]) for d, s in registry.health(2.0).items()}, now=2.0)
     assert table.splitlines()[-1] == "   a:m: " + load_line(snap["a:m"])
+
+
+def test_a_failing_scrape_changes_nothing_but_the_health_line():
+    with CapacityServer(slots=2, service_s=0.01) as a, CapacityServer(slots=2, service_s=0.01) as b:
+        a.fail_metrics = True
+        cfg = _capacity_tier({"a": a, "b": b})
+        for name in ("a", "b"):
+            cfg["providers"][name].update(queue_gauges=True, metrics_interval_s=0.2)
+        with L.Client(config=cfg) as client:
+            deadline = time.monotonic() + 5
+            while (a.metrics_reads < 1 or b.metrics_reads < 1) and time.monotonic() < deadline:
+                time.sleep(0.02)
+            routes = [client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}]).route
+                      for _ in range(6)]
+            health = client.health()
+        assert all(r.attempts[0].status == "ok" for r in routes)
+        assert health["a:m"].load["gauge_error"] == "metrics: HTTP 500"
+        assert health["b:m"].load["gauge_error"] is None

@@ -86,7 +86,9 @@ class RedisCluster:
             node.proc = subprocess.Popen(
                 [node.exe, "--port", str(node.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
                  "--dir", node.dir, "--protected-mode", "yes", "--cluster-enabled", "yes",
-                 "--cluster-config-file", os.path.join(node.dir, "nodes.conf"), "--cluster-node-timeout", "2000"],
+                 "--cluster-config-file", os.path.join(node.dir, "nodes.conf"), "--cluster-node-timeout", "2000",
+                 # The bus port defaults to port + 10000, past 65535 for a high free port: one of its own.
+                 "--cluster-port", str(free_port())],
                 stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         for node in self.nodes:
             _wait_port(node.port, 10, node.proc)
