@@ -27,7 +27,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Sequence
 
 from llmroute._runtime.forksafe import renew_at_fork
-from llmroute.state.shared_limits import ADMIT_FUNCTION_LUA
+from llmroute.state.shared_limits import ADMIT_FUNCTION_LUA, LimitRequest
 from llmroute.state.redis_state import SharedState, Unavailable
 
 __all__ = ["SharedBudgetCounters", "RESERVE_LUA", "UNITS_PER_CURRENCY"]
@@ -119,7 +119,7 @@ class SharedBudgetCounters:
         return self.state.key("budgets", "|".join(p.replace("|", "/") for p in parts))
 
     def reserve(self, items: list[tuple[str, int, int, str]], ttl_s: int, *, reserve: bool,
-                admit: Any = None) -> tuple[int, int, int]:
+                admit: LimitRequest | None = None) -> tuple[int, int, int, list[Any] | None]:
         """items: (key, limit units, need units, mode). Returns (verdict, 1-based index, spent units).
         `admit` (a `limits.LimitRequest`): when the budgets allow the call, its client-side limits are
         taken in the same script (`RESERVE_AND_ADMIT_LUA`), and `ADMIT_LUA`'s reply is returned as a
@@ -130,8 +130,10 @@ class SharedBudgetCounters:
         for _, limit, need, mode in items:
             args += [limit, need, mode]
         freed: list[str] = []
+        freed_from: Optional[tuple[Any, str]] = None  # (SharedLimits, slots key) `freed` goes back to if unsent
         if admit is not None and not self.state.config.cluster:
             if admit.holds_slot and admit.limits is not None:
+                freed_from = (admit.limits, admit.keys[2])
                 freed = admit.limits.take_released(admit.keys[2])  # this process's released slots go first
             keys, args = keys + admit.keys, [len(items), *args, *admit.args, *freed]
             script = self.state.script("budget_reserve_admit", RESERVE_AND_ADMIT_LUA)
@@ -141,8 +143,8 @@ class SharedBudgetCounters:
         try:
             reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
         except Unavailable:
-            if freed:
-                admit.limits.unsent(admit.keys[2], freed)
+            if freed_from is not None:
+                freed_from[0].unsent(freed_from[1], freed)
             raise
         verdict = int(reply[0])
         if verdict == 0:
