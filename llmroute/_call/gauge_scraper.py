@@ -7,8 +7,10 @@ by default, vllm, sglang and tgi deployments of a tier balanced by load). Each s
 out changes nothing but the deployment's health line (`gauge_failed`), and the next one waits
 twice as long (up to 30 s) until one succeeds; the last gauges age out of the estimate on their own.
 
-It must never sit on a call's path, send credentials (the metrics endpoint is read without the
-provider's key), or follow redirects.
+Each read goes through the one send path (`_http/exchange.py`: its timeouts, a 2 MiB read cap, typed
+errors) on a transport of the scraper's own (its own connections, never the calls'). It must never sit
+on a call's path, send credentials (the metrics endpoint is read without the provider's key), or
+follow redirects.
 """
 
 from __future__ import annotations
@@ -20,6 +22,11 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 from urllib.parse import urlsplit
 
+from llmroute._http.bounded import ReadLimits
+from llmroute._http.exchange import Exchange, fetch
+from llmroute._http.request import HttpRequest
+from llmroute._http.timeouts import Timeouts
+from llmroute._http.transport import SyncTransport
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.gauges import GAUGE_KINDS, parse_gauges
 
@@ -28,6 +35,7 @@ __all__ = ["GaugeScraper", "start_gauge_scraper", "metrics_targets"]
 log = logging.getLogger("llmroute.gauges")
 
 MAX_BACKOFF_S = 30.0
+METRICS_LIMITS = ReadLimits(max_response_bytes=2 * 1024 * 1024, max_decoded_bytes=2 * 1024 * 1024)
 
 
 @dataclass
@@ -67,14 +75,11 @@ class GaugeScraper:
     """The thread that reads every target in turn and feeds the balancer."""
 
     def __init__(self, targets: list[_Target], balancer: Any, *, clock: Any = time.monotonic) -> None:
-        import httpx  # loaded only when a deployment has gauges to read
-
         self.targets = targets
         self.balancer = balancer
         self._clock = clock
         self._stop = threading.Event()
-        self._httpx = httpx
-        self._http = httpx.Client(follow_redirects=False, trust_env=False)
+        self._transport = SyncTransport()
         self.scrapes = 0
         self.failures = 0
         self._thread = threading.Thread(target=self._loop, name="llmroute-gauges", daemon=True)
@@ -84,7 +89,7 @@ class GaugeScraper:
     def _after_fork_in_child(self) -> None:
         """A forked child reads the gauges on a thread (and connections) of its own."""
         if not self._stop.is_set():
-            self._http = self._httpx.Client(follow_redirects=False, trust_env=False)
+            self._transport = SyncTransport()
             self._thread = threading.Thread(target=self._loop, name="llmroute-gauges", daemon=True)
             self._thread.start()
 
@@ -93,18 +98,22 @@ class GaugeScraper:
         now = self._clock()
         timeout = min(2.0, max(0.05, target.interval_s / 2))
         reason: Optional[str] = None
+        request = HttpRequest("GET", target.url, {}, None, False)
+        limits = Timeouts(connect_s=timeout, ttft_s=timeout, total_s=timeout, read_s=timeout, read_kind="total")
+        ex = Exchange(request, limits, METRICS_LIMITS, provider="llmroute-gauges", deployment=target.url,
+                      max_connections=1)
         try:
-            response = self._http.get(target.url, timeout=timeout)
-            if response.status_code != 200:
-                reason = f"metrics: HTTP {response.status_code}"
+            reply = fetch(self._transport, ex)
+            if reply.status != 200:
+                reason = f"metrics: HTTP {reply.status}"
             else:
-                gauges = parse_gauges(response.text[:2_000_000])
+                gauges = parse_gauges(reply.body.decode("utf-8", "replace"))
                 if gauges is None:
                     reason = "metrics: no known queue gauge"
                 else:
                     for dep in target.deployments:
                         self.balancer.set_gauges(dep, gauges, self._clock())
-        except Exception as exc:  # noqa: BLE001 - a failing scrape only changes a health line
+        except Exception as exc:  # noqa: BLE001 - a typed ProviderError or anything else: only the health line changes
             reason = f"metrics: {type(exc).__name__}"
         self.scrapes += 1
         if reason is None:
@@ -131,7 +140,7 @@ class GaugeScraper:
     def close(self) -> None:
         self._stop.set()
         self._thread.join(timeout=5)
-        self._http.close()
+        self._transport.close()
 
 
 def start_gauge_scraper(config: Any, balancer: Any) -> Optional[GaugeScraper]:
