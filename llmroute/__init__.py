@@ -30,7 +30,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  LLMRouteError, NotFoundError, OverloadedError, PermissionDeniedError, ProviderError,
                                  RateLimitError, RedirectError, ReplayDivergedError, RequestGuardError,
                                  ResponseTooLargeError, RoutingError, ServerError, SharedStateUnavailableError,
-                                 StreamInterruptedError,
+                                 StreamInterruptedError, QueueTimeoutError,
                                  StreamNotFinishedError)
     from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
@@ -79,7 +79,7 @@ _WHERE = {
         "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
         "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
         "APIConnectionError", "StreamInterruptedError", "ReplayDivergedError", "ClientClosedError", "EventLoopError", "RedirectError",
-        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError",
+        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError", "QueueTimeoutError",
         # openai-python's exception names (llmroute/errors.py draws the one tree)
         "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError")},
 }
@@ -134,6 +134,7 @@ __all__ = [
     "BudgetExceededError",
     "RequestGuardError",
     "AllDeploymentsFailedError",
+    "QueueTimeoutError",
     "ProviderError",
     "AuthenticationError",
     "PermissionDeniedError",

@@ -69,6 +69,13 @@ def _answered(ctx: AttemptContext, response: Any) -> None:
     ctx.record.response_headers = response.headers
 
 
+def _start_gauges(config: Config, balancer: Any) -> Any:
+    """The queue-gauge scraper (docs/failover.md, "Load-aware balancing"), when a deployment has gauges to read."""
+    from llmroute._call.gauge_scraper import start_gauge_scraper  # loaded with the first client
+
+    return start_gauge_scraper(config, balancer)
+
+
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
     return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None, run=run)
 
@@ -221,6 +228,7 @@ class Client(_ClientSurface):
         self._engine = Engine(self.config, ledger=ledger)
         self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = SyncTransport()
+        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
         self.cache = open_cache(self.config)
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
@@ -489,6 +497,7 @@ class AsyncClient(_ClientSurface):
         self._engine = Engine(self.config, ledger=ledger)
         self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
         self._transport = AsyncTransport(transport)
+        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
         self._transport_name = transport
         self.cache = open_cache(self.config)
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop

@@ -71,6 +71,11 @@ class ProviderConfig(_Section):
     include_usage: Optional[bool] = None  # None: the kind's default (docs/platforms.md §11.1)
     max_tokens_field: Optional[Literal["max_tokens", "max_completion_tokens"]] = None
     split_think_tags: bool = True
+    # Queue gauges (Prometheus `/metrics`) read off the request path for load balancing
+    # (llmroute/resilience/gauges.py): None = on for vllm, sglang and tgi, off otherwise.
+    queue_gauges: Optional[bool] = None
+    metrics_url: Optional[str] = None  # default: the base URL's origin + "/metrics"
+    metrics_interval_s: float = Field(default=1.0, ge=0.1, le=300)
     connect_timeout_s: Optional[float] = Field(default=None, gt=0)
     ttft_timeout_s: Optional[float] = Field(default=None, gt=0)
     timeout_s: Optional[float] = Field(default=None, gt=0)
@@ -128,6 +133,10 @@ class TierConfig(_Overridable):
     kind: Literal["chat", "embedding"] = "chat"
     fallback_tier: Optional[str] = None
     sticky_key: Optional[str] = None
+    # How the first choice is made (llmroute/resilience/balance.py): "load" (lowest expected delay;
+    # the default when a deployment carries a weight), "weighted" (weights share the first place,
+    # then list order: the default otherwise) or "order" (list order: a failover chain).
+    balance: Optional[Literal["load", "weighted", "order"]] = None
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
     pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
@@ -216,6 +225,7 @@ class Tier:
     resilience: Mapping[str, Any] = field(default_factory=dict)
     pools: Dict[str, List[Deployment]] = field(default_factory=dict)  # pool -> its own deployments
     kind: str = "chat"  # "chat" or "embedding"
+    balance: str = "weighted"  # "load" | "weighted" | "order" (TierConfig.balance, resolved)
 
     def deployments_for(self, pool: str) -> List[Deployment]:
         return self.pools.get(pool) or self.deployments
@@ -535,6 +545,8 @@ def _build(data: Mapping[str, Any], *, source: str, base_dir: Path) -> Config:
             resilience=_check_overrides(tier_cfg, source, f"tiers.{tier_name}"),
             pools=pools,
             kind=tier_cfg.kind,
+            balance=tier_cfg.balance or (
+                "load" if any(d.weight for d in [*deps, *(d for e in pools.values() for d in e)]) else "weighted"),
         )
     for tier in tiers.values():
         if tier.fallback_tier is not None and tier.fallback_tier not in tiers:
@@ -738,6 +750,8 @@ def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:
         if not base_url:
             raise ConfigError(f"kind {cfg.kind!r} needs a base_url", path=source, key=f"{key_path}.base_url")
     base_url = base_url.rstrip("/")
+    if cfg.metrics_url is not None:
+        check_base_url(cfg.metrics_url, source=source, key=f"{key_path}.metrics_url")
 
     api_key: Optional[SecretStr] = None
     if cfg.api_key is not None:

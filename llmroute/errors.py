@@ -11,6 +11,7 @@ LLMRouteError                          base of every llmroute error
 ├── StreamNotFinishedError             `stream.response` read before the stream ended (also a RuntimeError)
 └── APIError                           openai's base: `.message .body .code .param .type .request`
     ├── AllDeploymentsFailedError      every candidate failed for mixed reasons; `.attempts`, `.causes`
+    │   └── QueueTimeoutError          every deployment stayed full (max_concurrency) for queue_timeout_s
     └── ProviderError                  a platform answered with an error, or could not be reached
         ├── APIStatusError             an HTTP error status: `.status_code .response .request_id`
         │   ├── BadRequestError        400: the request itself is wrong
@@ -86,6 +87,7 @@ __all__ = [
     "AllDeploymentsFailedError",
     "APIError",
     "APIStatusError",
+    "QueueTimeoutError",
     "ProviderError",
     "AuthenticationError",
     "PermissionDeniedError",
@@ -488,6 +490,16 @@ class AllDeploymentsFailedError(APIError):
             if status is not None:
                 return int(status)
         return None
+
+
+class QueueTimeoutError(AllDeploymentsFailedError):
+    """Every deployment of a tier balanced by load was full (its client-side `max_concurrency`
+    reached) for the whole `queue_timeout_s` the call waited in the client-side queue; `.queued_s`."""
+
+    def __init__(self, message: str, *, attempts: Sequence[Any], tier: str | None = None,
+                 queued_s: float = 0.0) -> None:
+        self.queued_s = queued_s
+        super().__init__(message, attempts=attempts, tier=tier)
 
 
 class ClientClosedError(LLMRouteError):

@@ -242,6 +242,9 @@ class Route(BaseModel):
 
     cache: Optional[str] = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
     cache_similarity: Optional[float] = None  # a semantic lookup's best cosine similarity
+    # A tier balanced by load: why its first deployment was chosen (each one's expected delay).
+    balance: Optional[str] = None
+    queued_s: float = 0.0  # time the call waited in the client-side queue for a free deployment
 
 
 class ChatCompletion(_OpenAIModel):

@@ -197,3 +197,12 @@ def test_metrics_are_recorded_per_call(recorded):
     total = sum(Decimal(c["cost"]) for k, c in recorded["calls"].items() if "cost" in c)
     assert sum(p["value"] for p in cost) == pytest.approx(float(total), rel=1e-9)
     assert {p["attributes"]["llmroute.feature"] for p in cost} == {"summarize", "chat"}
+
+
+def test_each_deployments_load_is_an_observable_gauge(recorded):
+    m = recorded["metrics"]
+    in_flight = {p["attributes"]["llmroute.deployment"]: p["value"] for p in m["llmroute.deployment.in_flight"]}
+    assert in_flight == {f"tg:{TG_MODEL}": 0, f"fw:{FW_MODEL}": 0}  # every call ended
+    latency = {p["attributes"]["llmroute.deployment"]: p for p in m["llmroute.deployment.latency"]}
+    assert latency[f"tg:{TG_MODEL}"]["value"] > 0 and latency[f"tg:{TG_MODEL}"]["unit"] == "s"
+    assert "llmroute.deployment.queue.waiting" not in m  # no gauges read from these platforms

@@ -131,6 +131,8 @@ class CallRun:
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
         self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now)
+        if self.plan.balance_choice is not None:
+            self.route.balance = self.plan.balance_choice.text
         _bind_lazy_modules()
         self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
         self.trace = self.recorder.call_started(self, now)
@@ -165,6 +167,7 @@ class CallRun:
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
         self._sync_skips()
+        self.route.queued_s = self.plan.queued_s
         if isinstance(step, Wait):
             return step
         if isinstance(step, _plan_steps.Exhausted):

@@ -48,6 +48,7 @@ class Admission:
     reservation: Any = None  # the budget's reservation, given back by `Engine.settle`
     pre_admitted: Any = None  # limits admitted together with the reservation (shared state)
     plan_rng: Optional[random.Random] = None  # the plan's own random order, predicted by `admit`
+    order: Any = None  # (candidates, fallback, BalanceChoice, Target): the plan's order, drawn once by `admit`
 
 
 def key_fingerprint(secret: Any) -> Optional[str]:
@@ -72,7 +73,8 @@ class Engine:
         from llmroute.accounting.cost import compute_cost, sum_costs
         from llmroute.accounting.ledger import CallableSink, JSONLSink, SQLiteSink
         from llmroute.accounting.sinks import open_sink
-        from llmroute.resilience.failover import Candidate, FailoverPlan
+        from llmroute.resilience.balance import LoadBalancer
+        from llmroute.resilience.failover import Candidate, FailoverPlan, order_tier
         from llmroute.resilience.deployment_health import BreakerRegistry
         from llmroute.resilience.limits import DeploymentLimits
         from llmroute.resilience.retry import BudgetRegistry
@@ -81,7 +83,7 @@ class Engine:
 
         install_log_scrubbing()  # httpx/httpcore/aiohttp/llmroute log records pass through secrets.scrub
         self.config = config
-        self._candidate, self._failover_plan = Candidate, FailoverPlan  # used on every call
+        self._candidate, self._failover_plan, self._order_tier = Candidate, FailoverPlan, order_tier  # every call
         self._compute_cost, self._sum_costs = compute_cost, sum_costs
         sections = config.sections
         self.sections = sections
@@ -97,6 +99,16 @@ class Engine:
         if self.fleet is not None:
             self.fleet.breakers.attach(self.breakers, (d.id for d in config.all_deployments()))
         self.retry_budgets = BudgetRegistry(self.policy)
+        # Every deployment's load estimate (in flight, service time, capacity, queue gauges): the
+        # order of a tier with `balance = "load"`, and what `health()` shows.
+        self.balancer = LoadBalancer()
+        for tier in config.tiers.values():
+            if tier.balance == "load":
+                for deps in (tier.deployments, *tier.pools.values()):
+                    self.balancer.set_prior({d.id: d.weight for d in deps})
+        self.gauges: Any = None  # the queue-gauge scraper the client starts (llmroute/_call/gauge_scraper.py)
+        if self.fleet is not None:
+            self.fleet.breakers.balancer = self.balancer  # shares in-flight counts in the breaker sync
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
@@ -123,6 +135,8 @@ class Engine:
                 self._seed_from_postgres(book, ledger_sink)
         self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
+        balancer = self.balancer
+        self.recorder.telemetry.load_source = lambda: balancer.snapshot(time.monotonic())  # OTel load gauges
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
         self.identities: Any = None  # the client's server_probe.ServerIdentities (I/O in its own thread)
         self._identify_asked: set[str] = set()  # deployments already handed to `identities`
@@ -181,7 +195,7 @@ class Engine:
         limits_request = None
         if self.budget_book.shared is not None:
             admission.plan_rng = random.Random(self.rng.random())
-            limits_request = self._first_limits_request(prepared, target, input_tokens, admission.plan_rng, now)
+            limits_request = self._first_limits_request(prepared, target, input_tokens, admission, now)
         verdict = self.budget_book.check(
             wall_now, feature=prepared.feature, metadata=prepared.metadata, tier=target.tier,
             estimated_cost=estimate.amount, currency=estimate.currency,
@@ -236,22 +250,33 @@ class Engine:
             request_tokens=input_tokens() + max_tokens if self.limits is not None else 0,
         )
 
+    def _ordered(self, prepared: "PreparedCall", target: Target, inputs: Dict[str, Any], rng: random.Random,
+                 now: float) -> Any:
+        """The plan's order: (candidates, fallback, BalanceChoice or None), by each tier's `balance`."""
+        tiers = self.config.tiers
+        modes = [tiers[t].balance if t in tiers else "weighted" for t in (target.tier, target.fallback_tier)]
+        sticky = inputs["sticky_value"]
+        primary, choice = self._order_tier(inputs["candidates"], mode=modes[0], rng=rng, now=now,
+                                           sticky_value=sticky, balancer=self.balancer)
+        fallback, _ = self._order_tier(inputs["fallback"], mode=modes[1], rng=rng, now=now, sticky_value=sticky,
+                                       balancer=self.balancer)
+        return primary, fallback, choice
+
     def _first_limits_request(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int],
-                              plan_rng: random.Random, now: float) -> LimitRequest | None:
+                              admission: Admission, now: float) -> LimitRequest | None:
         """The shared limits' request for the deployment the call's plan will try first (None when
         limits are not shared or do not apply to it), so the budget reservation can carry it. The
-        plan is given `plan_rng` (`Admission.plan_rng`), so the order predicted here is the plan's."""
-        from llmroute.resilience.failover import order_candidates  # the resilience package loads with the first client
+        plan's order is drawn here once (`Admission.order`) and the plan takes it as it is, so the
+        deployment predicted is the plan's first unless a breaker changes in between."""
         from llmroute.state.shared_limits import SharedLimits  # shared state only
 
         if not isinstance(self.limits, SharedLimits):
             return None
         inputs = self._plan_inputs(prepared, target, input_tokens)
-        predict = random.Random()
-        predict.setstate(plan_rng.getstate())
+        admission.order = (*self._ordered(prepared, target, inputs, admission.plan_rng or self.rng, now), target)
         required = inputs["required_context_tokens"]
-        for candidates in (inputs["candidates"], inputs["fallback"]):
-            for c in order_candidates(candidates, rng=predict, sticky_value=inputs["sticky_value"]):
+        for candidates in admission.order[:2]:
+            for c in candidates:
                 if (required is not None and c.context_window is not None and c.context_window < required
                         and self.policy(c.deployment_id).context_precheck):
                     continue
@@ -268,6 +293,12 @@ class Engine:
             # A deployment disabled by a 401 comes back when its key is no longer the one refused.
             self.breakers.breaker(dep.id).note_key(key_fingerprint(dep.provider.api_key), now)
         self.identify([*target.deployments, *target.fallback])
+        inputs = self._plan_inputs(prepared, target, input_tokens)
+        rng = admission.plan_rng or self.rng
+        order = admission.order
+        if order is None or order[3] is not target:  # none drawn, or drawn for a tier a budget moved from
+            order = self._ordered(prepared, target, inputs, rng, now)
+        inputs["candidates"], inputs["fallback"] = order[0], order[1]
         plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,
@@ -279,7 +310,11 @@ class Engine:
             limits=admission.pre_admitted or self.limits,
             can_continue=self.can_continue,
             can_replay=self.same_family,
-            **self._plan_inputs(prepared, target, input_tokens),
+            balancer=self.balancer,
+            ordered=True,
+            choice=order[2],
+            queue_when_full=target.tier in self.config.tiers and self.config.tiers[target.tier].balance == "load",
+            **inputs,
         )
         return plan
 
@@ -369,13 +404,19 @@ class Engine:
         if self.fleet is not None:
             self.fleet.breakers.sync_now()
         sink_health = getattr(self.ledger, "health", None)
-        report = HealthReport(self.breakers.health(now), ledger=sink_health() if callable(sink_health) else None)
+        from dataclasses import replace
+
+        loads = self.balancer.snapshot(now)
+        snapshots = {dep: replace(snap, load=loads.get(dep)) for dep, snap in self.breakers.health(now).items()}
+        report = HealthReport(snapshots, ledger=sink_health() if callable(sink_health) else None)
         report.shared_state = self.fleet.status() if self.fleet is not None else None
         return report
 
     def close(self) -> None:
         if self.identities is not None:
             self.identities.close()
+        if self.gauges is not None:
+            self.gauges.close()
         if self.ledger is not None:
             self.ledger.close()
         if self.fleet is not None:

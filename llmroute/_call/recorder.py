@@ -136,6 +136,7 @@ class CallRecorder:
             usage_estimated=rec.usage_estimated,
             cache=run.route.cache,
             recovery=rec.recovery,
+            queued_ms=run.route.queued_s * 1000 if run.route.queued_s else None,
         )
         if self.ledger is not None:
             self.ledger.write(record)

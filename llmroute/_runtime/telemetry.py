@@ -43,7 +43,7 @@ import os
 import sys
 import threading
 from decimal import Decimal
-from typing import Any, Mapping, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -190,10 +190,38 @@ def _global_provider(public: str, internal: str, variable: str, getter: str, fro
     return provider
 
 
-class _Instruments:
-    """The four instruments, created once per meter provider."""
+# Observable gauges of each deployment's load (resilience/balance.py): name, unit, description, snapshot key.
+LOAD_GAUGES = (
+    ("llmroute.deployment.in_flight", "{request}", "Calls in flight to the deployment from this client.", "in_flight"),
+    ("llmroute.deployment.latency", "s", "Peak-sensitive EWMA of the deployment's latency.", "latency_s"),
+    ("llmroute.deployment.expected_delay", "s", "Expected delay of a new call to the deployment.",
+     "expected_delay_s"),
+    ("llmroute.deployment.queue.running", "{request}", "Requests the server says it is running (its gauges).",
+     "queue_running"),
+    ("llmroute.deployment.queue.waiting", "{request}", "Requests the server says are waiting (its gauges).",
+     "queue_waiting"),
+    ("llmroute.deployment.kv_cache.usage", "1", "KV-cache usage the server reports, 0..1.", "kv_cache"),
+)
 
-    def __init__(self, meter: Any) -> None:
+
+def _load_gauges(meter: Any, source: Callable[[], Mapping[str, Mapping[str, Any]]]) -> list[Any]:
+    """One observable gauge per `LOAD_GAUGES` entry, read from `source()` at each collection."""
+    from opentelemetry.metrics import Observation  # the API is installed whenever a meter exists
+
+    def callback(key: str) -> Callable[[Any], list[Any]]:
+        def observe(options: Any) -> list[Any]:
+            return [Observation(value, {"llmroute.deployment": dep}) for dep, load in source().items()
+                    if isinstance(value := load.get(key), (int, float))]
+        return observe
+
+    return [meter.create_observable_gauge(name, callbacks=[callback(key)], unit=unit, description=description)
+            for name, unit, description, key in LOAD_GAUGES]
+
+
+class _Instruments:
+    """The four instruments, created once per meter provider (and the load gauges, given a source)."""
+
+    def __init__(self, meter: Any, load_source: Optional[Callable[[], Any]] = None) -> None:
         self.duration = _histogram(
             meter, "gen_ai.client.operation.duration", "s", "GenAI operation duration.", DURATION_BUCKETS_S
         )
@@ -210,6 +238,7 @@ class _Instruments:
         self.cost = meter.create_counter(
             "llmroute.cost", unit="{currency}", description="Cost of calls, in the currency of llmroute.currency."
         )
+        self.load = _load_gauges(meter, load_source) if load_source is not None else []
 
 
 def _histogram(meter: Any, name: str, unit: str, description: str, buckets: Sequence[float]) -> Any:
@@ -240,6 +269,8 @@ class Telemetry:
         self._meter_provider = meter_provider
         self._tracer: Any = None
         self._instruments: _Instruments | None = None
+        # Every deployment's load estimate (`LoadBalancer.snapshot`), observed as gauges; set by the engine.
+        self.load_source: Optional[Callable[[], Any]] = None
         self._bind_lock = threading.Lock()
         renew_at_fork(self, "_bind_lock")
         # Without these variables (read once: the API reads them when first asked) a global provider can only
@@ -286,7 +317,7 @@ class Telemetry:
         with self._bind_lock:
             if self._instruments is None:
                 meter = provider.get_meter(self.config.tracer_name, schema_url=SCHEMA_URL)
-                self._instruments = _Instruments(meter)
+                self._instruments = _Instruments(meter, self.load_source)
         return self._instruments
 
     # -- the call path -------------------------------------------------------------------------------------

@@ -56,7 +56,8 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       usage_estimated  INTEGER NOT NULL,  -- 1: the platform sent no usage; tokens were counted locally
       cache            TEXT,              -- hit | semantic-hit | miss | bypass; NULL: the cache was not in play
       cost_saved       TEXT,              -- a cache hit: what the cached answer cost when it was made
-      recovery         TEXT               -- continued | replayed | restarted: how this attempt took up a cut answer
+      recovery         TEXT,              -- continued | replayed | restarted: how this attempt took up a cut answer
+      queued_ms        REAL               -- time the call waited for a free deployment (client-side queue)
     );
     CREATE INDEX ledger_ts ON ledger (ts);
     CREATE INDEX ledger_request ON ledger (request_id);
@@ -198,6 +199,7 @@ class LedgerRecord:
     cache: Optional[str] = None
     cost_saved: Optional[Decimal] = None
     recovery: Optional[str] = None  # continued | replayed | restarted (types.Attempt.recovery)
+    queued_ms: Optional[float] = None  # the call's wait in the client-side queue (every deployment full)
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
@@ -274,6 +276,7 @@ _SQL_TYPES = {
     "ttft_ms": "REAL",
     "latency_ms": "REAL",
     "router_score": "REAL",
+    "queued_ms": "REAL",
 }
 SCHEMA_SQL = (
     "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, "

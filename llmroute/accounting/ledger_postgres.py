@@ -58,6 +58,7 @@ _PG_TYPES = {
     "ttft_ms": "double precision",
     "latency_ms": "double precision",
     "router_score": "double precision",
+    "queued_ms": "double precision",
 }
 
 

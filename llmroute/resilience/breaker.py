@@ -100,6 +100,8 @@ class BreakerSnapshot:
     p95_ttft_s: Optional[float]
     p50_latency_s: Optional[float]
     p95_latency_s: Optional[float]
+    # The load estimate (resilience/balance.py: in flight, latency, capacity, queue gauges); set by `client.health()`.
+    load: Optional[dict[str, Any]] = None
 
     @property
     def disabled(self) -> bool:

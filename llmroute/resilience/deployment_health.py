@@ -158,6 +158,23 @@ def _seconds(value: Optional[float]) -> str:
     return f"{value:.1f}"
 
 
+def load_line(load: Mapping[str, Any]) -> str:
+    """One deployment's load estimate as `llmroute health` prints it."""
+    parts = [f"load: in flight {load.get('in_flight', 0)}"]
+    if load.get("remote_in_flight"):
+        parts.append(f"other processes {load['remote_in_flight']}")
+    latency = load.get("latency_s")
+    parts.append(f"latency ~{_seconds(latency)}{'s' if latency is not None else ''}, "
+                 f"capacity ~{float(load.get('capacity') or 1):.0f}")
+    if load.get("queue_running") is not None or load.get("queue_waiting") is not None:
+        kv = load.get("kv_cache")
+        parts.append(f"server running {load.get('queue_running') or 0:g}, waiting {load.get('queue_waiting') or 0:g}"
+                     + (f", KV cache {kv:.0%}" if kv is not None else ""))
+    if load.get("gauge_error"):
+        parts.append(str(load["gauge_error"]))
+    return "; ".join(parts)
+
+
 def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[float] = None,
                   probes: Optional[Mapping[str, ProbeTally]] = None) -> str:
     """A plain-text table of breaker snapshots; with `now`, open deadlines are shown as time left.
@@ -204,6 +221,8 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
             notes.append(f"!! {deployment_id}: {s.disabled_reason}")
         elif s.state != "closed" and s.reason:
             notes.append(f"   {deployment_id}: {s.reason}")
+        if s.load is not None:
+            notes.append(f"   {deployment_id}: {load_line(s.load)}")
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     lines = ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in rows]
     if not snapshots:

@@ -58,6 +58,7 @@ from typing import Callable, Literal, Optional, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit, detached
+from llmroute.resilience.balance import BalanceChoice, LoadBalancer
 from llmroute.resilience.deployment_health import BreakerRegistry
 from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
@@ -74,6 +75,7 @@ __all__ = [
     "PlannedAttempt",
     "FailoverPlan",
     "order_candidates",
+    "order_tier",
     "sticky_point",
 ]
 
@@ -191,6 +193,46 @@ def order_candidates(
     return [first] + [c for c in candidates if c is not first]
 
 
+def _sticky_index(candidates: Sequence[Candidate], sticky_value: str) -> int:
+    """The candidate a sticky value hashes to: by weight among the weighted ones, else among all."""
+    weighted = [i for i, c in enumerate(candidates) if c.weight is not None and c.weight > 0]
+    pool = weighted or list(range(len(candidates)))
+    weights = [candidates[i].weight or 1.0 for i in pool]
+    point = sticky_point(sticky_value, salt=candidates[pool[0]].tier) * sum(weights)
+    acc = 0.0
+    for i, w in zip(pool, weights):
+        acc += w
+        if point < acc:
+            return i
+    return pool[-1]
+
+
+def order_tier(
+    candidates: Sequence[Candidate],
+    *,
+    mode: str,
+    rng: random.Random,
+    now: float,
+    sticky_value: Optional[str] = None,
+    balancer: Optional[LoadBalancer] = None,
+) -> tuple[list[Candidate], Optional[BalanceChoice]]:
+    """A tier's candidates in the order the plan tries them, by the tier's `balance` mode:
+    "load" (the weighted entries, or all when none has a weight, by lowest expected delay first,
+    `balance.LoadBalancer.rank`; unweighted entries of a weighted tier follow in list order, as
+    backups), "weighted" (weights share the first place, then list order: `order_candidates`) or
+    "order" (list order)."""
+    if mode == "order":
+        return list(candidates), None
+    if mode == "load" and balancer is not None and len(candidates) > 1:
+        pool = [c for c in candidates if c.weight is not None and c.weight > 0] or list(candidates)
+        sticky = _sticky_index(pool, sticky_value) if sticky_value is not None else None
+        ranked, choice = balancer.rank(pool, [c.deployment_id for c in pool], now, rng=rng, sticky=sticky)
+        if len(pool) < len(candidates):
+            ranked += [c for c in candidates if c not in pool]
+        return ranked, choice
+    return order_candidates(candidates, rng=rng, sticky_value=sticky_value), None
+
+
 @dataclass
 class _InFlight:
     candidate: Candidate
@@ -203,6 +245,7 @@ class _InFlight:
     lease: Optional[Lease]
     is_continuation: bool = False
     is_replay: bool = False
+    met: int = 0  # the in-flight count it met at the deployment (the balancer's, itself included)
 
 
 @dataclass
@@ -253,6 +296,10 @@ class FailoverPlan:
         request_tokens: int = 0,
         can_continue: Optional[Callable[[str], bool]] = None,
         can_replay: Optional[Callable[[str, str], bool]] = None,
+        balancer: Optional[LoadBalancer] = None,
+        ordered: bool = False,
+        choice: Optional[BalanceChoice] = None,
+        queue_when_full: bool = False,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -269,9 +316,19 @@ class FailoverPlan:
         self._policies = policies
         self._limits = limits
         self._rng = rng
-        self._queue: list[tuple[Candidate, bool]] = [
-            (c, False) for c in order_candidates(candidates, rng=rng, sticky_value=sticky_value)
-        ] + [(c, True) for c in order_candidates(fallback, rng=rng, sticky_value=sticky_value)]
+        self._balancer = balancer  # told of every attempt's start and end (its load estimates)
+        self.balance_choice = choice  # why the first candidate is first, when load chose it
+        # A tier balanced by load: when every deployment is at its `max_concurrency`, the call waits
+        # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
+        self._queue_when_full = queue_when_full and limits is not None and balancer is not None
+        self._full: list[Candidate] = []  # candidates found full in this pass over the queue
+        self._ticket: Optional[int] = None
+        self._queued_since: Optional[float] = None
+        self.queued_s = 0.0  # time spent in the client-side queue
+        if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
+            candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
+            fallback = order_candidates(fallback, rng=rng, sticky_value=sticky_value)
+        self._queue: list[tuple[Candidate, bool]] = [(c, False) for c in candidates] + [(c, True) for c in fallback]
         self._pos = 0
         self._sent = 0
         self._retries: dict[str, int] = {}
@@ -356,6 +413,8 @@ class FailoverPlan:
                 if isinstance(step, Send) and step.is_restart:
                     self._recover = "restarted"
                 return step
+        if self._full and not self._in_flight:
+            return self._wait_in_queue(now)
         if self._in_flight:
             # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
             return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
@@ -444,6 +503,12 @@ class FailoverPlan:
         else:
             self._breakers.record(deployment_id, now, error, ttft_s=ttft_s, latency_s=latency_s, permit=flight.permit)
         outcome = classify_failure(error)
+        if self._balancer is not None:
+            if error is not None and (outcome == "caller" or dropped_before_reply(error) or content_started):
+                self._balancer.abandoned(deployment_id)  # says nothing of its load
+            else:
+                self._balancer.finished(deployment_id, now, latency_s=now - flight.started_at, met=flight.met,
+                                        ok=error is None)
         note: Optional[str] = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
 
@@ -536,6 +601,8 @@ class FailoverPlan:
         self._breakers.breaker(deployment_id).release(flight.permit)
         if self._limits is not None:
             self._limits.release(flight.lease)
+        if self._balancer is not None:
+            self._balancer.abandoned(deployment_id)
         self.attempts.append(
             PlannedAttempt(
                 deployment=deployment_id,
@@ -600,8 +667,15 @@ class FailoverPlan:
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
             return None
         lease: Optional[Lease] = None
+        queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
+        if queues and self._queued_behind(now):
+            self._full.append(candidate)  # calls queued before this one go first
+            return None
         if self._limits is not None:
             admission = self._limits.try_acquire(now, dep, pool=self.pool, tokens=self.request_tokens)
+            if not admission.granted and queues and admission.reason.startswith("concurrency"):
+                self._full.append(candidate)
+                return None
             if not admission.granted:
                 since = now if queued_since is None else queued_since
                 queue_timeout_s = self._limits.policy(self.pool, dep).queue_timeout_s
@@ -629,14 +703,68 @@ class FailoverPlan:
         elif not is_retry:
             budget.note_request(now)
         number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
+        if self._queued_since is not None and not hedge:
+            self.queued_s += now - self._queued_since
+            self._queued_since = None
+            self._leave_queue()
+        met = self._balancer.started(dep, now) if self._balancer is not None else 0
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
-                                         continuation, replay)
+                                         continuation, replay, met)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
         send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
                     continuation, restart, replay)
         self._sent += 1
         return send
+
+    def _queued_behind(self, now: float) -> bool:
+        """Are there calls queued ahead of this one, at least as many as free slots? (FIFO fairness)"""
+        assert self._balancer is not None and self._limits is not None
+        ahead = self._balancer.ahead(self.tier, self._ticket, now)
+        if not ahead:
+            return False
+        free = 0
+        for candidate, is_fallback in self._queue:
+            if not is_fallback:
+                limit = self._limits.policy(self.pool, candidate.deployment_id).max_concurrency
+                if limit is None:
+                    return False  # a deployment without a concurrency limit is never full
+                free += max(0, limit - self._balancer.in_flight(candidate.deployment_id))
+        return ahead >= free
+
+    def _leave_queue(self) -> None:
+        if self._ticket is not None and self._balancer is not None:
+            self._balancer.dequeue(self.tier, self._ticket)
+            self._ticket = None
+
+    def _wait_in_queue(self, now: float) -> Union[Wait, Exhausted]:
+        """Every deployment was full: wait in the queue and try them again, or give up past the timeout."""
+        assert self._balancer is not None and self._limits is not None
+        full, self._full = self._full, []
+        policy = self._limits.policy(self.pool, full[0].deployment_id)
+        since = now if self._queued_since is None else self._queued_since
+        if fits(policy.queue_poll_s, now=now, queued_since=since, queue_timeout_s=policy.queue_timeout_s,
+                deadline_at=self.deadline_at):
+            if self._ticket is None:
+                self._ticket = self._balancer.enqueue(self.tier, since + policy.queue_timeout_s + policy.queue_poll_s)
+            self._queued_since = since
+            full, _ = self._balancer.rank(full, [c.deployment_id for c in full], now, rng=self._rng)
+            self._queue.extend((c, False) for c in full)
+            return Wait(policy.queue_poll_s, full[0].deployment_id, "queue: every deployment is full")
+        self._leave_queue()
+        self.queued_s += now - since
+        self._queued_since = None
+        for c in full:
+            limit = self._limits.policy(self.pool, c.deployment_id).max_concurrency
+            self._skip(c, False, f"client-side concurrency limit {limit} reached (pool {self.pool}); "
+                                 f"queued {self.queued_s:.2f}s")
+        self._pending = None
+        exc = E.QueueTimeoutError(
+            f"every deployment of tier {self.tier!r} stayed full (client-side max_concurrency, pool {self.pool}) "
+            f"for the {self.queued_s:.2f}s the call waited in the queue",
+            attempts=list(self.attempts), tier=self.tier, queued_s=self.queued_s)
+        self._terminal = Exhausted("all_failed", exc)
+        return self._terminal
 
     def _fits_context(self, candidate: Candidate, *, note: bool, now: float) -> bool:
         window = candidate.context_window
@@ -735,6 +863,7 @@ class FailoverPlan:
         for dep in list(self._in_flight):
             self.cancel(dep, now, note="cancelled: the call's deadline passed")
         self._pending = None
+        self._leave_queue()
         if self._recover in _STREAM_RECOVERY and self._cut is not None:
             flight, error, partial = self._cut  # the real failure is the cut, whatever came after
             self._terminal = Exhausted("stream_interrupted", self._interrupted(flight, error, partial))

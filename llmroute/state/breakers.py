@@ -165,6 +165,10 @@ class SharedBreakers:
         # Runs a publish's or a probe slot's give-back round trip later, off the caller's thread
         # (`AsyncClient` sets its `Offload.submit`: in order, on one worker thread); None: at once.
         self.later: Optional[Callable[..., None]] = None
+        # The client's `LoadBalancer`: each sync also publishes this process's in-flight count and
+        # estimate per deployment and reads the others' (same round trip; docs/state.md, "Load").
+        self.balancer: Any = None
+        self._stale_load: list[tuple[str, str]] = []  # (hash key, field) of processes gone quiet, to HDEL
         renew_at_fork(self, "_stop")
 
     def _after_fork_in_child(self) -> None:
@@ -254,6 +258,11 @@ class SharedBreakers:
         keys = [self.key(d) for d in deployments]
         breakers = [registry.breaker(d) for d in deployments]
         outgoing = [b.take_unpublished() if isinstance(b, SharedCircuitBreaker) else [] for b in breakers]
+        balancer = self.balancer
+        mine = balancer.published(deployments) if balancer is not None else None
+        load_ttl = max(2.0, 8 * self.state.config.breaker_sync_s)
+        stale, self._stale_load = self._stale_load, []
+        wall_at_send = self._wall()
 
         def read(client: Any) -> Any:
             pipe = client.pipeline(transaction=False)
@@ -264,18 +273,30 @@ class SharedBreakers:
                         pipe.lpush(f"{k}:{kind}", *values)
                         pipe.ltrim(f"{k}:{kind}", 0, SAMPLES_KEPT - 1)
                         pipe.expire(f"{k}:{kind}", RECORD_TTL_S)
+            for key, stale_field in stale:
+                pipe.hdel(key, stale_field)
+            if mine is not None:
+                for k, value in zip(keys, mine):
+                    pipe.hset(f"{k}:load", self._owner, f"{value}|{wall_at_send + load_ttl!r}")
+                    pipe.expire(f"{k}:load", int(load_ttl) + 60)
             for k in keys:
                 pipe.hgetall(k)
                 pipe.lrange(f"{k}:ttft", 0, -1)
                 pipe.lrange(f"{k}:latency", 0, -1)
-            return pipe.execute()[-3 * len(keys):]
+                if mine is not None:
+                    pipe.hgetall(f"{k}:load")
+            width = 3 if mine is None else 4
+            return pipe.execute()[-width * len(keys):]
 
         try:
             replies = self.state.run(read)
         except Unavailable:
             return False
-        rows = replies[0::3]
-        for b, ttft, latency in zip(breakers, replies[1::3], replies[2::3]):
+        width = 3 if mine is None else 4
+        rows = replies[0::width]
+        if mine is not None:
+            self._adopt_load(deployments, keys, replies[3::width])
+        for b, ttft, latency in zip(breakers, replies[1::width], replies[2::width]):
             if isinstance(b, SharedCircuitBreaker):
                 b.fleet_ttft = [float(v) for v in ttft] or None
                 b.fleet_latency = [float(v) for v in latency] or None
@@ -303,6 +324,25 @@ class SharedBreakers:
             self.adopted += 1
         self.fleet = fleet
         return True
+
+    def _adopt_load(self, deployments: list[str], keys: list[str], rows: list[Any]) -> None:
+        """Hand the other processes' in-flight counts and estimates to the balancer; note expired fields."""
+        now_wall, now_mono = self._wall(), self._mono()
+        for deployment_id, key, raw in zip(deployments, keys, rows):
+            others = []
+            for owner, value in (raw or {}).items():
+                owner = owner.decode() if isinstance(owner, bytes) else owner
+                value = value.decode() if isinstance(value, bytes) else value
+                *fields, expires = value.split("|")
+                try:
+                    if float(expires) < now_wall:
+                        self._stale_load.append((f"{key}:load", owner))
+                        continue
+                except ValueError:
+                    continue
+                if owner != self._owner:
+                    others.append("|".join(fields))
+            self.balancer.adopt(deployment_id, others, now_mono)
 
     def _loop(self) -> None:
         interval = self.state.config.breaker_sync_s

@@ -75,7 +75,8 @@ local bk, ba, lk, la = {}, {}, {}, {}
 for i = 1, n do bk[i] = KEYS[i] end
 for i = 1, 3 do lk[i] = KEYS[n + i] end
 for i = 1, nb do ba[i] = ARGV[1 + i] end
-for i = 1, 7 do la[i] = ARGV[1 + nb + i] end
+for i = 1, #ARGV - 1 - nb do la[i] = ARGV[1 + nb + i] end
+free_released(lk[3], la, 8)
 local b = reserve(bk, ba)
 if b[1] ~= 0 then return b end
 local a = admit(lk, la)
@@ -129,13 +130,23 @@ class SharedBudgetCounters:
         args: list[Any] = ["1" if reserve else "0", ttl_s]
         for _, limit, need, mode in items:
             args += [limit, need, mode]
+        freed: list[str] = []
+        freed_from: Optional[tuple[Any, str]] = None  # (SharedLimits, slots key) `freed` goes back to if unsent
         if admit is not None and not self.state.config.cluster:
-            keys, args = keys + admit.keys, [len(items), *args, *admit.args]
+            if admit.holds_slot and admit.limits is not None:
+                freed_from = (admit.limits, admit.keys[2])
+                freed = admit.limits.take_released(admit.keys[2])  # this process's released slots go first
+            keys, args = keys + admit.keys, [len(items), *args, *admit.args, *freed]
             script = self.state.script("budget_reserve_admit", RESERVE_AND_ADMIT_LUA)
         else:
             admit = None
             script = self.state.script("budget_reserve", RESERVE_LUA)
-        reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
+        try:
+            reply = self.state.run(lambda client: script(keys=keys, args=args, client=client))
+        except Unavailable:
+            if freed_from is not None:
+                freed_from[0].unsent(freed_from[1], freed)
+            raise
         verdict = int(reply[0])
         if verdict == 0:
             return (0, 0, 0, reply[3:] if admit is not None else None)

@@ -17,7 +17,7 @@ import itertools
 import logging
 import threading
 import uuid
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from llmroute._runtime.forksafe import renew_at_fork
@@ -32,7 +32,12 @@ log = logging.getLogger("llmroute.state")
 
 # admit(K, A). K: request bucket, token bucket, slots. A: rpm, tpm, max_concurrency (0 = none), tokens,
 # lease_s, slot id, poll_s. Returns {1} (granted, all taken) or {0, wait_s, reason}.
+# free_released(slots, A, first): removes the slot ids A[first..]: slots this process released whose
+# ZREM had not been sent yet, so a process's own finished calls never count against its next one.
 ADMIT_FUNCTION_LUA = """
+local function free_released(slots, ARGV, first)
+  for i = first, #ARGV do redis.call('ZREM', slots, ARGV[i]) end
+end
 local function admit(KEYS, ARGV)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) + tonumber(t[2]) / 1000000
@@ -77,7 +82,7 @@ end
 return {1}
 end
 """
-ADMIT_LUA = ADMIT_FUNCTION_LUA + "return admit(KEYS, ARGV)\n"
+ADMIT_LUA = ADMIT_FUNCTION_LUA + "free_released(KEYS[3], ARGV, 8)\nreturn admit(KEYS, ARGV)\n"
 
 # KEYS: slots. ARGV: lease_s, slot ids... Pushes each held slot's expiry out (only if still there).
 RENEW_LUA = """
@@ -103,6 +108,7 @@ class LimitRequest:
     keys: list[str]
     args: list[Any]
     holds_slot: bool
+    limits: Any = field(default=None, compare=False, repr=False)  # the SharedLimits that made it
 
 
 @dataclass
@@ -153,16 +159,34 @@ class SharedLimits:
         args = [p.rpm or 0, p.tpm or 0, p.max_concurrency or 0, int(tokens), self.state.config.lease_s, slot_id,
                 p.queue_poll_s]
         return LimitRequest(pool, deployment_id, int(tokens), self._keys(pool, deployment_id), args,
-                            bool(p.max_concurrency))
+                            bool(p.max_concurrency), self)
+
+    def take_released(self, slots_key: str) -> list[str]:
+        """Slot ids of `slots_key` this process released and has not yet removed from Redis: the next
+        admission script removes them first (`free_released`), so they never count against it."""
+        with self._lock:
+            mine = [slot for key, slot in self._to_release if key == slots_key]
+            if mine:
+                self._to_release = [(k, slot) for k, slot in self._to_release if k != slots_key]
+        return mine
+
+    def unsent(self, slots_key: str, slots: list[str]) -> None:
+        """`take_released`'s slots, when the script carrying them did not run: back to the release queue."""
+        if slots:
+            with self._lock:
+                self._to_release.extend((slots_key, slot) for slot in slots)
+            self._wake.set()
 
     def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission:
         req = self.request(deployment_id, pool=pool, tokens=tokens)
         if req is None:
             return Admission(True, lease=SharedLease(pool, deployment_id))
+        freed = self.take_released(req.keys[2]) if req.holds_slot else []
         try:
             script = self.state.script("admit", ADMIT_LUA)
-            reply = self.state.run(lambda client: script(keys=req.keys, args=req.args, client=client))
+            reply = self.state.run(lambda client: script(keys=req.keys, args=[*req.args, *freed], client=client))
         except Unavailable:
+            self.unsent(req.keys[2], freed)
             self.state.fallback("client-side limits")
             admission = self.local.try_acquire(now, deployment_id, pool=pool, tokens=tokens)
             if not admission.granted:

@@ -459,9 +459,11 @@ def test_a_request_too_big_for_a_known_window_skips_it_unsent(servers):
 
 
 def test_weights_split_traffic_roughly_90_10(servers):
+    """`balance = "weighted"`: the behaviour weights had before load balancing became their default."""
     n = 300
     deployments = [{"id": A, "weight": 90}, {"id": B, "weight": 10}]
-    with Caller("sync", tier_config({"a": servers["a"], "b": servers["b"]}, deployments=deployments)) as call:
+    cfg = tier_config({"a": servers["a"], "b": servers["b"]}, deployments=deployments, tier={"balance": "weighted"})
+    with Caller("sync", cfg) as call:
         served = [call().deployment for _ in range(n)]
     to_a = served.count(A)
     # Binomial(300, 0.9): mean 270, sd 5.2. Bounds are ~5 sd wide; list order alone would give 300.

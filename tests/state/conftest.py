@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from tests.state.servers import PostgresServer, RedisServer
+from tests.state.servers import PostgresServer, RedisCluster, RedisServer
 
 
 @pytest.fixture
@@ -17,6 +17,16 @@ def redis_server():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def redis_cluster():
+    """Three local redis-server nodes in cluster mode, started for the test."""
+    cluster = RedisCluster().start()
+    try:
+        yield cluster
+    finally:
+        cluster.stop()
 
 
 @pytest.fixture(scope="session")

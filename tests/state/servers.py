@@ -70,6 +70,49 @@ class RedisServer:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+class RedisCluster:
+    """Three redis-server nodes in cluster mode on loopback (no replicas), slots spread by
+    `redis-cli --cluster create`; `url` names one node (the cluster client discovers the rest)."""
+
+    def __init__(self, nodes: int = 3) -> None:
+        self.nodes = [RedisServer() for _ in range(nodes)]
+
+    @property
+    def url(self) -> str:
+        return self.nodes[0].url
+
+    def start(self) -> "RedisCluster":
+        for node in self.nodes:
+            node.proc = subprocess.Popen(
+                [node.exe, "--port", str(node.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                 "--dir", node.dir, "--protected-mode", "yes", "--cluster-enabled", "yes",
+                 "--cluster-config-file", os.path.join(node.dir, "nodes.conf"), "--cluster-node-timeout", "2000",
+                 # The bus port defaults to port + 10000, past 65535 for a high free port: one of its own.
+                 "--cluster-port", str(free_port())],
+                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for node in self.nodes:
+            _wait_port(node.port, 10, node.proc)
+        cli = shutil.which("redis-cli")
+        if cli is None:
+            raise RuntimeError("redis-cli is not installed: run scripts/services.sh as root")
+        subprocess.run([cli, "--cluster", "create", *(f"127.0.0.1:{n.port}" for n in self.nodes),
+                        "--cluster-replicas", "0", "--cluster-yes"], check=True, timeout=30,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            info = subprocess.run([cli, "-p", str(self.nodes[0].port), "cluster", "info"], capture_output=True,
+                                  text=True, timeout=5).stdout
+            if "cluster_state:ok" in info:
+                return self
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError("the Redis Cluster did not reach cluster_state:ok")
+
+    def stop(self) -> None:
+        for node in self.nodes:
+            node.stop()
+
+
 def _pg_bin(name: str) -> str:
     found = sorted(glob.glob(f"/usr/lib/postgresql/*/bin/{name}"))
     if found:
