@@ -32,7 +32,8 @@ from llmroute.providers.registry import KINDS
 from llmroute.providers.sendable import check_headers, encode_body
 from llmroute._call.targets import Target, resolve_target
 from llmroute._http.timeouts import Timeouts
-from llmroute.accounting.tokens import count_message_tokens, estimate_usage
+from llmroute.accounting.tokens import (cache_write_tokens, count_message_tokens, estimate_usage, explicit_cache,
+                                       thinking_requested)
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
 from llmroute._call.validate import check_create_args
 
@@ -475,7 +476,8 @@ class CallRun:
     def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
         """Price the ended attempt (its record keeps the cost) and tell the recorder."""
         rec = ctx.record
-        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated)
+        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated,
+                                     thinking=thinking_requested(self.prepared.call.params, self.prepared.call.extra_body))
         if rec.billed:
             self.costs.append(rec.cost)
         self.recorder.attempt_ended(self, ctx, error, now)
@@ -671,6 +673,16 @@ def sum_usage(usages: Sequence[Usage]) -> Usage:
         prompt_tokens=sum(u.prompt_tokens for u in usages),
         completion_tokens=sum(u.completion_tokens for u in usages),
         total_tokens=sum(u.total_tokens or u.prompt_tokens + u.completion_tokens for u in usages),
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages)),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages),
+                                                  **_cache_writes(usages)),
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(u.reasoning_tokens for u in usages)),
     )
+
+
+def _cache_writes(usages: Sequence[Usage]) -> Dict[str, Any]:
+    """The explicit context-cache fields of several usages, summed (none when none reported any)."""
+    written = sum(cache_write_tokens(u) for u in usages)
+    out: Dict[str, Any] = {"cache_creation_input_tokens": written} if written else {}
+    if any(explicit_cache(u) for u in usages):
+        out["cache_type"] = "ephemeral"
+    return out

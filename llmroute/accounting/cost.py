@@ -10,6 +10,13 @@ Billing rules (docs/platforms.md §12.5, §12.6):
     handled with `reasoning_in_completion=False`; none of the platforms in docs/platforms.md does.
   * No price means `amount=None` and `priced=False`, never 0. Estimated usage gives
     `estimated=True`.
+  * Input-length tiers (docs/pricing.md): the request's prompt tokens pick the tier
+    (`Price.for_prompt`), and that tier's rates price every part of the request, output included.
+  * Thinking: when the usage reports reasoning tokens or the request enabled thinking, every output
+    token is billed at the thinking-output rate (the output rate when the price has none).
+  * Context cache: tokens written to an explicit cache (`cache_write_tokens`, part of the prompt) are
+    billed at the cache-write rate; cached tokens at the explicit-hit rate when the usage says the
+    cache was explicit, else at the (implicit) cached rate.
 
 `read_usage` reads every platform's usage shape (docs/platforms.md §10, §11.3): OpenAI
 `prompt_tokens_details.cached_tokens`, Together's flat `usage.cached_tokens`, Fireworks
@@ -25,11 +32,12 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any, Iterable, Mapping
 
-from llmroute.accounting.tokens import normalize_usage
+from llmroute.accounting.tokens import cache_write_tokens, explicit_cache, normalize_usage, thinking_requested
 from llmroute.accounting.cost_value import Cost
 from llmroute.accounting.prices import MILLION, ExchangeRates, Price
 
-__all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED"]
+__all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED",
+           "thinking_requested"]
 
 # The currency of a sum over attempts billed in different currencies with no rate to join them.
 MIXED = "mixed"
@@ -44,6 +52,8 @@ class TokenUsage:
     cached_tokens: int = 0
     reasoning_tokens: int = 0
     reasoning_in_completion: bool = True
+    cache_write_tokens: int = 0
+    explicit_cache: bool = False
 
 
 def _as_mapping(obj: Any) -> Mapping[str, Any]:
@@ -76,6 +86,8 @@ def read_usage(
         completion_tokens=u.completion_tokens,
         cached_tokens=u.cached_tokens,
         reasoning_tokens=u.reasoning_tokens,
+        cache_write_tokens=cache_write_tokens(u),
+        explicit_cache=explicit_cache(u),
     )
 
 
@@ -88,35 +100,50 @@ def compute_cost(
     reasoning_tokens: int = 0,
     reasoning_in_completion: bool = True,
     estimated: bool = False,
+    cache_write_tokens: int = 0,
+    explicit_cache: bool = False,
+    thinking: bool = False,
 ) -> Cost:
     """The cost of one attempt. See the module docstring for the billing rules.
 
-    Counts are clamped to be consistent (cached <= prompt, all >= 0) rather than raising: a
-    platform's odd usage must not lose a response that already arrived.
+    Counts are clamped to be consistent (cached + cache writes <= prompt, all >= 0) rather than
+    raising: a platform's odd usage must not lose a response that already arrived.
     """
     prompt = max(0, int(prompt_tokens))
     cached = min(max(0, int(cached_tokens)), prompt)
+    written = min(max(0, int(cache_write_tokens)), prompt - cached)
     reasoning = max(0, int(reasoning_tokens))
     output = max(0, int(completion_tokens)) + (0 if reasoning_in_completion else reasoning)
-    tokens = dict(input_tokens=prompt, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning)
+    thinking = bool(thinking or reasoning > 0)
+    tokens = dict(input_tokens=prompt, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning,
+                  cache_write_tokens=written, explicit_cache=bool(explicit_cache and (cached or written)))
     if price is None:
-        return Cost(amount=None, currency=None, estimated=estimated, priced=False, price_confirmed=False, **tokens)
-    input_amount = Decimal(prompt - cached) * price.input_per_million / MILLION
-    cached_amount = Decimal(cached) * price.cached_rate / MILLION
-    output_amount = Decimal(output) * price.output_per_million / MILLION
-    amount = input_amount + cached_amount + output_amount
+        return Cost(amount=None, currency=None, estimated=estimated, priced=False, price_confirmed=False,
+                    thinking=thinking, **tokens)  # type: ignore[arg-type]
+    rates = price.for_prompt(prompt) if price.tiers else price
+    cached_rate = rates.explicit_cached_rate if explicit_cache else rates.cached_rate
+    output_rate = rates.thinking_output_rate if thinking else rates.output_per_million
+    input_amount = Decimal(prompt - cached - written) * rates.input_per_million / MILLION
+    cached_amount = Decimal(cached) * cached_rate / MILLION
+    write_amount = Decimal(written) * rates.cache_write_rate / MILLION
+    output_amount = Decimal(output) * output_rate / MILLION
+    amount = input_amount + cached_amount + write_amount + output_amount
     return Cost(
         amount=amount,
         currency=price.currency,
         input_amount=input_amount,
         cached_amount=cached_amount,
         output_amount=output_amount,
+        cache_write_amount=write_amount,
         estimated=estimated,
         priced=True,
         price_version=price.version,
         price_confirmed=price.confirmed,
         by_currency={price.currency: amount},
-        **tokens,
+        # Only a thinking rate of its own makes "thinking" a pricing fact worth recording.
+        thinking=thinking and rates.thinking_output_per_million is not None,
+        tier_above=rates.tier_above,
+        **tokens,  # type: ignore[arg-type]
     )
 
 
@@ -127,8 +154,10 @@ def cost_from_usage(
     estimated: bool = False,
     timings: Mapping[str, Any] | None = None,
     perf_metrics: Mapping[str, Any] | None = None,
+    thinking: bool = False,
 ) -> Cost:
-    """`compute_cost` over a raw usage object (any platform's shape, see `read_usage`)."""
+    """`compute_cost` over a raw usage object (any platform's shape, see `read_usage`); `thinking`: the
+    request enabled thinking (see `thinking_requested`)."""
     t = usage if isinstance(usage, TokenUsage) else read_usage(usage, timings=timings, perf_metrics=perf_metrics)
     return compute_cost(
         price,
@@ -138,6 +167,9 @@ def cost_from_usage(
         reasoning_tokens=t.reasoning_tokens,
         reasoning_in_completion=t.reasoning_in_completion,
         estimated=estimated,
+        cache_write_tokens=t.cache_write_tokens,
+        explicit_cache=t.explicit_cache,
+        thinking=thinking,
     )
 
 
@@ -173,6 +205,10 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
         output_tokens=sum(c.output_tokens for c in costs),
         cached_tokens=sum(c.cached_tokens for c in costs),
         reasoning_tokens=sum(c.reasoning_tokens for c in costs),
+        cache_write_tokens=sum(c.cache_write_tokens for c in costs),
+        explicit_cache=any(c.explicit_cache for c in costs),
+        thinking=any(c.thinking for c in costs),
+        tier_above=max((c.tier_above for c in costs if c.tier_above is not None), default=None),
         estimated=any(c.estimated for c in costs),
         priced=priced,
         price_version="+".join(versions) or None,
@@ -182,10 +218,14 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
     currencies = {c.currency for c in costs if c.currency}
     if len(currencies) <= 1:
         currency = next(iter(currencies), None)
-        parts: dict[str, Decimal | None] = {"input_amount": Decimal(0), "cached_amount": Decimal(0), "output_amount": Decimal(0)}
+        parts: dict[str, Decimal | None] = {"input_amount": Decimal(0), "cached_amount": Decimal(0),
+                                            "cache_write_amount": Decimal(0), "output_amount": Decimal(0)}
         for c in costs:
             for k in parts:
-                parts[k] = _add(parts[k], getattr(c, k))
+                v = getattr(c, k)
+                if v is None and k == "cache_write_amount" and c.amount is not None:
+                    v = Decimal(0)  # a cost built before cache writes were priced: none were made
+                parts[k] = _add(parts[k], v)
         amount = sum(by_currency.values(), Decimal(0)) if priced else None
         if not priced:
             parts = dict.fromkeys(parts)
@@ -195,8 +235,8 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
         converted = [rates.convert(amt, cur, target) for cur, amt in by_currency.items()]
         if all(x is not None for x in converted):
             parts = {}
-            for k in ("input_amount", "cached_amount", "output_amount"):
-                vals = [rates.convert(getattr(c, k), c.currency, target) for c in costs]  # type: ignore[arg-type]
+            for k in ("input_amount", "cached_amount", "cache_write_amount", "output_amount"):
+                vals = [rates.convert(getattr(c, k) or Decimal(0), c.currency, target) for c in costs]  # type: ignore[arg-type]
                 parts[k] = sum(vals, Decimal(0))  # type: ignore[arg-type]
             return Cost(amount=sum(converted, Decimal(0)), currency=target, **parts, **tokens)  # type: ignore[arg-type]
     return Cost(amount=None, currency=MIXED, **tokens)

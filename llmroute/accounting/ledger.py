@@ -53,7 +53,9 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       router_score     REAL,              -- the router's score for this choice, when one routed it
       usage_estimated  INTEGER NOT NULL,  -- 1: the platform sent no usage; tokens were counted locally
       cache            TEXT,              -- hit | semantic-hit | miss | bypass; NULL: the cache was not in play
-      cost_saved       TEXT               -- a cache hit: what the cached answer cost when it was made
+      cost_saved       TEXT,              -- a cache hit: what the cached answer cost when it was made
+      cache_write_tokens INTEGER,         -- prompt tokens written to an explicit context cache (in input_tokens)
+      price_detail     TEXT               -- tier>N, thinking, cache-write, explicit-cache: the rates used beyond the plain ones
     );
     CREATE INDEX ledger_ts ON ledger (ts);
     CREATE INDEX ledger_request ON ledger (request_id);
@@ -110,7 +112,7 @@ __all__ = [
 
 log = logging.getLogger("llmroute.ledger")
 
-SCHEMA_VERSION = 2  # 2: cache, cost_saved
+SCHEMA_VERSION = 2  # 2: cache, cost_saved (later columns are added by presence: cache_write_tokens, price_detail)
 Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
@@ -188,6 +190,8 @@ class LedgerRecord:
     usage_estimated: bool = False
     cache: Optional[str] = None
     cost_saved: Optional[Decimal] = None
+    cache_write_tokens: int = 0
+    price_detail: Optional[str] = None
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
@@ -202,6 +206,8 @@ class LedgerRecord:
             estimated=cost.estimated,
             priced=cost.priced,
             price_version=cost.price_version,
+            cache_write_tokens=cost.cache_write_tokens,
+            price_detail=cost.price_detail,
             **kw,
         )
 
@@ -264,6 +270,7 @@ _SQL_TYPES = {
     "ttft_ms": "REAL",
     "latency_ms": "REAL",
     "router_score": "REAL",
+    "cache_write_tokens": "INTEGER",
 }
 SCHEMA_SQL = (
     "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, "

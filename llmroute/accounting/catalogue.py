@@ -1,0 +1,113 @@
+"""Team price catalogues: files in the shipped table's format, laid over it without a release.
+
+`[pricing] catalogue = "prices.toml"` (or a list, applied in order) names them; each is read once, at
+config load, parsed by `prices.parse_price_table` (errors name the file and the line), and laid over the
+shipped table by `prices.layer_tables`: an entry replaces the shipped entry of the same (kind, region,
+model), a new one is added, and each figure keeps its own file's `version`, which the ledger records
+as `price_version`. `llmroute prices check FILE` lints one file; `llmroute prices diff` shows what the
+catalogue changes against the shipped table (`diff_tables`).
+
+This module reads the files it is given and nothing else: it never fetches a price from the network,
+never writes, and keeps no state between calls.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from decimal import Decimal
+from pathlib import Path
+from typing import Iterable, Sequence
+
+from llmroute.accounting.prices import Price, PriceTable, layer_tables, load_price_table, parse_price_table
+from llmroute.errors import ConfigError
+
+__all__ = ["read_catalogue_file", "load_catalogue", "diff_tables", "PriceChange", "RATE_FIELDS"]
+
+# The figures `diff_tables` compares, in display order.
+RATE_FIELDS = (
+    "input_per_million", "output_per_million", "cached_input_per_million", "explicit_cached_input_per_million",
+    "cache_write_per_million", "thinking_output_per_million", "batch_input_per_million", "batch_output_per_million",
+    "currency", "confirmed",
+)
+
+
+def read_catalogue_file(path: str | Path, *, base_dir: str | Path | None = None) -> PriceTable:
+    """Parse one catalogue file (relative to `base_dir` when relative). A file that cannot be read or
+    parsed is a ConfigError naming it (and the line, for a bad entry)."""
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the price catalogue: {e.strerror or e}", path=str(p),
+                          key="pricing.catalogue") from None
+    except UnicodeDecodeError:
+        raise ConfigError("the price catalogue is not UTF-8 text", path=str(p), key="pricing.catalogue") from None
+    return parse_price_table(text, name=str(p))
+
+
+def load_catalogue(paths: Sequence[str], *, base_dir: str | Path | None = None,
+                   base: PriceTable | None = None) -> PriceTable:
+    """The shipped table (or `base`) with every file of `paths` laid over it, in order."""
+    layers = [read_catalogue_file(path, base_dir=base_dir) for path in paths]
+    return layer_tables(base or load_price_table(), *layers)
+
+
+@dataclass(frozen=True)
+class PriceChange:
+    """One entry that differs between two tables: `change` is "added" or "changed"; `fields` maps each
+    changed figure (and "tiers") to (before, after), as text; `where` is the file and line it came from."""
+
+    change: str
+    kind: str
+    region: str | None
+    model: str
+    fields: dict[str, tuple[str, str]]
+    version: str
+    where: str
+
+    @property
+    def label(self) -> str:
+        platform = f"{self.kind}/{self.region}" if self.region else self.kind
+        return f"{platform} {self.model}"
+
+
+def _text(value: Decimal | str | bool | None) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, Decimal):
+        return format(value.normalize(), "f")
+    return str(value)
+
+
+def _tiers_text(price: Price) -> str:
+    return "; ".join(f">{t.above}: {_text(t.input_per_million)}/{_text(t.output_per_million)}"
+                     for t in price.tiers) or "-"
+
+
+def diff_tables(base: PriceTable, other: PriceTable | Iterable[Price]) -> list[PriceChange]:
+    """The entries of `other` that `base` lacks or prices differently (an entry only in `base` is not a
+    change: a catalogue cannot remove a shipped price)."""
+    entries = other.entries if isinstance(other, PriceTable) else tuple(other)
+    changes: list[PriceChange] = []
+    for p in entries:
+        where = f"{p.origin_file}:{p.line}" if p.line else p.origin_file
+        before = base.index.get((p.kind or "", p.region, p.model))
+        if before is None:
+            figures = {f: ("", _text(getattr(p, f))) for f in RATE_FIELDS if getattr(p, f) is not None}
+            if p.tiers:
+                figures["tiers"] = ("", _tiers_text(p))
+            changes.append(PriceChange("added", p.kind or "", p.region, p.model, figures, p.version, where))
+            continue
+        if before is p:
+            continue
+        fields = {f: (_text(getattr(before, f)), _text(getattr(p, f))) for f in RATE_FIELDS
+                  if getattr(before, f) != getattr(p, f)}
+        if before.tiers != p.tiers:
+            fields["tiers"] = (_tiers_text(before), _tiers_text(p))
+        if fields:
+            changes.append(PriceChange("changed", p.kind or "", p.region, p.model, fields, p.version, where))
+    return sorted(changes, key=lambda c: (c.kind, c.region or "", c.model))
