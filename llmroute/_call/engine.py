@@ -278,7 +278,9 @@ class Engine:
 
     def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool, thinking: bool = False) -> "Cost":
         """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). `thinking`: the
-        request enabled thinking (its output is billed at the thinking rate, where the price has one)."""
+        request enabled thinking. Reported usage decides by its reasoning tokens (a thinking request
+        that produced no reasoning is billed at the non-thinking rate, as Bailian bills it); usage we
+        estimated takes the request's word (docs/pricing.md)."""
         return self._compute_cost(
             self._price(dep),
             prompt_tokens=usage.prompt_tokens if usage else 0,
@@ -288,7 +290,7 @@ class Engine:
             estimated=estimated,
             cache_write_tokens=cache_write_tokens(usage),
             explicit_cache=explicit_cache(usage),
-            thinking=thinking and usage is not None,
+            thinking=thinking and estimated and usage is not None,
         )
 
     def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:

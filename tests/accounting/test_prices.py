@@ -61,9 +61,9 @@ def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
             assert p.kind == "together" and p.source.startswith("together.ai/models/"), p.model
     assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
     assert table.get("bailian", "singapore", "qwen-plus").confirmed
-    # qwen-plus in Beijing is on the official model list; qwen-max's current price only in third-party tables.
+    # qwen-plus and qwen-max in Beijing are on the official model list (help.aliyun.com/zh/model-studio/models).
     assert table.get("bailian", "cn-beijing", "qwen-plus").confirmed
-    assert not table.get("bailian", "cn-beijing", "qwen-max").confirmed
+    assert table.get("bailian", "cn-beijing", "qwen-max").confirmed
 
 
 def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
@@ -86,16 +86,27 @@ def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
     assert table.get("bailian", "us", "qwen-max") is None
 
 
-def test_bailian_cached_rate_is_forty_percent_of_input():
-    # billing-for-model-studio: cache hits cost 40% of input; qwen-flash's own page says 20%. Models whose page
-    # names no cache rate ship none (cached tokens then cost the input price), never a guessed one.
+def test_bailian_cache_rates_follow_the_context_cache_page():
+    # alibabacloud.com/help/en/model-studio/context-cache (2026): implicit hits 20% of input, explicit-cache
+    # creation 125%, explicit hits 10%, in every input-length tier. Models whose pages name no cache
+    # support ship none (cached tokens then cost the input price), never a guessed one. qwen-long keeps
+    # the 40% of its older official page.
     table = load_price_table()
+    checked = 0
     for p in table.entries:
-        if p.kind == "bailian" and p.mode == "chat" and p.model != "qwen-flash" and p.cached_input_per_million:
-            assert p.cached_input_per_million == p.input_per_million * Decimal("0.4"), p.model
+        if p.kind != "bailian" or p.mode != "chat" or p.explicit_cached_input_per_million is None:
+            continue
+        for rates in (p, *p.tiers):
+            assert rates.cached_input_per_million == rates.input_per_million * Decimal("0.2"), p.model
+            assert rates.explicit_cached_input_per_million == rates.input_per_million * Decimal("0.1"), p.model
+            assert rates.cache_write_per_million == rates.input_per_million * Decimal("1.25"), p.model
+            checked += 1
+    assert checked >= 20
     for model in ("qwen-turbo", "qwen-plus", "qwen-max"):
         assert table.get("bailian", "singapore", model).cached_input_per_million is not None, model
-    assert table.get("bailian", "us", "qwen-plus-us").cached_rate == Decimal("0.4")
+    assert table.get("bailian", "us", "qwen-plus-us").cached_rate == Decimal("0.08")
+    assert table.get("bailian", "us", "qwen-flash-us").cached_rate == Decimal("0.05")  # no cache rate ships
+    assert table.get("bailian", "cn-beijing", "qwen-long").cached_rate == Decimal("0.2")
 
 
 def test_self_hosted_kinds_have_no_shipped_price():
