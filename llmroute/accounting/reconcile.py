@@ -391,7 +391,8 @@ def to_text(rows: Sequence[ReconRow]) -> str:
             t[1] += r.platform_amount
     lines.append("")
     for cur, (led, bill) in sorted(totals.items()):
-        lines.append(f"total {cur}: ledger {_money(led)}, bill {_money(bill)}, difference {_money(bill - led)}")
+        lines.append(f"total {cur} (days and models on both sides): ledger {_money(led)}, bill {_money(bill)}, "
+                     f"difference {_money(bill - led)}")
     off = [r for r in rows if not r.matches]
     lines.append(f"{len(rows) - len(off)} of {len(rows)} day/model rows match"
                  + (":" if off else "."))
