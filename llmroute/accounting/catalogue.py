@@ -83,9 +83,18 @@ def _text(value: Decimal | str | bool | None) -> str:
     return str(value)
 
 
+_TIER_EXTRAS = (("thinking", "thinking_output_per_million"), ("cached", "cached_input_per_million"),
+                ("explicit", "explicit_cached_input_per_million"), ("write", "cache_write_per_million"),
+                ("batch", "batch_input_per_million"))
+
+
 def _tiers_text(price: Price) -> str:
-    return "; ".join(f">{t.above}: {_text(t.input_per_million)}/{_text(t.output_per_million)}"
-                     for t in price.tiers) or "-"
+    """Each tier as ">131072: 2.4/20 thinking 24 cached 0.48" (input/output, then the rates it sets)."""
+    parts = []
+    for t in price.tiers:
+        extras = "".join(f" {label} {_text(getattr(t, f))}" for label, f in _TIER_EXTRAS if getattr(t, f) is not None)
+        parts.append(f">{t.above}: {_text(t.input_per_million)}/{_text(t.output_per_million)}{extras}")
+    return "; ".join(parts) or "-"
 
 
 def diff_tables(base: PriceTable, other: PriceTable | Iterable[Price]) -> list[PriceChange]:
