@@ -1,25 +1,24 @@
 """Team price catalogues: files in the shipped table's format, laid over it without a release.
 
 `[pricing] catalogue = "prices.toml"` (or a list, applied in order) names them; each is read once, at
-config load, parsed by `prices.parse_price_table` (errors name the file and the line), and laid over the
-shipped table by `prices.layer_tables`: an entry replaces the shipped entry of the same (kind, region,
+config load (`prices.read_catalogue_file` / `prices.load_catalogue`, re-exported here), parsed by
+`prices.parse_price_table` (errors name the file and the line), and laid over the shipped table by
+`prices.layer_tables`: an entry replaces the shipped entry of the same (kind, region,
 model), a new one is added, and each figure keeps its own file's `version`, which the ledger records
 as `price_version`. `llmroute prices check FILE` lints one file; `llmroute prices diff` shows what the
 catalogue changes against the shipped table (`diff_tables`).
 
-This module reads the files it is given and nothing else: it never fetches a price from the network,
-never writes, and keeps no state between calls.
+This module compares tables: it reads no file itself, never fetches a price from the network, never
+writes, and keeps no state between calls.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from decimal import Decimal
-from pathlib import Path
-from typing import Iterable, Sequence
+from typing import Iterable
 
-from llmroute.accounting.prices import Price, PriceTable, layer_tables, load_price_table, parse_price_table
-from llmroute.errors import ConfigError
+from llmroute.accounting.prices import Price, PriceTable, load_catalogue, read_catalogue_file
 
 __all__ = ["read_catalogue_file", "load_catalogue", "diff_tables", "PriceChange", "RATE_FIELDS"]
 
@@ -29,29 +28,6 @@ RATE_FIELDS = (
     "cache_write_per_million", "thinking_output_per_million", "batch_input_per_million", "batch_output_per_million",
     "currency", "confirmed",
 )
-
-
-def read_catalogue_file(path: str | Path, *, base_dir: str | Path | None = None) -> PriceTable:
-    """Parse one catalogue file (relative to `base_dir` when relative). A file that cannot be read or
-    parsed is a ConfigError naming it (and the line, for a bad entry)."""
-    p = Path(path)
-    if not p.is_absolute() and base_dir is not None:
-        p = Path(base_dir) / p
-    try:
-        text = p.read_text(encoding="utf-8")
-    except OSError as e:
-        raise ConfigError(f"cannot read the price catalogue: {e.strerror or e}", path=str(p),
-                          key="pricing.catalogue") from None
-    except UnicodeDecodeError:
-        raise ConfigError("the price catalogue is not UTF-8 text", path=str(p), key="pricing.catalogue") from None
-    return parse_price_table(text, name=str(p))
-
-
-def load_catalogue(paths: Sequence[str], *, base_dir: str | Path | None = None,
-                   base: PriceTable | None = None) -> PriceTable:
-    """The shipped table (or `base`) with every file of `paths` laid over it, in order."""
-    layers = [read_catalogue_file(path, base_dir=base_dir) for path in paths]
-    return layer_tables(base or load_price_table(), *layers)
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,8 @@ Self-hosted kinds have no shipped prices: their cost is your hardware, so price 
 Exchange rates (`[pricing.exchange_rates]`) use one convention: `CNY = 0.14` means one CNY is
 worth 0.14 units of `reporting_currency`. The reporting currency itself is 1.
 
-This module does no I/O except reading its own data file on first use, and keeps no clock.
+This module does no I/O except reading its own data file on first use and the team catalogue files a
+config names (`[pricing] catalogue`, read once when the `PriceBook` is built), and keeps no clock.
 """
 
 from __future__ import annotations
@@ -30,7 +31,8 @@ from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -54,6 +56,8 @@ __all__ = [
     "PriceTier",
     "parse_price_table",
     "layer_tables",
+    "read_catalogue_file",
+    "load_catalogue",
     "load_price_table",
     "normalize_region",
     "to_decimal",
@@ -461,6 +465,29 @@ def layer_tables(base: PriceTable, *layers: PriceTable) -> PriceTable:
                       missing=missing, missing_models=missing_models)
 
 
+def read_catalogue_file(path: str | Path, *, base_dir: str | Path | None = None) -> PriceTable:
+    """Parse one catalogue file (relative to `base_dir` when relative). A file that cannot be read or
+    parsed is a ConfigError naming it (and the line, for a bad entry)."""
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the price catalogue: {e.strerror or e}", path=str(p),
+                          key="pricing.catalogue") from None
+    except UnicodeDecodeError:
+        raise ConfigError("the price catalogue is not UTF-8 text", path=str(p), key="pricing.catalogue") from None
+    return parse_price_table(text, name=str(p))
+
+
+def load_catalogue(paths: Sequence[str], *, base_dir: str | Path | None = None,
+                   base: PriceTable | None = None) -> PriceTable:
+    """The shipped table (or `base`) with every file of `paths` laid over it, in order."""
+    layers = [read_catalogue_file(path, base_dir=base_dir) for path in paths]
+    return layer_tables(base or load_price_table(), *layers)
+
+
 @lru_cache(maxsize=1)
 def load_price_table() -> PriceTable:
     """The table shipped in the package, read once on first use."""
@@ -618,9 +645,7 @@ class PriceBook:
         relative to `base_dir`: the config file's folder; a bad file is a ConfigError naming file and line)."""
         self.config = config or PricingConfig()
         if table is None and self.config.catalogue:
-            from llmroute.accounting.catalogue import load_catalogue  # reads the team's files, at config load
-
-            table = load_catalogue(self.config.catalogue, base_dir=base_dir)
+            table = load_catalogue(self.config.catalogue, base_dir=base_dir)  # the team's files, at config load
         self.table = table or load_price_table()
         self._overrides: dict[str, Price] = {
             key: _override_price(key, ov) for key, ov in self.config.prices.items()

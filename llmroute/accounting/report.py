@@ -826,7 +826,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         book, ledger = None, args.ledger
         if args.config:
             pricing, cfg_ledger = _load_config(args.config)
-            book = PriceBook(pricing)
+            book = PriceBook(pricing, base_dir=str(Path(args.config).resolve().parent))  # its catalogue files
             ledger = ledger or cfg_ledger
         ledger = ledger or "llmroute-ledger.db"
         is_url = ledger.startswith(("postgresql://", "postgres://"))
