@@ -236,7 +236,7 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
         if all(x is not None for x in converted):
             parts = {}
             for k in ("input_amount", "cached_amount", "cache_write_amount", "output_amount"):
-                vals = [rates.convert(getattr(c, k) or Decimal(0), c.currency, target) for c in costs]  # type: ignore[arg-type]
-                parts[k] = sum(vals, Decimal(0))  # type: ignore[arg-type]
+                vals = [rates.convert(getattr(c, k) or Decimal(0), c.currency or "", target) for c in costs]
+                parts[k] = sum((v for v in vals if v is not None), Decimal(0))
             return Cost(amount=sum(converted, Decimal(0)), currency=target, **parts, **tokens)  # type: ignore[arg-type]
     return Cost(amount=None, currency=MIXED, **tokens)

@@ -150,9 +150,14 @@ class PriceTier:
 
     def scaled(self, factor: Decimal) -> "PriceTier":
         """Every rate times `factor` (a batch discount)."""
-        rates = {name: (None if getattr(self, name) is None else getattr(self, name) * factor)
-                 for name in ("input_per_million", "output_per_million", *_OPTIONAL_RATES)}
-        return PriceTier(above=self.above, **rates)
+        def times(value: Optional[Decimal]) -> Optional[Decimal]:
+            return None if value is None else value * factor
+
+        return PriceTier(
+            above=self.above, input_per_million=self.input_per_million * factor,
+            output_per_million=self.output_per_million * factor,
+            **{name: times(getattr(self, name)) for name in _OPTIONAL_RATES},
+        )
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,9 @@ difference, and its likely cause:
 The export format (docs/pricing.md): CSV with a header row, or JSON (a list of objects, or an object
 holding one under `data`, `rows`, `items` or `usage`). Columns are matched by name, case and spaces not
 mattering: `date`, `model`, `input_tokens`, `output_tokens`, `cached_tokens`, `amount`, optional
-`currency`, with the spellings platforms' consoles use as aliases (see `_ALIASES`). Rows of the same day
+`currency`, with the spellings platforms' consoles use as aliases (see `_ALIASES`), so Fireworks'
+documented billing-metrics CSV (`start_time`, `base_model_name`, `prompt_tokens`, `completion_tokens`,
+no amount: tokens are compared alone) reads as it is. Rows of the same day
 and model add up. A bad row is a ValueError naming the file, the line (CSV) or index (JSON) and the column.
 
 Pure functions over text and ledger records: this module opens no file and keeps no clock.
@@ -41,8 +43,9 @@ __all__ = ["ExportRow", "ReconRow", "read_export", "reconcile", "parse_offset", 
 
 # Column names per field, normalised (lower case, no spaces, `-` and `_` dropped).
 _ALIASES: dict[str, tuple[str, ...]] = {
-    "date": ("date", "day", "usagedate", "billingdate", "billdate", "time", "日期", "时间", "账单日期", "消费时间"),
-    "model": ("model", "modelname", "modelid", "modelcode", "模型", "模型名称", "模型名"),
+    "date": ("date", "day", "usagedate", "billingdate", "billdate", "time", "starttime", "日期", "时间", "账单日期",
+             "消费时间"),
+    "model": ("model", "modelname", "modelid", "modelcode", "basemodelname", "模型", "模型名称", "模型名"),
     "input": ("inputtokens", "input", "prompttokens", "inputtokencount", "输入token", "输入tokens", "输入token数",
               "输入"),
     "output": ("outputtokens", "output", "completiontokens", "outputtokencount", "输出token", "输出tokens",
@@ -51,9 +54,12 @@ _ALIASES: dict[str, tuple[str, ...]] = {
                "命中缓存token", "缓存token"),
     "amount": ("amount", "cost", "totalcost", "charge", "billedamount", "amountdue", "金额", "费用", "应付金额",
                "消费金额"),
-    "currency": ("currency", "币种", "货币"),
+    "currency": ("currency", "subtotalcurrencycode", "币种", "货币"),
+    # Fireworks' usage-cost rows give the amount as units + nanos (`subtotal_units`, `subtotal_nanos`).
+    "units": ("subtotalunits",),
+    "nanos": ("subtotalnanos",),
 }
-_REQUIRED = ("date", "model", "amount")
+_REQUIRED = ("date", "model")
 
 
 @dataclass
@@ -65,7 +71,8 @@ class ExportRow:
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
-    amount: Decimal = Decimal(0)
+    # None: the export has token counts only (Fireworks' billing-metrics CSV has no dollars).
+    amount: Decimal | None = None
     currency: str | None = None
 
 
@@ -123,10 +130,12 @@ def _columns(header: Iterable[str], where: str) -> dict[str, str]:
             if key not in found and n in names:
                 found[key] = col
     missing = [k for k in _REQUIRED if k not in found]
+    if not ({"amount", "input", "output", "units"} & set(found)):
+        missing.append("amount")
     if missing:
         raise ValueError(f"{where}: no {', '.join(missing)} column (found: {', '.join(map(str, header))}); "
-                         "the export needs date, model and amount, and input_tokens, output_tokens, cached_tokens "
-                         "when the platform gives them (docs/pricing.md)")
+                         "the export needs date, model, and amount or token counts (input_tokens, output_tokens, "
+                         "cached_tokens) (docs/pricing.md)")
     return found
 
 
@@ -209,14 +218,22 @@ def read_export(text: str, *, name: str = "export", offset: timedelta = timedelt
         if not model:
             raise ValueError(f"{where}: the model is empty")
         day = _day(raw.get(cols["date"]), where, offset)
-        amount, currency = _amount(raw.get(cols["amount"]), where)
+        amount: Decimal | None = None
+        currency: str | None = None
+        if "amount" in cols:
+            amount, currency = _amount(raw.get(cols["amount"]), where)
+        elif "units" in cols:
+            units, _ = _amount(raw.get(cols["units"]) or 0, where)
+            nanos, _ = _amount(raw.get(cols["nanos"]) or 0, where) if "nanos" in cols else (Decimal(0), None)
+            amount = units + nanos / Decimal(1_000_000_000)
         if "currency" in cols and str(raw.get(cols["currency"]) or "").strip():
             currency = str(raw.get(cols["currency"])).strip().upper()
         row = out.setdefault((day, model), ExportRow(day=day, model=model, currency=currency))
         row.input_tokens += _int(raw.get(cols["input"]) if "input" in cols else 0, "input_tokens", where)
         row.output_tokens += _int(raw.get(cols["output"]) if "output" in cols else 0, "output_tokens", where)
         row.cached_tokens += _int(raw.get(cols["cached"]) if "cached" in cols else 0, "cached_tokens", where)
-        row.amount += amount
+        if amount is not None:
+            row.amount = amount if row.amount is None else row.amount + amount
         if currency and row.currency and currency != row.currency:
             raise ValueError(f"{where}: {day} {model} is billed in both {row.currency} and {currency}")
         row.currency = row.currency or currency
@@ -244,7 +261,7 @@ def _cause(side: _LedgerSide, exp: ExportRow | None, cost: Decimal | None, toler
     if not side.attempts:
         return "requests made outside llmroute: the ledger has no call of this model on this day"
     reasons: list[str] = []
-    diff = None if cost is None else exp.amount - cost
+    diff = None if cost is None or exp.amount is None else exp.amount - cost
     led_tokens = side.input_tokens + side.output_tokens
     bill_tokens = exp.input_tokens + exp.output_tokens
     has_tokens = bill_tokens > 0
@@ -346,7 +363,8 @@ def reconcile(records: Iterable[LedgerRecord], export: Sequence[ExportRow], *, p
             ledger_output=side.output_tokens, ledger_cached=side.cached_tokens, ledger_cost=cost,
             platform_input=exp.input_tokens if exp else None, platform_output=exp.output_tokens if exp else None,
             platform_cached=exp.cached_tokens if exp else None, platform_amount=exp.amount if exp else None,
-            currency=currency, difference=(exp.amount - cost) if exp is not None and cost is not None else None,
+            currency=currency,
+            difference=(exp.amount - cost) if exp is not None and exp.amount is not None and cost is not None else None,
             cause=cause, price_versions="+".join(sorted(side.versions)),
         ))
     return rows

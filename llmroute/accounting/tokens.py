@@ -128,14 +128,15 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
     # nested as `cache_creation.ephemeral_5m_input_tokens`; Anthropic-shaped gateways: flat on `usage`)
     # and the cache's type ("ephemeral": an explicit cache). Kept only when reported, so a plain
     # OpenAI usage dumps as before. docs/pricing.md.
-    written = None
-    if _mapping(details):
-        written = _int(details.get("cache_creation_input_tokens"))
-        creation = details.get("cache_creation")
+    written: Optional[int] = None
+    if details is not None and _mapping(details):
+        pd: Mapping[str, Any] = details
+        written = _int(pd.get("cache_creation_input_tokens"))
+        creation = pd.get("cache_creation")
         if written is None and creation is not None and _mapping(creation):
             written = _int(creation.get("cache_creation_input_tokens")) or _int(creation.get("ephemeral_5m_input_tokens"))
-        if isinstance(details.get("cache_type"), str):
-            prompt_details["cache_type"] = details["cache_type"]
+        if isinstance(pd.get("cache_type"), str):
+            prompt_details["cache_type"] = pd["cache_type"]
     if written is None:
         written = _int(raw.get("cache_creation_input_tokens"))
     if written:

@@ -180,3 +180,23 @@ def test_console_column_names_and_currency_marks_are_read():
     [row] = read_export(text, name="console.csv")
     assert (row.day, row.model, row.input_tokens, row.amount, row.currency) == (
         "2026-11-01", "qwen-plus", 1000, Decimal("0.00082"), "CNY")
+
+
+def test_fireworks_billing_metrics_csv_compares_tokens():
+    # docs.fireworks.ai/accounts/exporting-billing-metrics: one row per usage event, tokens and no dollars.
+    text = ("email,start_time,end_time,usage_type,accelerator_type,accelerator_seconds,base_model_name,model_bucket,"
+            "parameter_count,prompt_tokens,completion_tokens\n"
+            "a@example.com,2026-11-03 10:00:01 UTC,2026-11-03 10:00:02 UTC,TEXT_COMPLETION_INFERENCE_USAGE,,0,"
+            "accounts/fireworks/models/gpt-oss-120b,,,500,50\n"
+            "a@example.com,2026-11-03 11:00:01 UTC,2026-11-03 11:00:02 UTC,TEXT_COMPLETION_INFERENCE_USAGE,,0,"
+            "accounts/fireworks/models/gpt-oss-120b,,,700,70\n")
+    [row] = read_export(text, name="billing_metrics.csv")
+    assert (row.day, row.input_tokens, row.output_tokens, row.amount) == ("2026-11-03", 1200, 120, None)
+    price = TABLE.get("fireworks", None, "accounts/fireworks/models/gpt-oss-120b")
+    recs = [_record("2026-11-03", 10, "accounts/fireworks/models/gpt-oss-120b", price, 500, 50, n=0, kind="fireworks")]
+    [only] = reconcile(recs, [row], platform="fireworks")
+    assert only.cause.startswith("requests made outside llmroute: the bill counts 770 more tokens")
+    recs.append(_record("2026-11-03", 11, "accounts/fireworks/models/gpt-oss-120b", price, 700, 70, n=1,
+                        kind="fireworks"))
+    [both] = reconcile(recs, [row], platform="fireworks")
+    assert both.matches and both.difference is None and both.platform_amount is None
