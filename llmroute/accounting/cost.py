@@ -41,6 +41,7 @@ __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage"
 
 # The currency of a sum over attempts billed in different currencies with no rate to join them.
 MIXED = "mixed"
+_ZERO = Decimal(0)
 
 
 @dataclass(frozen=True)
@@ -111,39 +112,45 @@ def compute_cost(
     """
     prompt = max(0, int(prompt_tokens))
     cached = min(max(0, int(cached_tokens)), prompt)
-    written = min(max(0, int(cache_write_tokens)), prompt - cached)
+    written = min(max(0, int(cache_write_tokens)), prompt - cached) if cache_write_tokens else 0
     reasoning = max(0, int(reasoning_tokens))
     output = max(0, int(completion_tokens)) + (0 if reasoning_in_completion else reasoning)
     thinking = bool(thinking or reasoning > 0)
-    tokens = dict(input_tokens=prompt, output_tokens=output, cached_tokens=cached, reasoning_tokens=reasoning,
-                  cache_write_tokens=written, explicit_cache=bool(explicit_cache and (cached or written)))
+    explicit = bool(explicit_cache and (cached or written))
     if price is None:
-        return Cost(amount=None, currency=None, estimated=estimated, priced=False, price_confirmed=False,
-                    thinking=thinking, **tokens)  # type: ignore[arg-type]
+        return Cost(amount=None, currency=None, input_tokens=prompt, output_tokens=output, cached_tokens=cached,
+                    reasoning_tokens=reasoning, estimated=estimated, priced=False, price_confirmed=False,
+                    cache_write_tokens=written, explicit_cache=explicit, thinking=thinking)
     rates = price.for_prompt(prompt) if price.tiers else price
     cached_rate = rates.explicit_cached_rate if explicit_cache else rates.cached_rate
-    output_rate = rates.thinking_output_rate if thinking else rates.output_per_million
+    own_thinking_rate = thinking and rates.thinking_output_per_million is not None
+    output_rate = rates.thinking_output_rate if own_thinking_rate else rates.output_per_million
     input_amount = Decimal(prompt - cached - written) * rates.input_per_million / MILLION
     cached_amount = Decimal(cached) * cached_rate / MILLION
-    write_amount = Decimal(written) * rates.cache_write_rate / MILLION
+    write_amount = Decimal(written) * rates.cache_write_rate / MILLION if written else _ZERO
     output_amount = Decimal(output) * output_rate / MILLION
     amount = input_amount + cached_amount + write_amount + output_amount
     return Cost(
         amount=amount,
         currency=price.currency,
+        input_tokens=prompt,
+        output_tokens=output,
+        cached_tokens=cached,
+        reasoning_tokens=reasoning,
         input_amount=input_amount,
         cached_amount=cached_amount,
         output_amount=output_amount,
-        cache_write_amount=write_amount,
         estimated=estimated,
         priced=True,
         price_version=price.version,
         price_confirmed=price.confirmed,
         by_currency={price.currency: amount},
+        cache_write_tokens=written,
+        cache_write_amount=write_amount,
+        explicit_cache=explicit,
         # Only a thinking rate of its own makes "thinking" a pricing fact worth recording.
-        thinking=thinking and rates.thinking_output_per_million is not None,
+        thinking=own_thinking_rate,
         tier_above=rates.tier_above,
-        **tokens,  # type: ignore[arg-type]
     )
 
 
