@@ -10,7 +10,7 @@ server (tests/servers/embedding_model.py); the chat platform is the vLLM loopbac
 
 Each question is asked once through `Client` (a miss: its answer, tagged with the question, is stored
 with its embedding). Every paraphrase and near-miss is then looked up through the client's own lookup
-path (`llmroute.cache.lookup`: an embeddings request over the client's transport, then the search)
+path (`llmroute._call.cache_step.lookup`: an embeddings request over the client's transport, then the search)
 with the threshold at 0, so one pass gives the best-matching entry and its similarity; a probe is a
 hit at threshold t when that similarity is >= t. A paraphrase hit is correct only if the entry is its
 own question's; any near-miss hit is a false hit. Done twice: with `match_numbers` (the default) and
@@ -30,7 +30,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from llmroute import Client  # noqa: E402
-from llmroute.cache import lookup  # noqa: E402
+from llmroute._call.cache_step import lookup  # noqa: E402
 from llmroute.cache.entry import Entry  # noqa: E402
 from llmroute.cache.cache_policy import CallCache  # noqa: E402
 from llmroute._call.call import prepare_call  # noqa: E402

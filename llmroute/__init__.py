@@ -5,47 +5,36 @@ from llmroute import Client
 client = Client.from_config("llmroute.toml")
 resp = client.chat.completions.create(model="small", messages=[{"role": "user", "content": "hi"}])
 ```
-This module is the whole public API. Importing it does no I/O and opens no connection.
+This module is the whole public API. Importing it does no I/O, opens no connection and loads none of
+llmroute's modules: each public name loads its module on first use (PEP 562), so `import llmroute` is cheap
+and `from llmroute import Client` loads what a client needs.
 """
 
 import logging as _logging
-from typing import Any as _Any
+from typing import TYPE_CHECKING, Any as _Any
 
-from llmroute.cache import ResponseCache
-from llmroute.client import AsyncClient, AsyncStream, Client, Stream
-from llmroute.config import Config, load_config
-from llmroute.errors import (
-    AllDeploymentsFailedError,
-    AuthenticationError,
-    BadRequestError,
-    BillingError,
-    BudgetExceededError,
-    ConfigError,
-    APIConnectionError,
-    ContentFilterError,
-    ContextLengthError,
-    InvalidRequestError,
-    LLMRouteError,
-    NotFoundError,
-    OverloadedError,
-    PermissionDeniedError,
-    ProviderError,
-    RateLimitError,
-    RequestGuardError,
-    RoutingError,
-    ServerError,
-    SharedStateUnavailableError,
-    StreamInterruptedError,
-    StreamNotFinishedError,
-    APITimeoutError,
-)
-from llmroute.errors import ClientClosedError, EventLoopError, RedirectError, ResponseTooLargeError
-from llmroute.errors import deprecated_error as _deprecated_error
-from llmroute._http.bounded import ReadLimits
-from llmroute._runtime.secrets import SecretStr
-from llmroute.accounting.cost_value import Cost
-from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, Route, Usage
-from llmroute.types import ChatCompletionTokenLogprob, ChoiceLogprobs, TopLogprob
+if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is loaded on first use
+    from llmroute._http.bounded import ReadLimits
+    from llmroute._runtime.secrets import SecretStr
+    from llmroute.accounting.cost_value import Cost
+    from llmroute.accounting.report import report
+    from llmroute.batch import BatchResult
+    from llmroute.batch import JobView as BatchJobView
+    from llmroute.cache import ResponseCache
+    from llmroute.client import AsyncClient, Client
+    from llmroute.config import Config, load_config
+    from llmroute.embeddings import CreateEmbeddingResponse, Embedding, EmbeddingUsage
+    from llmroute.errors import (AllDeploymentsFailedError, APIConnectionError, APITimeoutError, AuthenticationError,
+                                 BadRequestError, BillingError, BudgetExceededError, ClientClosedError, ConfigError,
+                                 ContentFilterError, ContextLengthError, EventLoopError, InvalidRequestError,
+                                 LLMRouteError, NotFoundError, OverloadedError, PermissionDeniedError, ProviderError,
+                                 RateLimitError, RedirectError, RequestGuardError, ResponseTooLargeError, RoutingError,
+                                 ServerError, SharedStateUnavailableError, StreamInterruptedError,
+                                 StreamNotFinishedError)
+    from llmroute.models import Model, ModelList
+    from llmroute.streams import AsyncStream, Stream
+    from llmroute.types import (Attempt, ChatCompletion, ChatCompletionChunk, ChatCompletionTokenLogprob,
+                                ChoiceLogprobs, Route, TopLogprob, Usage)
 
 __version__ = "0.1.0"
 
@@ -53,33 +42,58 @@ __version__ = "0.1.0"
 # trips, ledger trouble) go nowhere instead of to stderr through logging's last-resort handler.
 _logging.getLogger("llmroute").addHandler(_logging.NullHandler())
 
+# public name -> (module, attribute in it)
+_WHERE = {
+    "Client": ("llmroute.client", "Client"),
+    "AsyncClient": ("llmroute.client", "AsyncClient"),
+    "Stream": ("llmroute.streams", "Stream"),
+    "AsyncStream": ("llmroute.streams", "AsyncStream"),
+    "ResponseCache": ("llmroute.cache", "ResponseCache"),
+    "Config": ("llmroute.config", "Config"),
+    "load_config": ("llmroute.config", "load_config"),
+    "ReadLimits": ("llmroute._http.bounded", "ReadLimits"),
+    "SecretStr": ("llmroute._runtime.secrets", "SecretStr"),
+    "Cost": ("llmroute.accounting.cost_value", "Cost"),
+    "report": ("llmroute.accounting.report", "report"),
+    "BatchResult": ("llmroute.batch", "BatchResult"),
+    "BatchJobView": ("llmroute.batch", "JobView"),
+    "CreateEmbeddingResponse": ("llmroute.embeddings", "CreateEmbeddingResponse"),
+    "Embedding": ("llmroute.embeddings", "Embedding"),
+    "EmbeddingUsage": ("llmroute.embeddings", "EmbeddingUsage"),
+    "Model": ("llmroute.models", "Model"),
+    "ModelList": ("llmroute.models", "ModelList"),
+    **{name: ("llmroute.types", name) for name in (
+        "ChatCompletion", "ChatCompletionChunk", "Usage", "Route", "Attempt", "ChoiceLogprobs",
+        "ChatCompletionTokenLogprob", "TopLogprob")},
+    **{name: ("llmroute.errors", name) for name in (
+        "LLMRouteError", "ConfigError", "InvalidRequestError", "RoutingError", "BudgetExceededError",
+        "RequestGuardError", "AllDeploymentsFailedError", "ProviderError", "AuthenticationError",
+        "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
+        "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
+        "APIConnectionError", "StreamInterruptedError", "ClientClosedError", "EventLoopError", "RedirectError",
+        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError")},
+}
+
 
 def __getattr__(name: str) -> _Any:
-    # `llmroute.TimeoutError` / `llmroute.ConnectionError`: the old names, with a DeprecationWarning.
-    renamed = _deprecated_error(name)
-    if renamed is not None:
-        return renamed
-    # `llmroute.report(...)`: the cost report, imported only when used.
-    if name == "report":
-        # loaded on first access (module __getattr__): `import llmroute` stays light
-        from llmroute.accounting.report import report
+    import importlib
 
-        return report
-    if name in ("BatchResult", "BatchJobView"):  # batch job results, imported only when used
-        from llmroute import batch  # loaded on first access (module __getattr__): `import llmroute` stays light
+    where = _WHERE.get(name)
+    if where is None:
+        # `llmroute.TimeoutError` / `llmroute.ConnectionError`: the old names, with a DeprecationWarning.
+        from llmroute.errors import deprecated_error
 
-        return batch.BatchResult if name == "BatchResult" else batch.JobView
+        renamed = deprecated_error(name)
+        if renamed is not None:
+            return renamed
+        raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
+    value = getattr(importlib.import_module(where[0]), where[1])
+    globals()[name] = value  # the next access is a plain module attribute
+    return value
 
-    # Embedding and model-list types: imported when first used (a client imports them on creation).
-    if name in ("CreateEmbeddingResponse", "Embedding", "EmbeddingUsage"):
-        from llmroute import embeddings  # loaded on first access (module __getattr__): `import llmroute` stays light
 
-        return getattr(embeddings, name)
-    if name in ("Model", "ModelList"):
-        from llmroute import models  # loaded on first access (module __getattr__): `import llmroute` stays light
-
-        return getattr(models, name)
-    raise AttributeError(f"module 'llmroute' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_WHERE))
 
 
 __all__ = [

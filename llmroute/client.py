@@ -11,17 +11,16 @@ import functools
 import os
 import time
 import threading
-from dataclasses import dataclass, field
-from typing import (Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, List, Mapping, Optional, Tuple,
-                    Union)
+from typing import (Any, Dict, List, Mapping, Optional, Union)
 
 from llmroute import errors as E
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
-from llmroute.cache import open_cache
-from llmroute._call.cache_step import alookup, lookup
+
+from llmroute._call.cache_step import alookup, lookup, open_cache
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from llmroute.completions import AsyncCompletions, Completions
+from llmroute.streams import AsyncStream, Stream, _aclose_later, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
@@ -31,7 +30,7 @@ from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
                         iter_body, read_body)
-from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
+from llmroute.types import ChatCompletion
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -52,20 +51,8 @@ def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
     return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
 
 
-def _running_loop() -> Any:
-    import asyncio
-
-    return asyncio.get_running_loop()
 
 
-def _aclose_later(response: Any, loop: Any) -> None:
-    """Close an async response from synchronous code (a finaliser): scheduled on its own loop."""
-    if loop is None or loop.is_closed():
-        return
-    try:
-        loop.call_soon_threadsafe(lambda: loop.create_task(response.aclose()))
-    except RuntimeError:  # the loop closed meanwhile
-        pass
 
 
 async def _asleep(seconds: float) -> None:
@@ -74,23 +61,8 @@ async def _asleep(seconds: float) -> None:
     await asyncio.sleep(seconds)
 
 
-@dataclass
-class _Opened:
-    """One attempt, opened: a plain call's parsed body, or a stream read up to its first content."""
-
-    ctx: AttemptContext
-    state: Optional[StreamState]  # streams only
-    response: Any = None  # a transport.SyncResponse, or transport.AiohttpResponse
-    chunks: Any = None  # the stream's byte iterator, left where content started
-    ready: List[ChatCompletionChunk] = field(default_factory=list)
-    parsed: Optional[Tuple[Any, ...]] = None  # (ChatCompletion, usage_reported) for a plain call
-    at_end: bool = False  # the stream ended while opening
-    error: Optional[E.ProviderError] = None
-    cancelled: bool = False
 
 
-def _now() -> float:
-    return time.monotonic()
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
@@ -114,151 +86,10 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 # sync
 
 
-class _Ends:
-    """What `Stream` and `AsyncStream` share that does no I/O: the attempt being read (`_switch`: the
-    first, or the one that finishes a cut answer), and the stream's end, for `[routing.shadow]`:
-    `_when_ended(callback)` calls it with the assembled response once the stream has ended (at once if
-    it already has); a stream closed early never ends."""
-
-    _run: CallRun
-    _final: Optional[ChatCompletion] = None
-    _on_end: Optional[Callable[[ChatCompletion], None]] = None
-
-    def _switch(self, opened: _Opened) -> None:
-        self._bytes: Any = opened.chunks  # the attempt's byte iterator (sync or async)
-        if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            completion, reported = opened.parsed  # type: ignore[misc]
-            self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
-            return
-        self._state: StreamState = opened.state
-        self._response = opened.response
-        self._ready: List[ChatCompletionChunk] = opened.ready
-        if opened.at_end:
-            self._record_final(self._state.finish(_now()))
-
-    @property
-    def route(self) -> Route:
-        return self._run.route
-
-    def _record_final(self, final: ChatCompletion) -> None:
-        self._final = final
-        if self._on_end is not None:
-            self._on_end(final)
-
-    def _when_ended(self, callback: Callable[[ChatCompletion], None]) -> None:
-        if self._final is not None:
-            callback(self._final)
-        else:
-            self._on_end = callback
 
 
-class Stream(_Ends):
-    """A streamed call: iterate for `ChatCompletionChunk`s; `.response` is the assembled result."""
-
-    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], _Opened]) -> None:
-        self._run = run
-        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
-        self._final: Optional[ChatCompletion] = None
-        self._closed = False
-        self._switch(opened)
-
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        while True:
-            while self._ready:
-                yield self._ready.pop(0)
-            state = self._state
-            if self._final is not None or self._bytes is None or state.ended:
-                return
-            try:
-                for data in self._bytes:
-                    for chunk in state.feed(data, _now()):
-                        yield chunk
-                for chunk in state.eof(_now()):
-                    yield chunk
-            except E.ProviderError as error:
-                self._recover(error)
-                continue
-            except sync_network_errors() as exc:
-                self._recover(transport_error(exc, state.ctx, state))
-                continue
-            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
-                raise
-            except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
-                self._end(exit_status(exc), exc)
-                raise
-            self._record_final(state.finish(_now()))
-            self._release()
-            return
-
-    def _recover(self, error: E.ProviderError) -> None:
-        """The answer broke after content started: finish it on another deployment, or raise."""
-        self._release()
-        state = self._state
-        state.ended = True  # this attempt is over: closing the stream must not end it twice
-        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
-        if self._run.plan.finished:
-            raise state.interrupted(error) from error
-        self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
-
-    @property
-    def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
-        Before that it raises `StreamNotFinishedError` (as `AsyncStream.response` does)."""
-        return _finished(self._final, self._closed)
-
-    def get_final_completion(self) -> ChatCompletion:
-        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
-        if self._final is None and not self._closed:
-            for _ in self:
-                pass
-        return self.response
-
-    def _release(self) -> None:
-        if self._response is not None:
-            response, self._response = self._response, None
-            response.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._release()
-        if self._final is None and not self._state.ended:
-            self._state.ended = True
-            self._run.caller_closed(self._state, _now())
-        end_call(self._run, "cancelled", None, _now())
-
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
-        """The stream ended other than by its end, an error or close(): release and record it once."""
-        self._closed = True
-        self._release()
-        self._state.ended = True
-        end_call(self._run, status, error, _now())
-
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
-            self._end("abandoned", None)
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
-
-    def __enter__(self) -> "Stream":
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
 
 
-def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
-    """A stream's assembled response, or the error that says why there is none yet (sync and async alike)."""
-    if final is not None:
-        return final
-    if closed:
-        raise E.StreamNotFinishedError("the stream was closed before it finished: it has no response")
-    raise E.StreamNotFinishedError(
-        "stream.response is ready once the stream has ended: iterate it to the end first, or call "
-        "stream.get_final_completion() (await it on AsyncStream) to read the rest")
 
 
 def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
@@ -424,7 +255,7 @@ class Client(_ClientSurface):
             if isinstance(step, Wait):
                 time.sleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             hedge = run.hedge_plan(ctx, _now())
             if hedge is None or hedge.hedge_at is None:
                 op = self._open(_opened(run, ctx))
@@ -557,113 +388,6 @@ class Client(_ClientSurface):
 # async
 
 
-class AsyncStream(_Ends):
-    """A streamed call for `AsyncClient`: `async with` / `async for`; `.response` after the end."""
-
-    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], Awaitable[_Opened]]) -> None:
-        self._run = run
-        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
-        self._final: Optional[ChatCompletion] = None
-        self._closed = False
-        self._loop = _running_loop()
-        self._switch(opened)
-
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self._iterate()
-
-    async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        errors = network_errors()
-        while True:
-            while self._ready:
-                yield self._ready.pop(0)
-            state = self._state
-            if self._final is not None or self._bytes is None or state.ended:
-                return
-            try:
-                async for data in self._bytes:
-                    for chunk in state.feed(data, _now()):
-                        yield chunk
-                for chunk in state.eof(_now()):
-                    yield chunk
-            except E.ProviderError as error:
-                await self._recover(error)
-                continue
-            except errors as exc:
-                await self._recover(transport_error(exc, state.ctx, state))
-                continue
-            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
-                raise
-            except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
-                self._end(exit_status(exc), exc)
-                raise
-            self._record_final(state.finish(_now()))
-            await self._release()
-            return
-
-    async def _recover(self, error: E.ProviderError) -> None:
-        """The answer broke after content started: finish it on another deployment, or raise."""
-        await self._release()
-        state = self._state
-        state.ended = True
-        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
-        if self._run.plan.finished:
-            raise state.interrupted(error) from error
-        self._switch(await self._reopen(self._run))  # raises the plan's error when nothing can finish it
-
-    @property
-    def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion once the stream has ended; before that `StreamNotFinishedError`."""
-        return _finished(self._final, self._closed)
-
-    async def get_final_completion(self) -> ChatCompletion:
-        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
-        if self._final is None and not self._closed:
-            async for _ in self:
-                pass
-        return self.response
-
-    aresponse = get_final_completion
-
-    async def _release(self) -> None:
-        if self._response is not None:
-            response, self._response = self._response, None
-            await response.aclose()
-
-    async def aclose(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        await self._release()
-        if self._final is None and not self._state.ended:
-            self._state.ended = True
-            self._run.caller_closed(self._state, _now())
-        end_call(self._run, "cancelled", None, _now())
-
-    close = aclose
-
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
-        """Ended other than by its end, an error or aclose(): record it once; the response is closed
-        on its event loop (it cannot be awaited from here)."""
-        self._closed = True
-        self._state.ended = True
-        end_call(self._run, status, error, _now())
-        response, self._response = self._response, None
-        if response is not None:
-            _aclose_later(response, self._loop)
-
-    def __del__(self) -> None:
-        if getattr(self, "_closed", True):
-            return
-        try:
-            self._end("abandoned", None)
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
-
-    async def __aenter__(self) -> "AsyncStream":
-        return self
-
-    async def __aexit__(self, *exc: Any) -> None:
-        await self.aclose()
 
 
 def _offload_for(engine: Engine, cache: Any) -> Offload:
@@ -785,7 +509,7 @@ class AsyncClient(_ClientSurface):
             if isinstance(step, Wait):
                 await _asleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             hedge = run.hedge_plan(ctx, _now())
             if hedge is None or hedge.hedge_at is None:
                 op = await self._open(_opened(run, ctx))

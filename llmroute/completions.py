@@ -6,16 +6,28 @@ checked by `llmroute._call.validate` before anything is sent.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Literal, Mapping, Optional, Sequence, Union, overload
+from typing import TYPE_CHECKING, Any, Awaitable, Dict, Literal, Mapping, Optional, Protocol, Sequence, Union, overload
 
 from llmroute.types import ChatCompletion
 
 if TYPE_CHECKING:
-    from llmroute.client import AsyncClient, AsyncStream, Client, Stream
+    from llmroute.streams import AsyncStream, Stream
 
 __all__ = ["Completions", "AsyncCompletions", "Messages"]
 
 Messages = Sequence[Union[Mapping[str, Any], Any]]  # dicts, or pydantic messages (model_dump'ed)
+
+
+class _SyncCaller(Protocol):
+    """What `Completions` needs of its `Client`: the call itself."""
+
+    def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, "Stream"]: ...
+
+
+class _AsyncCaller(Protocol):
+    """What `AsyncCompletions` needs of its `AsyncClient`: the call itself."""
+
+    def _create(self, kwargs: Dict[str, Any]) -> Awaitable[Union[ChatCompletion, "AsyncStream"]]: ...
 
 
 def _given(arguments: Dict[str, Any]) -> Dict[str, Any]:
@@ -27,7 +39,7 @@ class Completions:
     """`client.chat.completions` of a `Client`: `create()` takes the OpenAI Chat Completions
     arguments llmroute supports and llmroute's own, by keyword; others go in `extra_body`."""
 
-    def __init__(self, client: "Client") -> None:
+    def __init__(self, client: _SyncCaller) -> None:
         self._client = client
 
     @overload
@@ -231,7 +243,7 @@ class AsyncCompletions:
     """`client.chat.completions` of an `AsyncClient`: `create()` takes the OpenAI Chat Completions
     arguments llmroute supports and llmroute's own, by keyword; others go in `extra_body`."""
 
-    def __init__(self, client: "AsyncClient") -> None:
+    def __init__(self, client: _AsyncCaller) -> None:
         self._client = client
 
     @overload

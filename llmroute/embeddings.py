@@ -325,7 +325,7 @@ class Embeddings:
             if isinstance(step, Wait):
                 time.sleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
@@ -374,7 +374,7 @@ class AsyncEmbeddings:
             if isinstance(step, Wait):
                 await asyncio.sleep(step.seconds)
                 continue
-            ctx = step.attempt
+            ctx = step
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:

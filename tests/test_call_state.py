@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from llmroute import errors as E
-from llmroute._call.call import CallRun, Send, StreamState, prepare_call
+from llmroute._call.call import AttemptContext, CallRun, StreamState, prepare_call
 from llmroute.config import Config
 from llmroute._call.engine import Engine
 
@@ -49,8 +49,8 @@ def sse(*pieces: str, finish: bool = True) -> bytes:
 
 def send(run: CallRun, now: float) -> Any:
     step = run.next_step(now)
-    assert isinstance(step, Send)
-    return step.attempt
+    assert isinstance(step, AttemptContext)
+    return step
 
 
 def timeout(dep: str) -> E.APITimeoutError:

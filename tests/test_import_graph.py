@@ -1,5 +1,6 @@
-"""The package's import graph, read from the source: no import cycles (module-level or function-local),
-and the sans-I/O layers reach no transport (README, "Architecture")."""
+"""The package's import graph, read from the source (module-level, function-local and type-only imports alike):
+every import goes to the same layer or one below (docs/ARCHITECTURE.md), no cycles, and the sans-I/O modules reach
+no transport."""
 
 from __future__ import annotations
 
@@ -13,6 +14,21 @@ PACKAGE = Path(__file__).resolve().parents[1] / "llmroute"
 # pricing. None of them may import the transport or an HTTP library, directly or through another
 # module. (Shared state is reached through the objects a client passes in: the budget book and the
 # breakers catch the Redis client's `Unavailable`, so they import llmroute.state, not a transport.)
+# docs/ARCHITECTURE.md's layers, bottom first: a module may import its own layer and the ones below. The most
+# specific prefix decides a module's layer.
+LAYERS = [
+    ("base", ["llmroute._runtime", "llmroute.errors"]),
+    ("wire", ["llmroute._http", "llmroute.providers.registry"]),
+    ("domain", ["llmroute.types", "llmroute.accounting", "llmroute.resilience", "llmroute.routing", "llmroute.cache",
+                "llmroute.state"]),
+    ("config", ["llmroute.config"]),
+    ("adapters", ["llmroute.providers"]),
+    ("call core", ["llmroute._call"]),
+    ("public API", ["llmroute", "llmroute.client", "llmroute.completions", "llmroute.streams", "llmroute.embeddings",
+                    "llmroute.models", "llmroute.batch"]),
+    ("tools", ["llmroute.cli", "llmroute.bench", "llmroute.__main__"]),
+]
+
 SANS_IO = ["llmroute._call.call", "llmroute._call.engine", "llmroute._call.targets", "llmroute._http.timeouts", "llmroute._call.exits",
            "llmroute._http.sse", "llmroute._call.validate", "llmroute.providers.base", "llmroute.providers.prefill",
            "llmroute.resilience.failover", "llmroute.resilience.breaker", "llmroute.resilience.deployment_health",
@@ -31,12 +47,14 @@ def _modules() -> Dict[str, Path]:
     return out
 
 
-def _imports(name: str, path: Path, modules: Dict[str, Path], *, top_level_only: bool) -> Set[str]:
-    """What `name` imports when it runs (TYPE_CHECKING blocks left out): modules of the package and
-    top-level names of other packages."""
+def _imports(name: str, path: Path, modules: Dict[str, Path], *, top_level_only: bool,
+             type_only_too: bool = True) -> Set[str]:
+    """What `name` imports (with its TYPE_CHECKING blocks unless `type_only_too` is false): modules of the
+    package and top-level names of other packages."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
-    type_only = {id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
-                 for n in ast.walk(block)}
+    type_only = set() if type_only_too else {
+        id(n) for block in ast.walk(tree) if isinstance(block, ast.If) and "TYPE_CHECKING" in ast.unparse(block.test)
+        for n in ast.walk(block)}
     top = {id(n) for n in tree.body}
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found: Set[str] = set()
@@ -101,6 +119,46 @@ def test_no_import_cycles_in_the_package() -> None:
     modules = _modules()
     graph = {name: _imports(name, path, modules, top_level_only=False) for name, path in modules.items()}
     assert _cycles(graph) == []
+
+
+def _layer(module: str) -> int:
+    best, rank = -1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best:
+                best, rank = len(prefix), index
+    assert rank >= 0, f"{module} is in no layer of docs/ARCHITECTURE.md"
+    return rank
+
+
+# Commands whose `main` still lives beside the logic it drives (they import llmroute.cli.paths).
+_COMMANDS_NOT_YET_IN_CLI = {("llmroute.accounting.report", "llmroute.cli.paths"),
+                            ("llmroute.bench.plan", "llmroute.cli.paths"),
+                            ("llmroute.routing.calibrate", "llmroute.cli.paths")}
+
+
+def test_every_import_goes_to_the_same_layer_or_below() -> None:
+    modules = _modules()
+    upward = []
+    for name, path in modules.items():
+        for target in _imports(name, path, modules, top_level_only=False):
+            if target in modules and _layer(target) > _layer(name) and (name, target) not in _COMMANDS_NOT_YET_IN_CLI:
+                upward.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
+    assert upward == []
+
+
+def test_the_root_holds_only_the_public_modules() -> None:
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert root == ["__init__", "__main__", "client", "completions", "config", "embeddings", "errors", "models",
+                    "streams", "types"]
+
+
+def test_no_two_modules_share_a_name() -> None:
+    names: Dict[str, List[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        if path.stem not in ("__init__", "__main__"):
+            names.setdefault(path.stem, []).append(str(path.relative_to(PACKAGE)))
+    assert {n: p for n, p in names.items() if len(p) > 1} == {}
 
 
 def test_the_cycle_finder_finds_a_cycle() -> None:

@@ -22,14 +22,18 @@ from llmroute._call.targets import resolve_target
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
 from llmroute.cache.key import KeyParts, UnkeyableError, key_parts, target_id
-from llmroute.cache.cache_policy import CallCache, Decision, decide
+from llmroute.cache.backends import Backend
+from llmroute.cache.cache_policy import CacheConfig, CacheSettings, CallCache, Decision, decide
+from llmroute.cache.semantic import Embedder
+from llmroute.cache.service import ResponseCache
+from llmroute.config import _expand_env
 
 if TYPE_CHECKING:
     from llmroute._call.call import CallRun, PreparedCall
     from llmroute._call.engine import Engine
     from llmroute.cache.service import ResponseCache
 
-__all__ = ["CacheCall", "begin", "lookup", "alookup", "RecordingAssembler", "CachedStream", "AsyncCachedStream"]
+__all__ = ["CacheCall", "begin", "lookup", "alookup", "open_cache", "RecordingAssembler", "CachedStream", "AsyncCachedStream"]
 
 
 @dataclass
@@ -277,3 +281,22 @@ class AsyncCachedStream(CachedStream):
     async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]
         """As `AsyncStream.get_final_completion` (awaited)."""
         return self._final
+
+
+def open_cache(config: Any, *, backend: Optional[Backend] = None, clock: Any = None) -> ResponseCache:
+    """The `ResponseCache` a `Config` asks for (`[cache]`, the tiers' `cache`, `[cache.semantic]`)."""
+    import time
+
+    settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
+    semantic = settings.config.semantic
+    embedder = None
+    if semantic.enabled and semantic.base_url:
+        # `${VAR}` in the embedder's key and the Redis URL (which may hold a password) come from the environment.
+        api_key = _expand_env(semantic.api_key, source=config.source, key="cache.semantic.api_key") \
+            if semantic.api_key else None
+        embedder = Embedder(semantic.base_url, semantic.model, api_key=api_key, timeout_s=semantic.timeout_s)
+    if settings.config.url and "${" in settings.config.url:
+        url = _expand_env(settings.config.url, source=config.source, key="cache.url")
+        settings = CacheSettings(settings.config.model_copy(update={"url": url}), settings.tiers)
+    return ResponseCache(settings, base_dir=config.base_dir, clock=clock or time.time, backend=backend,
+                         embedder=embedder)

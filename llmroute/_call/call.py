@@ -17,25 +17,26 @@ changes the run.
 from __future__ import annotations
 
 import logging
-import os
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
-from llmroute.config import Config, Deployment
+from llmroute.config import Deployment
 from llmroute._call.exits import end_call, exit_status
 from llmroute.providers import adapter_class
-from llmroute.providers.base import CallInput, HttpRequest, OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute.providers.base import OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute._http.request import HttpRequest
 from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
+from llmroute.resilience.failover import Wait
 from llmroute.providers.sendable import check_headers, encode_body
-from llmroute._call.targets import Target, resolve_target
+from llmroute._call.prepared import PreparedCall, Target, prepare_call
+from llmroute._call.targets import resolve_target
 from llmroute._http.timeouts import Timeouts
 from llmroute.accounting.tokens import (cache_write_tokens, count_message_tokens, estimate_usage, explicit_cache,
                                        thinking_requested)
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
-from llmroute._call.validate import check_create_args
 
 logger = logging.getLogger("llmroute._call.call")
 
@@ -59,44 +60,7 @@ def _bind_lazy_modules() -> None:
         _plan_steps, _classifier = failover, classifier
 
 
-__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Send", "Wait"]
-
-@dataclass
-class PreparedCall:
-    model: str
-    call: CallInput
-    stream: bool
-    feature: Optional[str]
-    metadata: Dict[str, str]
-    pool: str
-    timeout_s: Optional[float]
-    request_id: str
-    target: Optional[Target] = None
-    input_tokens: Optional[int] = None
-    cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
-    operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
-
-    @property
-    def messages(self) -> List[Dict[str, Any]]:
-        return self.call.messages
-
-
-def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
-    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
-    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
-    args = check_create_args(kwargs, pools=config.sections.pool_names)
-    return PreparedCall(
-        model=args.model,
-        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
-                       extra_headers=args.extra_headers, extra_query=args.extra_query),
-        stream=args.stream,
-        feature=args.feature,
-        metadata=args.metadata,
-        pool=args.pool,
-        timeout_s=args.timeout_s,
-        request_id=os.urandom(16).hex(),
-    )
-
+__all__ = ["PreparedCall", "Target", "prepare_call", "CallRun", "AttemptContext", "StreamState", "Step", "Wait"]
 
 @dataclass
 class AttemptContext:
@@ -134,18 +98,9 @@ class AttemptContext:
         return True
 
 
-@dataclass(frozen=True)
-class Send:
-    attempt: AttemptContext
-
-
-@dataclass(frozen=True)
-class Wait:
-    seconds: float
-    deployment: str
-
-
-Step = Union[Send, Wait]
+# What `CallRun.next_step` tells the shells: send this attempt now, or sleep (the plan's own `Wait`,
+# with its seconds, deployment and reason); the plan's `Exhausted` is raised as the call's error.
+Step = Union[AttemptContext, "Wait"]
 
 
 class CallRun:
@@ -205,11 +160,11 @@ class CallRun:
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
         self._sync_skips()
-        if isinstance(step, _plan_steps.Wait):
-            return Wait(step.seconds, step.deployment_id)
+        if isinstance(step, Wait):
+            return step
         if isinstance(step, _plan_steps.Exhausted):
             raise self._exhausted(step, now)
-        return Send(self._begin(step, now))
+        return self._begin(step, now)
 
     def _adapter(self, deployment: Deployment) -> OpenAICompatAdapter:
         adapter = self._adapters.get(deployment.id)

@@ -30,7 +30,7 @@ from llmroute._runtime.secrets import install_log_scrubbing
 
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
-    from llmroute._call.call import PreparedCall
+    from llmroute._call.prepared import PreparedCall
     from llmroute.resilience.failover import FailoverPlan
 
 __all__ = ["Engine", "Admission"]

@@ -21,10 +21,22 @@ cancellation), `abandoned` (a stream garbage-collected unclosed).
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Optional
+from typing import Any, Mapping, Optional, Protocol
 
-if TYPE_CHECKING:
-    from llmroute._call.call import CallRun
+
+class SettlingRun(Protocol):
+    """What `end_call` needs of a call (`call.CallRun` is one): its open attempts, its plan, its end."""
+
+    @property
+    def in_flight(self) -> Mapping[int, Any]: ...
+
+    @property
+    def plan(self) -> Any: ...
+
+    def cancelled(self, ctx: Any, now: float, partial: Any = None, why: str = ..., *, status: str = ...,
+                  error: Optional[BaseException] = None) -> None: ...
+
+    def end(self, completion: Any, error: Optional[BaseException], now: float) -> None: ...
 
 __all__ = ["end_call", "exit_status", "EXIT_STATUSES"]
 
@@ -42,7 +54,7 @@ def exit_status(exc: Optional[BaseException]) -> str:
     return "error"
 
 
-def end_call(run: "CallRun", status: str, error: Optional[BaseException], now: float) -> None:
+def end_call(run: SettlingRun, status: str, error: Optional[BaseException], now: float) -> None:
     """End every attempt of `run` still in flight as `status`, give back what the plan holds, end the call."""
     what = type(error).__name__ if error is not None else "garbage-collected unclosed"
     for ctx in list(run.in_flight.values()):

@@ -139,10 +139,10 @@ class Offload:
 
 def mark_unsent(step: Any) -> None:
     """`undo` of a plan step whose task was cancelled while it ran in a thread: the attempt it began
-    (a `call.Send`'s, or an opened hedge's) was never sent, so it is not billed when the call ends."""
+    (`CallRun.next_step`'s, or an opened hedge's) was never sent, so it is not billed when the call ends."""
     from llmroute._call.call import AttemptContext
 
-    ctx = getattr(step, "attempt", None) or getattr(step, "ctx", None)
+    ctx = step if isinstance(step, AttemptContext) else getattr(step, "ctx", None)
     if isinstance(ctx, AttemptContext):
         ctx.unsent = True
 

@@ -13,13 +13,34 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Optional, Protocol, Tuple
 from urllib.parse import urlsplit
+
+from llmroute._call.prepared import PreparedCall, Target
+from llmroute._http.request import HttpRequest
+from llmroute.config import Deployment
 
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
-    from llmroute._call.call import AttemptContext, CallRun, PreparedCall
     from llmroute.types import Attempt, Route
+
+
+class AttemptContext(Protocol):
+    """What the recorder reads of an attempt (`call.AttemptContext` is one)."""
+
+    deployment: Deployment
+    record: "Attempt"
+    request: HttpRequest
+    trace: Any
+
+
+class CallRun(Protocol):
+    """What the recorder reads of a call (`call.CallRun` is one)."""
+
+    prepared: PreparedCall
+    route: "Route"
+    target: Target
+    trace: Any
 
 __all__ = ["CallRecorder", "LEDGER_STATUSES"]
 

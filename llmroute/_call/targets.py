@@ -3,29 +3,14 @@ choice for "auto". Plain functions over the config; no state, no I/O."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, List, Mapping, Optional
+from typing import Any, List, Mapping, Optional
 
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
 
-if TYPE_CHECKING:
-    from llmroute._call.call import PreparedCall
+from llmroute._call.prepared import PreparedCall, Target
 
 __all__ = ["Target", "resolve_target", "tier_target", "route_auto"]
-
-
-@dataclass
-class Target:
-    """Where a call may go: the tier (if any), its candidate deployments in order, and why."""
-
-    deployments: List[Deployment]
-    tier: Optional[str]
-    reason: str
-    score: Optional[float] = None
-    pool: Optional[str] = None
-    fallback: List[Deployment] = field(default_factory=list)
-    fallback_tier: Optional[str] = None
 
 
 def resolve_target(config: Config, prepared: "PreparedCall") -> Target:

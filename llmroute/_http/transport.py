@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapp
 
 from llmroute import errors as E
 from llmroute._http.bounded import BodyReader, ReadLimits
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:

@@ -12,7 +12,7 @@ import logging
 import time
 from typing import Any, Dict, List, Optional
 
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 
 __all__ = ["Embedder"]

@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Optional[Sequence[str]] = None) -> int:
-    from llmroute.cache import open_cache  # loaded when the command runs, not at import
+    from llmroute._call.cache_step import open_cache  # loaded when the command runs, not at import
 
     args = _parser().parse_args(list(argv) if argv is not None else None)
     cache = open_cache(load_config(args.config))

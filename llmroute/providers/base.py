@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Sequence
 
 from llmroute import errors as E
 from llmroute._runtime.secrets import reveal_headers
+from llmroute._http.request import HttpRequest
 from llmroute._http.sse import SSEDecoder, SSEEvent
 from llmroute.accounting.tokens import normalize_usage
 from llmroute.types import ChatCompletion, ChatCompletionChunk, ChoiceLogprobs, Usage
@@ -44,19 +45,6 @@ FINISH_REASONS = {
 
 # Parameters that are ours, never sent to a platform.
 LLMROUTE_PARAMS = frozenset({"feature", "metadata", "pool", "timeout", "extra_body", "extra_headers", "extra_query"})
-
-
-@dataclass
-class HttpRequest:
-    method: str
-    url: str
-    headers: Dict[str, str]
-    json: Dict[str, Any]
-    stream: bool
-    content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)
-
-    def __repr__(self) -> str:  # headers hold the key: never show them
-        return f"HttpRequest({self.method} {self.url}, stream={self.stream})"
 
 
 @dataclass

@@ -21,7 +21,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type, Union
 
 from llmroute import errors as E
-from llmroute.providers.base import HttpRequest, OpenAICompatAdapter
+from llmroute.providers.base import OpenAICompatAdapter
+from llmroute._http.request import HttpRequest
 from llmroute.types import Usage
 
 if TYPE_CHECKING:

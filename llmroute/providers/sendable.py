@@ -12,7 +12,7 @@ import json
 import re
 
 from llmroute import errors as E
-from llmroute.providers.base import HttpRequest
+from llmroute._http.request import HttpRequest
 
 __all__ = ["encode_body", "check_headers"]
 

@@ -1,0 +1,64 @@
+"""A call's values before anything is sent: `PreparedCall` (the checked arguments) and `Target` (where it may
+go). Plain data and one pure function (`prepare_call`); no state, no I/O."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Mapping, Optional
+
+from llmroute.config import Config, Deployment
+from llmroute.providers.base import CallInput
+from llmroute._call.validate import check_create_args
+
+__all__ = ["PreparedCall", "Target", "prepare_call"]
+
+
+@dataclass
+class Target:
+    """Where a call may go: the tier (if any), its candidate deployments in order, and why."""
+
+    deployments: List[Deployment]
+    tier: Optional[str]
+    reason: str
+    score: Optional[float] = None
+    pool: Optional[str] = None
+    fallback: List[Deployment] = field(default_factory=list)
+    fallback_tier: Optional[str] = None
+
+
+@dataclass
+class PreparedCall:
+    model: str
+    call: CallInput
+    stream: bool
+    feature: Optional[str]
+    metadata: Dict[str, str]
+    pool: str
+    timeout_s: Optional[float]
+    request_id: str
+    target: Optional[Target] = None
+    input_tokens: Optional[int] = None
+    cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
+    operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
+
+    @property
+    def messages(self) -> List[Dict[str, Any]]:
+        return self.call.messages
+
+
+def prepare_call(config: Config, kwargs: Mapping[str, Any]) -> PreparedCall:
+    """Check `create()`'s arguments (`validate.check_create_args`): `InvalidRequestError` naming the
+    argument, or `TypeError` for an argument `create()` does not take. Nothing is sent before this."""
+    args = check_create_args(kwargs, pools=config.sections.pool_names)
+    return PreparedCall(
+        model=args.model,
+        call=CallInput(messages=args.messages, params=args.params, extra_body=args.extra_body,
+                       extra_headers=args.extra_headers, extra_query=args.extra_query),
+        stream=args.stream,
+        feature=args.feature,
+        metadata=args.metadata,
+        pool=args.pool,
+        timeout_s=args.timeout_s,
+        request_id=os.urandom(16).hex(),
+    )
