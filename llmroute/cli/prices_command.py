@@ -200,6 +200,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     print(f"prices per million tokens; table {table.version} (read {table.read_on})"
           + ("; batch = input/output of the platform's batch API" if args.wide else "; --wide adds batch rates"))
     print(_table(rows, columns, width=10_000 if args.wide else 120))
+    tiered = sum(1 for r in rows if r.get("tiers") not in (None, "", "-"))
+    thinking = sum(1 for r in rows if r.get("thinking") not in (None, "", "-"))
+    if (tiered or thinking) and not args.wide:
+        print(f"{tiered} of these are priced by input length (the rates above are the first tier) and "
+              f"{thinking} have a thinking-output rate: --wide shows them (docs/pricing.md)")
     if args.sources:
         print()
         for r in rows:
