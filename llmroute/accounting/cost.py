@@ -163,8 +163,9 @@ def cost_from_usage(
     perf_metrics: Mapping[str, Any] | None = None,
     thinking: bool = False,
 ) -> Cost:
-    """`compute_cost` over a raw usage object (any platform's shape, see `read_usage`); `thinking`: the
-    request enabled thinking (see `thinking_requested`)."""
+    """`compute_cost` over a raw usage object (any platform's shape, see `read_usage`). Reported
+    reasoning tokens select the thinking-output rate by themselves; `thinking=True` selects it without
+    them (the client passes it only for usage it estimated, see `Engine.price`)."""
     t = usage if isinstance(usage, TokenUsage) else read_usage(usage, timings=timings, perf_metrics=perf_metrics)
     return compute_cost(
         price,
