@@ -516,11 +516,17 @@ class PriceOverride(BaseModel):
     output_per_million: Decimal
     # Absent: cached input tokens cost the input price.
     cached_input_per_million: Optional[Decimal] = None
+    # Optional, as in the price table (docs/pricing.md); input-length tiers go in a team catalogue.
+    explicit_cached_input_per_million: Optional[Decimal] = None
+    cache_write_per_million: Optional[Decimal] = None
+    thinking_output_per_million: Optional[Decimal] = None
     currency: Currency = "USD"
     # Model class for `llmroute report --reprice` ("7b", "70b"); optional.
     model_class: Optional[str] = Field(default=None, alias="class")
 
-    @field_validator("input_per_million", "output_per_million", "cached_input_per_million", mode="before")
+    @field_validator("input_per_million", "output_per_million", "cached_input_per_million",
+                     "explicit_cached_input_per_million", "cache_write_per_million", "thinking_output_per_million",
+                     mode="before")
     @classmethod
     def _exact(cls, v: Any, info: Any) -> Any:
         return None if v is None else _non_negative(v, info.field_name)
@@ -760,16 +766,22 @@ class PriceBook:
 
 def _override_price(key: str, ov: PriceOverride) -> Price:
     model = key.partition(":")[2]
-    canon = json.dumps(
-        [str(ov.input_per_million), str(ov.output_per_million), str(ov.cached_input_per_million), ov.currency],
-        separators=(",", ":"),
-    )
+    figures: list[Any] = [str(ov.input_per_million), str(ov.output_per_million), str(ov.cached_input_per_million),
+                          ov.currency]
+    extra = {k: str(getattr(ov, k)) for k in ("explicit_cached_input_per_million", "cache_write_per_million",
+                                              "thinking_output_per_million") if getattr(ov, k) is not None}
+    if extra:  # only then, so the version of an override without them is what it always was
+        figures.append(extra)
+    canon = json.dumps(figures, separators=(",", ":"), sort_keys=True)
     # The version changes whenever the configured figures do, so ledger rows say which price applied.
     digest = hashlib.sha256(canon.encode()).hexdigest()[:8]
     return Price(
         input_per_million=ov.input_per_million,
         output_per_million=ov.output_per_million,
         cached_input_per_million=ov.cached_input_per_million,
+        explicit_cached_input_per_million=ov.explicit_cached_input_per_million,
+        cache_write_per_million=ov.cache_write_per_million,
+        thinking_output_per_million=ov.thinking_output_per_million,
         currency=ov.currency,
         version=f"config:{digest}",
         source=f'config [pricing."{key}"]',

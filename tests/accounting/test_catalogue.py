@@ -3,6 +3,7 @@ errors (file and line), and `llmroute prices check` / `llmroute prices diff`."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from decimal import Decimal as D
 
@@ -143,3 +144,15 @@ def test_prices_check_and_diff_commands(tmp_path, capsys):
     assert prices_main(["diff", str(good), "--json"]) == 0
     rows = json.loads(capsys.readouterr().out)
     assert rows[0]["version"] == "team-1" and rows[0]["where"] == f"{good}:4"
+
+
+def test_a_config_override_takes_thinking_and_cache_rates_and_keeps_old_versions():
+    plain = PricingConfig.model_validate({"p:m": {"input_per_million": 1, "output_per_million": 2}})
+    rich = PricingConfig.model_validate({"p:m": {"input_per_million": 1, "output_per_million": 2,
+                                                 "thinking_output_per_million": 6, "cache_write_per_million": 1.25}})
+    old = PriceBook(plain).lookup("p", "vllm", None, "m")
+    new = PriceBook(rich).lookup("p", "vllm", None, "m")
+    assert old.version == "config:" + hashlib.sha256(b'["1","2","None","USD"]').hexdigest()[:8]
+    assert new.version != old.version
+    c = compute_cost(new, prompt_tokens=1000, completion_tokens=10, reasoning_tokens=4, cache_write_tokens=800)
+    assert c.amount == D("0.0002") + D("0.001") + D("0.00006")  # 200 x 1 + 800 x 1.25 + 10 x 6
