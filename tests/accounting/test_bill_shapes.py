@@ -160,6 +160,16 @@ def test_siliconflow_intl_cached_input_rate(siliconflow_server, stream):
     assert cost.amount == Decimal("0.0003396") and cost.currency == "USD"
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_together_flat_cached_tokens_at_the_catalogue_cached_rate(together_server, stream):
+    # docs.together.ai/docs/serverless/models, Kimi K3: 3.00 input, 0.30 cached, 15.00 output.
+    together_server.push(Reply(usage={"prompt_tokens": 1000}, cached_tokens=400, pieces=PIECES))
+    with _client(together_server, "together", "moonshotai/Kimi-K3") as client:
+        cost = _call(client, stream).cost
+    # 600 x 3 + 400 x 0.30 + 5 x 15 = 1800 + 120 + 75 per million
+    assert cost.cached_amount == Decimal("0.00012") and cost.amount == Decimal("0.001995")
+
+
 def test_together_flat_cached_tokens_without_a_cached_rate(together_server):
     together_server.push(Reply(usage={"prompt_tokens": 1000}, cached_tokens=400, pieces=PIECES))
     with _client(together_server, "together", "openai/gpt-oss-120b") as client:

@@ -71,7 +71,7 @@ def test_together_reasoning_model_details_and_no_cached_rate():
     assert c.amount == D("0.00364")
     assert c.cached_amount == D("0.00106496") and c.input_amount == D("0.00101504")
     assert c.output_tokens == 1500 and c.reasoning_tokens == 1000
-    assert not c.price_confirmed and c.price_version == BOOK.version
+    assert c.price_confirmed and c.price_version == BOOK.version  # on Together's own catalogue page
 
 
 def test_fireworks_details_at_size_tier():

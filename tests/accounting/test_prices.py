@@ -54,11 +54,14 @@ def test_shipped_table_has_version_dates_and_sources():
 
 def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
     table = load_price_table()
-    # docs/platforms.md: Together's and SiliconFlow's price pages could not be read, so their figures are
-    # unconfirmed; the one exception is read off Together's own model page, and says so.
+    # SiliconFlow's price pages could not be read, so its figures are unconfirmed; Together's confirmed ones
+    # are read off its own pages (the serverless catalogue, or a model page), and say so.
     for p in table.entries:
         if p.kind in ("together", "siliconflow") and p.confirmed:
-            assert p.kind == "together" and p.source.startswith("together.ai/models/"), p.model
+            assert p.kind == "together" and p.source.startswith(
+                ("together.ai/models/", "docs.together.ai/docs/serverless/models")), p.model
+    assert table.get("together", None, "moonshotai/Kimi-K3").cached_input_per_million == Decimal("0.30")
+    assert not table.get("together", None, "deepseek-ai/DeepSeek-R1").confirmed  # no longer on the page
     assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
     assert table.get("bailian", "singapore", "qwen-plus").confirmed
     # qwen-plus and qwen-max in Beijing are on the official model list (help.aliyun.com/zh/model-studio/models).
@@ -304,9 +307,9 @@ def test_unpriced_model_named_in_create_is_a_config_error_before_sending(togethe
 
     with Client(config=_together_config(together_server, tmp_path, strict=True)) as client:
         with pytest.raises(ConfigError) as info:
-            client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES)
+            client.chat.completions.create(model="tg:acme/unpriced-chat", messages=MESSAGES)
     message = str(info.value)
-    assert "tg:moonshotai/Kimi-K3" in message and 'pricing.\"tg:moonshotai/Kimi-K3\"' in message and "strict" in message
+    assert "tg:acme/unpriced-chat" in message and 'pricing.\"tg:acme/unpriced-chat\"' in message and "strict" in message
     assert together_server.requests == []
 
 
@@ -315,17 +318,17 @@ def test_unpriced_model_named_in_create_runs_flagged_when_strict_is_off(together
     from tests.accounting._client import MESSAGES
 
     with Client(config=_together_config(together_server, tmp_path, strict=False)) as client:
-        resp = client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES, feature="f")
+        resp = client.chat.completions.create(model="tg:acme/unpriced-chat", messages=MESSAGES, feature="f")
     assert resp.cost.amount is None and resp.cost.priced is False and str(resp.cost) == "unpriced"
-    assert resp.route.deployment == "tg:moonshotai/Kimi-K3"
+    assert resp.route.deployment == "tg:acme/unpriced-chat"
     assert resp.route.attempts[-1].cost.priced is False  # flagged on the route's attempt too
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "ledger.db")
-    assert db.execute("SELECT deployment, priced, cost FROM ledger").fetchall() == [("tg:moonshotai/Kimi-K3", 0, None)]
+    assert db.execute("SELECT deployment, priced, cost FROM ledger").fetchall() == [("tg:acme/unpriced-chat", 0, None)]
     db.close()
     rows = report(str(tmp_path / "ledger.db"), by=("deployment",))
-    row = next(r for r in rows if r.get("deployment") == "tg:moonshotai/Kimi-K3")
+    row = next(r for r in rows if r.get("deployment") == "tg:acme/unpriced-chat")
     assert row["unpriced_attempts"] == 1 and row["cost"] is None
 
 
