@@ -79,6 +79,7 @@ class AttemptContext:
     continuation: bool = False  # continues the partial answer of a cut attempt
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
+    reasoned: bool = False  # the answer carried reasoning text (thinking happened, whatever the usage says)
 
     def not_sent(self) -> None:
         """The transport refused the request before sending it: nothing reached the platform."""
@@ -329,6 +330,7 @@ class CallRun:
                 prompt_tokens=self.input_tokens(),
             )
         rec.usage = attempt_usage if attempt_usage is not None else completion.usage
+        ctx.reasoned = any(c.message.reasoning_content for c in completion.choices)
         if self.earlier_usage:
             completion.usage = sum_usage([*self.earlier_usage, rec.usage])
         rec.usage_estimated = not usage_reported
@@ -431,8 +433,14 @@ class CallRun:
     def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
         """Price the ended attempt (its record keeps the cost) and tell the recorder."""
         rec = ctx.record
+        # Thinking is billed when the usage reports reasoning tokens (compute_cost sees them); a request that
+        # turned thinking on is billed so too when the usage cannot say (estimated) or the answer carried
+        # reasoning the usage did not count. A thinking request with no thinking is billed at the plain rate,
+        # as Bailian bills it (docs/pricing.md).
+        thinking = (rec.usage_estimated or ctx.reasoned) and thinking_requested(
+            self.prepared.call.params, self.prepared.call.extra_body)
         rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated,
-                                     thinking=thinking_requested(self.prepared.call.params, self.prepared.call.extra_body))
+                                     thinking=thinking)
         if rec.billed:
             self.costs.append(rec.cost)
         self.recorder.attempt_ended(self, ctx, error, now)

@@ -277,10 +277,9 @@ class Engine:
         return self.prices.lookup(p.name, p.kind, p.region, dep.model)
 
     def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool, thinking: bool = False) -> "Cost":
-        """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). `thinking`: the
-        request enabled thinking. Reported usage decides by its reasoning tokens (a thinking request
-        that produced no reasoning is billed at the non-thinking rate, as Bailian bills it); usage we
-        estimated takes the request's word (docs/pricing.md)."""
+        """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). Reported reasoning
+        tokens bill the output at the thinking rate; `thinking=True` does so without them (the call
+        decides: a thinking request whose usage cannot tell, docs/pricing.md)."""
         return self._compute_cost(
             self._price(dep),
             prompt_tokens=usage.prompt_tokens if usage else 0,
@@ -290,7 +289,7 @@ class Engine:
             estimated=estimated,
             cache_write_tokens=cache_write_tokens(usage),
             explicit_cache=explicit_cache(usage),
-            thinking=thinking and estimated and usage is not None,
+            thinking=thinking and usage is not None,
         )
 
     def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:

@@ -88,6 +88,16 @@ def test_thinking_request_without_reasoning_is_billed_at_the_plain_rate(bailian_
     assert cost.thinking is False and cost.amount == Decimal("0.00081")  # 1000 x 0.8 + 5 x 2
 
 
+@pytest.mark.parametrize("stream", [False, True], ids=["plain", "stream"])
+def test_reasoning_text_the_usage_does_not_count_is_billed_as_thinking(bailian_server, stream):
+    # A usage without a reasoning breakdown, but the answer carried reasoning: thinking happened.
+    bailian_server.push(Reply(usage={"prompt_tokens": 1000, "reasoning_tokens": 0}, reasoning=REASONING,
+                              pieces=["a", " b"]))
+    with _client(bailian_server, "bailian", "qwen-plus") as client:
+        cost = _call(client, stream, extra_body={"enable_thinking": True}).cost
+    assert (cost.reasoning_tokens, cost.thinking, cost.amount) == (0, True, Decimal("0.00084"))
+
+
 def test_thinking_request_with_estimated_usage_takes_the_thinking_rate(bailian_server):
     # No usage from the platform: llmroute counts the tokens and trusts the request's enable_thinking.
     bailian_server.push(Reply(omit_usage=True, pieces=PIECES))
