@@ -349,9 +349,8 @@ def reconcile(records: Iterable[LedgerRecord], export: Sequence[ExportRow], *, p
     for key in sorted(set(by_key) | set(sides)):
         exp = by_key.get(key)
         side = sides.get(key) or _LedgerSide()
+        # The bill's currency, else (an export without one) the ledger's.
         currency = exp.currency if exp and exp.currency else next(iter(side.by_currency), None)
-        if exp is not None and exp.currency is None and len(side.by_currency) == 1:
-            exp.currency = currency
         if len(side.by_currency) > 1 or (currency and side.by_currency and currency not in side.by_currency):
             cost = None
             cause = f"currencies differ: the ledger holds {', '.join(sorted(side.by_currency))}, the bill {currency}"
