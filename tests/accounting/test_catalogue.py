@@ -156,3 +156,17 @@ def test_a_config_override_takes_thinking_and_cache_rates_and_keeps_old_versions
     assert new.version != old.version
     c = compute_cost(new, prompt_tokens=1000, completion_tokens=10, reasoning_tokens=4, cache_write_tokens=800)
     assert c.amount == D("0.0002") + D("0.001") + D("0.00006")  # 200 x 1 + 800 x 1.25 + 10 x 6
+
+
+def test_prices_diff_of_a_configs_catalogue(tmp_path, capsys):
+    (tmp_path / "team.toml").write_text(TIERED, encoding="utf-8")
+    (tmp_path / "llmroute.toml").write_text(
+        '[providers.ali]\nkind = "bailian"\nregion = "cn-beijing"\napi_key = "sk-test"\n\n'
+        '[tiers.small]\ndeployments = ["ali:qwen-plus"]\n\n[pricing]\ncatalogue = "team.toml"\n', encoding="utf-8")
+    assert prices_main(["diff", "--config", str(tmp_path / "llmroute.toml")]) == 0
+    out = capsys.readouterr().out
+    assert "1 entry added or changed" in out and f"({tmp_path / 'team.toml'}:4, version team-1)" in out
+    # What the config's deployment is charged comes from the team file.
+    assert prices_main(["--config", str(tmp_path / "llmroute.toml"), "--json"]) == 0
+    [row] = json.loads(capsys.readouterr().out)
+    assert (row["deployment"], row["input"], row["thinking"]) == ("ali:qwen-plus", "0.8", "8")
