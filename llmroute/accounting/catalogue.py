@@ -20,7 +20,7 @@ from typing import Iterable
 
 from llmroute.accounting.prices import Price, PriceTable, load_catalogue, read_catalogue_file
 
-__all__ = ["read_catalogue_file", "load_catalogue", "diff_tables", "PriceChange", "RATE_FIELDS"]
+__all__ = ["read_catalogue_file", "load_catalogue", "diff_tables", "lint_table", "PriceChange", "RATE_FIELDS"]
 
 # The figures `diff_tables` compares, in display order.
 RATE_FIELDS = (
@@ -96,3 +96,30 @@ def diff_tables(base: PriceTable, other: PriceTable | Iterable[Price]) -> list[P
         if fields:
             changes.append(PriceChange("changed", p.kind or "", p.region, p.model, fields, p.version, where))
     return sorted(changes, key=lambda c: (c.kind, c.region or "", c.model))
+
+
+def lint_table(table: PriceTable) -> list[str]:
+    """Figures that parse but are probably typos, as "file:line: model: what" lines (`prices check`
+    prints them as warnings): a cache hit dearer than input, a cache write cheaper than input, thinking
+    output cheaper than output, a higher input-length tier cheaper than the one below it."""
+    out: list[str] = []
+    for p in table.entries:
+        where = f"{p.origin_file}:{p.line}: {p.kind}{'/' + p.region if p.region else ''} {p.model}"
+        levels = [("first tier", p), *((f"tier >{t.above}", t) for t in p.tiers)]
+        previous = None
+        for label, r in levels:
+            if r.cached_input_per_million is not None and r.cached_input_per_million > r.input_per_million:
+                out.append(f"{where}: {label}: cached input {_text(r.cached_input_per_million)} costs more than "
+                           f"input {_text(r.input_per_million)}")
+            if r.explicit_cached_input_per_million is not None and r.explicit_cached_input_per_million > r.input_per_million:
+                out.append(f"{where}: {label}: explicit cache hits cost more than input")
+            if r.cache_write_per_million is not None and r.cache_write_per_million < r.input_per_million:
+                out.append(f"{where}: {label}: cache writes {_text(r.cache_write_per_million)} cost less than "
+                           f"input {_text(r.input_per_million)}")
+            if r.thinking_output_per_million is not None and r.thinking_output_per_million < r.output_per_million:
+                out.append(f"{where}: {label}: thinking output costs less than output")
+            if previous is not None and (r.input_per_million < previous.input_per_million
+                                         or r.output_per_million < previous.output_per_million):
+                out.append(f"{where}: {label} is cheaper than the tier below it")
+            previous = r
+    return out

@@ -104,7 +104,7 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = 
 
 def check_main(argv: Sequence[str]) -> int:
     """`llmroute prices check FILE...`: lint team catalogue files (the shipped format); 0 when all are good."""
-    from llmroute.accounting.catalogue import read_catalogue_file
+    from llmroute.accounting.catalogue import lint_table, read_catalogue_file
     from llmroute.errors import ConfigError
 
     parser = argparse.ArgumentParser(prog="llmroute prices check",
@@ -125,6 +125,8 @@ def check_main(argv: Sequence[str]) -> int:
         replaced = sum(1 for p in table.entries if (p.kind or "", p.region, p.model) in shipped.index)
         print(f"{name}: ok, version {table.version}: {len(table.entries)} entries ({replaced} replace shipped "
               f"ones, {tiered} tiered, {unconfirmed} unconfirmed)")
+        for warning in lint_table(table):
+            print(f"warning: {warning}")
     return status
 
 

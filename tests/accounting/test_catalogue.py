@@ -9,7 +9,7 @@ from decimal import Decimal as D
 
 import pytest
 
-from llmroute.accounting.catalogue import diff_tables, load_catalogue
+from llmroute.accounting.catalogue import diff_tables, lint_table, load_catalogue
 from llmroute.accounting.cost import compute_cost, sum_costs
 from llmroute.accounting.prices import PriceBook, PricingConfig, load_price_table, parse_price_table
 from llmroute.batch.pricing import batch_price
@@ -170,3 +170,14 @@ def test_prices_diff_of_a_configs_catalogue(tmp_path, capsys):
     assert prices_main(["--config", str(tmp_path / "llmroute.toml"), "--json"]) == 0
     [row] = json.loads(capsys.readouterr().out)
     assert (row["deployment"], row["input"], row["thinking"]) == ("ali:qwen-plus", "0.8", "8")
+
+
+def test_prices_check_warns_about_likely_typos_and_the_shipped_table_has_none(tmp_path, capsys):
+    assert lint_table(load_price_table()) == []
+    odd = tmp_path / "odd.toml"
+    odd.write_text(TIERED.replace("cached_input_per_million = 0.16", "cached_input_per_million = 1.6")
+                   .replace("input_per_million = 4.8", "input_per_million = 0.48"), encoding="utf-8")
+    assert prices_main(["check", str(odd)]) == 0
+    out = capsys.readouterr().out
+    assert f"warning: {odd}:4: bailian/cn-beijing qwen-plus: first tier: cached input 1.6 costs more than input 0.8" in out
+    assert f"warning: {odd}:4: bailian/cn-beijing qwen-plus: tier >262144 is cheaper than the tier below it" in out
