@@ -28,8 +28,8 @@ from llmroute._call.exits import end_call, exit_status
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import ClientLife, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
-from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport, aiter_body, aread_body,
-                        iter_body, read_body)
+from llmroute._http import exchange as X
+from llmroute._http.transport import AsyncTransport, SyncResponse, SyncTransport
 from llmroute.types import ChatCompletion
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
@@ -47,22 +47,17 @@ def _as_config(config: Union[Config, Mapping[str, Any], str, os.PathLike[str], N
     raise E.ConfigError(f"config must be a dict, a Config or a path, not {type(config).__name__}")
 
 
-def _body_args(ctx: AttemptContext) -> Dict[str, Any]:
-    return {"deadline": ctx.deadline, "provider": ctx.deployment.provider.name, "deployment": ctx.deployment.id}
-
-
-
-
+def _exchange(ctx: AttemptContext, limits: ReadLimits) -> X.Exchange:
+    """The attempt's request on the one send path (`_http/exchange.py`), within its timeouts, deadline and caps."""
+    provider = ctx.deployment.provider
+    return X.Exchange(ctx.request, ctx.timeouts, limits, provider=provider.name, deployment=ctx.deployment.id,
+                      max_connections=provider.max_connections, deadline=ctx.deadline)
 
 
 async def _asleep(seconds: float) -> None:
     import asyncio
 
     await asyncio.sleep(seconds)
-
-
-
-
 
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
@@ -86,13 +81,7 @@ def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
 # sync
 
 
-
-
-
-
-
-
-def _shadow_runner(client: Any, *, is_async: bool = False) -> Any:
+def _shadow_runner(client: Union["Client", "AsyncClient"], *, is_async: bool = False) -> Any:
     """The `[routing.shadow]` runner (llmroute/routing/shadow.py) when its rate is above 0, else None."""
     routing = client.config.sections.routing
     if not client.config.raw.routing or routing.shadow.rate <= 0:
@@ -175,50 +164,36 @@ class Client(_ClientSurface):
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def _send(self, ctx: AttemptContext) -> SyncResponse:
-        provider = ctx.deployment.provider
-        timer = ConnectTimer()
+    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, X.Exchange]:
+        """Send the attempt's request (a non-2xx answer raises the adapter's error); the response, body unread."""
+        ex = _exchange(ctx, self.read_limits)
         try:
-            response = self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
-                                            max_connections=provider.max_connections, timer=timer)
-        except E.InvalidRequestError:
-            ctx.not_sent()
-            raise
+            return X.send(self._transport, ex, ctx.adapter.error_from_response), ex
         finally:
-            ctx.connected(timer.connect_s)
-        if response.status_code >= 300:
-            try:
-                content = read_body(response, self.read_limits, **_body_args(ctx))
-            finally:
-                response.close()
-            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
-            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
-            raise error
-        return response
+            if not ex.sent:
+                ctx.not_sent()
+            ctx.connected(ex.connect_s)
 
     def _open(self, op: _Opened) -> _Opened:
         """Send one attempt and read it up to its first content (streams) or whole (plain calls)."""
         ctx, state = op.ctx, op.state
         try:
             try:
-                op.response = self._send(ctx)
+                op.response, ex = self._send(ctx)
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
-                op.response = self._send(ctx)
+                op.response, ex = self._send(ctx)
             if op.cancelled:  # a hedge race was decided while this one was connecting
                 op.response.close()
                 return op
             if state is None or _plain_answer(state, op.response):
                 op.state = None
-                try:
-                    content = read_body(op.response, self.read_limits, **_body_args(ctx))
-                finally:
-                    op.response.close()
+                content = X.read(op.response, ex)
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
             state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
-            op.chunks = iter_body(op.response, self.read_limits, **_body_args(ctx))
+            op.chunks = X.chunks(op.response, ex)
             for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:
@@ -383,11 +358,8 @@ class Client(_ClientSurface):
         self.close()
 
 
-
 # --------------------------------------------------------------------------------------------------
 # async
-
-
 
 
 def _offload_for(engine: Engine, cache: Any) -> Offload:
@@ -432,26 +404,15 @@ class AsyncClient(_ClientSurface):
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 
-    async def _send(self, ctx: AttemptContext) -> Any:
-        provider = ctx.deployment.provider
-        timer = AsyncConnectTimer()
+    async def _send(self, ctx: AttemptContext) -> tuple[Any, X.Exchange]:
+        """`Client._send`, awaited."""
+        ex = _exchange(ctx, self.read_limits)
         try:
-            response = await self._transport.open(ctx.request, ctx.timeouts, provider=provider.name,
-                                                  max_connections=provider.max_connections, timer=timer)
-        except E.InvalidRequestError:
-            ctx.not_sent()
-            raise
+            return await X.asend(self._transport, ex, ctx.adapter.error_from_response), ex
         finally:
-            ctx.connected(timer.connect_s)
-        if response.status_code >= 300:
-            try:
-                content = await aread_body(response, self.read_limits, **_body_args(ctx))
-            finally:
-                await response.aclose()
-            error = ctx.adapter.error_from_response(response.status_code, response.headers, content)
-            del content  # the body may echo a key: keep it out of the traceback's locals (error trackers)
-            raise error
-        return response
+            if not ex.sent:
+                ctx.not_sent()
+            ctx.connected(ex.connect_s)
 
     async def _open(self, op: _Opened) -> _Opened:
         import asyncio
@@ -459,21 +420,18 @@ class AsyncClient(_ClientSurface):
         ctx, state = op.ctx, op.state
         try:
             try:
-                op.response = await self._send(ctx)
+                op.response, ex = await self._send(ctx)
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
-                op.response = await self._send(ctx)
+                op.response, ex = await self._send(ctx)
             if state is None or _plain_answer(state, op.response):
                 op.state = None
-                try:
-                    content = await aread_body(op.response, self.read_limits, **_body_args(ctx))
-                finally:
-                    await op.response.aclose()
+                content = await X.aread(op.response, ex)
                 op.parsed = ctx.adapter.parse_completion(op.response.headers, content)
                 return op
             state.decoder.sse.max_line = self.read_limits.max_sse_line_bytes
-            op.chunks = aiter_body(op.response, self.read_limits, **_body_args(ctx))
+            op.chunks = X.achunks(op.response, ex)
             async for data in op.chunks:
                 op.ready.extend(state.feed(data, _now()))
                 if state.content_started:

@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import Any, Dict, FrozenSet, List, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
@@ -22,6 +22,15 @@ from llmroute.errors import ConfigError
 from llmroute.providers.registry import KINDS, KindSpec
 from llmroute._runtime.secrets import MASK, SecretStr, is_secret_header
 from llmroute.cache.cache_policy import CacheConfig, CacheSettings, TierCacheConfig
+
+if TYPE_CHECKING:
+    from llmroute.accounting.budgets import BudgetConfig, GuardConfig
+    from llmroute.accounting.ledger import LedgerConfig
+    from llmroute.accounting.prices import PriceBook, PricingConfig
+    from llmroute.resilience.policy import ResiliencePolicy
+    from llmroute.routing.rules import RoutingConfig
+    from llmroute.state.backend import StateConfig
+    from llmroute._runtime.telemetry import TelemetryConfig
 
 if sys.version_info >= (3, 11):
     import tomllib
@@ -212,19 +221,19 @@ class Tier:
 class Sections:
     """The validated sections other modules own (their models live beside their code)."""
 
-    routing: Any
-    resilience: Any  # ResiliencePolicy: the [resilience] defaults
-    policies: Dict[str, Any]  # deployment id -> ResiliencePolicy with tier and deployment overrides
+    routing: RoutingConfig
+    resilience: ResiliencePolicy  # the [resilience] defaults
+    policies: Dict[str, ResiliencePolicy]  # deployment id -> its policy, with tier and deployment overrides
     pools: Dict[str, Dict[str, Any]]  # pool name -> its limit overrides
     pool_names: FrozenSet[str]  # every pool a call may name
-    pricing: Any
-    prices: Any  # PriceBook
-    ledger: Any
-    budgets: List[Any]
-    guards: Dict[str, Any]
-    telemetry: Any
-    cache: Any = None  # CacheSettings: [cache] and the tiers' `cache` tables
-    state: Any = None  # StateConfig: backend "local" (per process) or "redis"
+    pricing: PricingConfig
+    prices: PriceBook
+    ledger: LedgerConfig
+    budgets: List[BudgetConfig]
+    guards: Dict[str, GuardConfig]
+    telemetry: TelemetryConfig
+    cache: Optional[CacheSettings] = None  # [cache] and the tiers' `cache` tables
+    state: Optional[StateConfig] = None  # backend "local" (per process) or "redis"
 
 
 @dataclass

@@ -9,7 +9,8 @@ and its span (`gen_ai.operation.name = "embeddings"`). Embeddings are never hedg
 
 The response is OpenAI's `CreateEmbeddingResponse` (`data[i].embedding`, `usage.prompt_tokens`),
 plus `route` and `cost` that `model_dump()` leaves out. `Embeddings` and `AsyncEmbeddings` are the
-thin shells that move bytes; the rest is sans-I/O.
+thin shells that move bytes, through the client's send path (`_http/exchange.py`: timeouts, read
+caps, the attempt's connect time); the rest is sans-I/O.
 """
 
 from __future__ import annotations
@@ -18,13 +19,14 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Union
 
 from pydantic import Field
 
 from llmroute import errors as E
 from llmroute.accounting.cost_value import Cost
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
+from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
 from llmroute._call.exits import end_call, exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
@@ -35,6 +37,10 @@ from llmroute.accounting.tokens import count_text_tokens
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Deployment
+    from llmroute._call.call import AttemptContext
+    from llmroute._call.engine import Engine
+    from llmroute._call.offload import Offload
+    from llmroute._http.transport import SyncResponse
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
            "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]
@@ -183,7 +189,7 @@ def count_input_tokens(call: EmbeddingInput) -> int:
     texts = call.texts()
     if texts is None:
         value = call.input
-        return len(value) if value and isinstance(value[0], int) else sum(len(v) for v in value)  # type: ignore[arg-type]
+        return sum(len(v) if isinstance(v, list) else 1 for v in value)  # token ids, or lists of them
 
     return sum(count_text_tokens(t) for t in texts)
 
@@ -202,9 +208,9 @@ class _Finished:
 class EmbeddingRun(CallRun):
     """The attempts of one embeddings call: a chat `CallRun` with embedding adapters and input counting."""
 
-    def __init__(self, engine: Any, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
+    def __init__(self, engine: Engine, prepared: PreparedEmbedding, now: float, *, wall: Callable[[], float]) -> None:
         prepared.target = prepared.target or embedding_target(engine.config, prepared)
-        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]
+        super().__init__(engine, prepared, now, wall=wall)  # type: ignore[arg-type]  # a PreparedCall in all CallRun reads
 
     def admitted_target(self, routed: Target, admitted: Target) -> Target:
         """A budget's `downgrade` names a chat tier, which cannot embed: the call keeps its own tier
@@ -221,16 +227,16 @@ class EmbeddingRun(CallRun):
         """An embeddings answer is one JSON body: never sent as a stream."""
         return False
 
-    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:  # type: ignore[override]
+    def _adapter(self, deployment: "Deployment") -> EmbeddingAdapter:
         adapter = self._adapters.get(deployment.id)
         if adapter is None:
             cls = embedding_adapter_class(deployment.provider.kind, deployment.provider.protocol)
             adapter = self._adapters[deployment.id] = cls(deployment)
-        return adapter  # type: ignore[return-value]
+        return adapter  # type: ignore[return-value]  # CallRun._adapters is typed for chat; here each is an EmbeddingAdapter
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
-            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]
+            self.prepared.input_tokens = count_input_tokens(self.prepared.call)  # type: ignore[arg-type]  # an EmbeddingInput here
         return self.prepared.input_tokens
 
     def billed_before_failing(self, ctx: Any, usage: Usage, *, estimated: bool) -> None:
@@ -241,7 +247,7 @@ class EmbeddingRun(CallRun):
     def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
-        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]
+        self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]  # what succeeded() reads of a ChatCompletion
         tokens = view.usage.prompt_tokens
         # The adapter checked every item (a list or a base64 str per input, indices 0..n-1): built
         # without re-validating thousands of floats per vector.
@@ -299,11 +305,33 @@ def _now() -> float:
     return time.monotonic()
 
 
+class _EmbeddingsClient(Protocol):
+    """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
+
+
+class _AsyncEmbeddingsClient(Protocol):
+    """What `AsyncEmbeddings` uses of its `AsyncClient`."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def _offload(self) -> Offload: ...
+    async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
+
+
 class Embeddings:
     """`client.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
     metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _EmbeddingsClient) -> None:
         self._client = client
 
     def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
@@ -318,7 +346,7 @@ class Embeddings:
             end_call(run, exit_status(exc), exc, _now())
             raise
 
-    def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         client = self._client
         while True:
             step = run.next_step(_now())
@@ -329,12 +357,8 @@ class Embeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = client._send(ctx)
-                    try:
-                        content = response.read()
-                    finally:
-                        response.close()
-                    batches.add(response.headers, content)
+                    response, ex = client._send(ctx)
+                    batches.add(response.headers, read(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
@@ -347,7 +371,7 @@ class Embeddings:
 class AsyncEmbeddings:
     """`AsyncClient.embeddings`: the same `create()`, awaited."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _AsyncEmbeddingsClient) -> None:
         self._client = client
 
     async def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
@@ -364,7 +388,7 @@ class AsyncEmbeddings:
             end_after(run, exc)
             raise
 
-    async def _attempts(self, run: "EmbeddingRun", prepared: Any) -> CreateEmbeddingResponse:
+    async def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
         import asyncio  # not at import llmroute: the sync client never needs it
 
         client = self._client
@@ -378,12 +402,8 @@ class AsyncEmbeddings:
             batches = AttemptBatches(ctx, prepared.call)
             try:
                 while batches.next_request() is not None:
-                    response = await client._send(ctx)
-                    try:
-                        content = await response.aread()
-                    finally:
-                        await response.aclose()
-                    batches.add(response.headers, content)
+                    response, ex = await client._send(ctx)
+                    batches.add(response.headers, await aread(response, ex))
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue

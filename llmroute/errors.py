@@ -269,7 +269,8 @@ class ResponseTooLargeError(ServerError):
 
 
 class APITimeoutError(ProviderError):
-    """A timeout fired. `timeout` is "connect", "ttft" or "total"; `seconds` its limit."""
+    """A timeout fired. `timeout` is "connect", "ttft" or "total" ("read" for the batch APIs' file
+    transfers: no bytes within `seconds`); `seconds` its limit."""
 
     default_retryable = True
 

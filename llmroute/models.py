@@ -6,18 +6,19 @@ read too, see `providers/embeddings.py`). A model's `id` is "provider:model-id",
 and every field the platform sent (`context_length`, `max_model_len`, `type`, ...) stays readable.
 A provider that cannot be listed does not hide the others: its typed error is in `.errors`; only
 when every provider asked failed is an error raised. Listing is free: no ledger record, no breaker.
+The requests go through the client's send path (`_http/exchange.py`): its timeouts and read caps.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional
+import functools
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol
 
 from pydantic import Field
 
 from llmroute import errors as E
-from llmroute._call.attempt_errors import network_errors, sync_network_errors
+from llmroute._http.exchange import Exchange, afetch, fetch
 from llmroute.providers.embedding_wire import models_request, parse_model_list
-from llmroute._http.transport import map_transport_error
 from llmroute.types import _OpenAIModel
 from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
 from llmroute.providers.error_mapping import error_from_response
@@ -25,6 +26,8 @@ from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Provider
+    from llmroute._http.bounded import ReadLimits
+    from llmroute._http.transport import AsyncTransport, SyncTransport
 
 __all__ = ["Model", "ModelList", "Models", "AsyncModels"]
 
@@ -45,7 +48,7 @@ class ModelList(_OpenAIModel):
     data: List[Model] = Field(default_factory=list)
     errors: Dict[str, Any] = Field(default_factory=dict, exclude=True)
 
-    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]
+    def __iter__(self) -> Iterator[Model]:  # type: ignore[override]  # the page's models, as openai-python's (not pydantic's field pairs)
         return iter(self.data)
 
     def __len__(self) -> int:
@@ -61,7 +64,7 @@ def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
     return [config.providers[provider]]
 
 
-def _timeouts(provider: "Provider") -> Any:
+def _timeouts(provider: "Provider") -> Timeouts:
     cfg = provider.config
     connect = cfg.connect_timeout_s or DEFAULT_CONNECT_TIMEOUT_S
     total = min(cfg.timeout_s or 30.0, 30.0)  # a model list is small: no reason to wait minutes
@@ -86,65 +89,70 @@ def _result(listed: Dict[str, List[Model]], errors: Dict[str, E.ProviderError]) 
     return ModelList(data=[m for models in listed.values() for m in models], errors=errors)
 
 
+class _ModelsClient(Protocol):
+    """What `Models` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> SyncTransport: ...
+    @property
+    def read_limits(self) -> ReadLimits: ...
+
+
+class _AsyncModelsClient(Protocol):
+    """What `AsyncModels` uses of its `AsyncClient`."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> AsyncTransport: ...
+    @property
+    def read_limits(self) -> ReadLimits: ...
+
+
+def _exchange(client: _ModelsClient | _AsyncModelsClient, provider: "Provider") -> Exchange:
+    """`GET /models` on the one send path (`_http/exchange.py`), within the client's read caps."""
+    return Exchange(models_request(provider), _timeouts(provider), client.read_limits, provider=provider.name,
+                    deployment=provider.name, max_connections=provider.max_connections)
+
+
 class Models:
     """`client.models`: `list(provider=None)`."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _ModelsClient) -> None:
         self._client = client
 
     def list(self, *, provider: Optional[str] = None) -> ModelList:
         listed: Dict[str, List[Model]] = {}
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
-            timeouts = _timeouts(p)
             try:
-                response = self._client._transport.open(models_request(p), timeouts, provider=p.name,
-                                                        max_connections=p.max_connections)
-                try:
-                    content = response.read()
-                finally:
-                    response.close()
-                if response.status_code >= 300:
-                    raise _error(p, response.status_code, response.headers, content)
-                listed[p.name] = _models_of(p, content)
+                reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                listed[p.name] = _models_of(p, reply.body)
             except E.ProviderError as error:
                 errors[p.name] = error
-            except sync_network_errors() as exc:
-                errors[p.name] = map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
         return _result(listed, errors)
 
 
 class AsyncModels:
     """`AsyncClient.models`: the same `list()`, awaited; providers are asked concurrently."""
 
-    def __init__(self, client: Any) -> None:
+    def __init__(self, client: _AsyncModelsClient) -> None:
         self._client = client
 
     async def list(self, *, provider: Optional[str] = None) -> ModelList:
         import asyncio  # not at import llmroute: the sync client never needs it
 
-        raised = network_errors()
-
         async def one(p: "Provider") -> Any:
-            timeouts = _timeouts(p)
             try:
-                response = await self._client._transport.open(models_request(p), timeouts, provider=p.name,
-                                                              max_connections=p.max_connections)
-                try:
-                    content = await response.aread()
-                finally:
-                    await response.aclose()
-                if response.status_code >= 300:
-                    return _error(p, response.status_code, response.headers, content)
-                return _models_of(p, content)
+                reply = await afetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                return _models_of(p, reply.body)
             except E.ProviderError as error:
                 return error
-            except raised as exc:
-                return map_transport_error(exc, provider=p.name, deployment=p.name, timeouts=timeouts)
 
         providers = _providers(self._client.config, provider)
         results = await asyncio.gather(*(one(p) for p in providers))
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)
-

@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Opti
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.call import AttemptContext, CallRun, StreamState
-from llmroute._call.exits import end_call, exit_status
+from llmroute._call.exits import ExitStatus, end_call, exit_status
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
 
 __all__ = ["Stream", "AsyncStream"]
@@ -169,7 +169,7 @@ class Stream(_Ends):
             self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
         """The stream ended other than by its end, an error or close(): release and record it once."""
         self._closed = True
         self._release()
@@ -286,7 +286,7 @@ class AsyncStream(_Ends):
 
     close = aclose
 
-    def _end(self, status: str, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
         """Ended other than by its end, an error or aclose(): record it once; the response is closed
         on its event loop (it cannot be awaited from here)."""
         self._closed = True

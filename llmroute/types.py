@@ -8,7 +8,7 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import List, Literal, Optional
+from typing import Any, Callable, List, Literal, Optional, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -218,3 +218,16 @@ class ChatCompletionChunk(_OpenAIModel):
     system_fingerprint: Optional[str] = None
     # True on the first content chunk of a continuation: what follows continues a cut answer.
     resumed: bool = Field(default=False, exclude=True)
+
+
+class CompletionsAccess(Protocol):
+    @property
+    def create(self) -> Callable[..., Any]: ...  # `chat.completions.create` (awaitable on an AsyncClient)
+
+
+class ChatAccess(Protocol):
+    """`client.chat` as the modules below the client use it (routing.shadow, batch): `chat.completions.create`.
+    A type for annotations, not a public name."""
+
+    @property
+    def completions(self) -> CompletionsAccess: ...

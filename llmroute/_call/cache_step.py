@@ -45,7 +45,7 @@ class CacheCall:
     decision: Decision
     namespace: str = ""
     parts: Optional[KeyParts] = None
-    deployments: frozenset = frozenset()
+    deployments: frozenset[str] = frozenset()
     entry: Optional[Entry] = None
     similarity: Optional[float] = None
     embedding: Optional[List[float]] = None
@@ -173,8 +173,8 @@ def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepar
            transport: Any = None) -> Optional[CacheCall]:
     """`begin()`, then a semantic lookup if one is due (the embedding fetched on this thread)."""
     cached = begin(cache, engine, prepared, call)
-    if cached is not None and cached.needs_embedding:
-        cached.semantic_lookup(cached.cache.embedder.embed(cached.parts.query, transport))  # type: ignore
+    if cached is not None and cached.needs_embedding and cached.parts is not None:  # (needs_embedding: parts set)
+        cached.semantic_lookup(cached.cache.embedder.embed(cached.parts.query, transport))
     prepared.cache = cached
     return cached
 
@@ -190,8 +190,8 @@ async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: 
         if cached is not None and cached.outcome == "miss" and cached.parts is not None \
                 and await offload.wait_queued((cached.namespace, cached.parts.exact)):
             await offload.run(cached.look_again)  # this client's store of that key was still queued
-    if cached is not None and cached.needs_embedding:
-        embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)  # type: ignore
+    if cached is not None and cached.needs_embedding and cached.parts is not None:  # (needs_embedding: parts set)
+        embedding = await cached.cache.embedder.aembed(cached.parts.query, transport)
         if offload is None:
             cached.semantic_lookup(embedding)
         else:
@@ -275,10 +275,10 @@ class CachedStream:
 class AsyncCachedStream(CachedStream):
     """`CachedStream` for `AsyncClient`, whose streams' `close()` is awaited."""
 
-    async def close(self) -> None:  # type: ignore[override]
+    async def close(self) -> None:  # type: ignore[override]  # awaited, as AsyncStream.close
         pass
 
-    async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]
+    async def get_final_completion(self) -> ChatCompletion:  # type: ignore[override]  # awaited, as AsyncStream's
         """As `AsyncStream.get_final_completion` (awaited)."""
         return self._final
 

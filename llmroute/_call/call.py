@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Sequence,
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
 from llmroute.config import Deployment
-from llmroute._call.exits import end_call, exit_status
+from llmroute._call.exits import ExitStatus, end_call, exit_status
 from llmroute.providers import adapter_class
 from llmroute.providers.base import OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
 from llmroute._http.request import HttpRequest
@@ -43,6 +43,7 @@ logger = logging.getLogger("llmroute._call.call")
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
     from llmroute._call.engine import Admission, Engine
+    from llmroute.resilience.failover import Exhausted
 
 # Modules the call path uses on every call but `import llmroute` does not load (the resilience package
 # loads with the first client, the router's estimate with the first call): bound once by the first
@@ -213,7 +214,7 @@ class CallRun:
             # A parameter this platform cannot take, or a request that cannot be sent: nothing was
             # sent; the caller must change the call. It never counts against the deployment.
             self.plan.record(deployment.id, now, error, latency_s=0.0)
-            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]
+            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]  # set on InvalidRequestError too
             self._end(None, error, now)
             raise
         policy = self.engine.policy(deployment.id)
@@ -354,7 +355,7 @@ class CallRun:
         return completion
 
     def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
-                  why: str = "another attempt answered first", *, status: str = "cancelled",
+                  why: str = "another attempt answered first", *, status: ExitStatus = "cancelled",
                   error: Optional[BaseException] = None) -> None:
         """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
         says how). Its prompt was sent, so it may be billed: recorded."""
@@ -462,14 +463,15 @@ class CallRun:
         estimate from characters (no tokenizer on the hot path)."""
         if self.prepared.input_tokens is not None:
             return self.prepared.input_tokens
-        return _classifier.estimate_tokens(self.prepared.messages)
+        estimate: int = _classifier.estimate_tokens(self.prepared.messages)
+        return estimate
 
     def input_tokens(self) -> int:
         if self.prepared.input_tokens is None:
             self.prepared.input_tokens = count_message_tokens(self.prepared.messages)
         return self.prepared.input_tokens
 
-    def _exhausted(self, step: Any, now: float) -> BaseException:
+    def _exhausted(self, step: Exhausted, now: float) -> BaseException:
         """The error the caller gets when the plan gives up, carrying the route's attempts."""
         error = step.error
         sent = [a for a in self.route.attempts if a.status not in ("skipped",)]
@@ -482,7 +484,7 @@ class CallRun:
                 error = last
         # The plan's errors (ProviderError, AllDeploymentsFailedError) all carry `.attempts`: the
         # route's, which also show skips, costs and notes.
-        error.attempts = list(self.route.attempts)
+        error.attempts = list(self.route.attempts)  # type: ignore[attr-defined]  # Exhausted.error is a BaseException
         self._end(None, error, now)
         return error
 

@@ -29,9 +29,11 @@ from llmroute.accounting.tokens import cache_write_tokens, explicit_cache
 from llmroute._runtime.secrets import install_log_scrubbing
 
 if TYPE_CHECKING:
+    from llmroute.accounting.budgets import BudgetBook
     from llmroute.accounting.cost import Cost
     from llmroute._call.prepared import PreparedCall
     from llmroute.resilience.failover import FailoverPlan
+    from llmroute.state.shared_limits import LimitRequest, SharedLimits
 
 __all__ = ["Engine", "Admission"]
 
@@ -83,7 +85,7 @@ class Engine:
         uses_limits = bool(sections.pools) or any(
             p.max_concurrency or p.rpm or p.tpm for p in [self._base_policy, *sections.policies.values()]
         )
-        self.limits = DeploymentLimits(self._pool_policy) if uses_limits else None
+        self.limits: DeploymentLimits | SharedLimits | None = DeploymentLimits(self._pool_policy) if uses_limits else None
         if self.limits is not None and self.fleet is not None:
             self.limits = self.fleet.shared_limits(self.limits)
         self.prices = sections.prices
@@ -98,12 +100,12 @@ class Engine:
                                 f"{type(ledger).__name__}", key="ledger")
         self.budget_book = None
         if sections.budgets:
-            self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates(),
-                                          shared=self.fleet.budgets if self.fleet is not None else None)
+            book = self.budget_book = BudgetBook(sections.budgets, rates=sections.pricing.rates(),
+                                                 shared=self.fleet.budgets if self.fleet is not None else None)
             if isinstance(ledger_sink, (SQLiteSink, JSONLSink)) and ledger_sink.path.exists():
-                self.budget_book.seed_from_ledger(ledger_sink.path, time.time())
+                book.seed_from_ledger(ledger_sink.path, time.time())
             elif type(ledger_sink).__name__ == "PostgresSink":
-                self._seed_from_postgres(ledger_sink)
+                self._seed_from_postgres(book, ledger_sink)
         self.recorder = CallRecorder(ledger=ledger_sink, budget_book=self.budget_book,
                                      telemetry=Telemetry(sections.telemetry), breakers=self.breakers)
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
@@ -118,9 +120,9 @@ class Engine:
         """The telemetry hooks (the recorder opens the spans)."""
         return self.recorder.telemetry
 
-    def _seed_from_postgres(self, sink: Any) -> None:
+    def _seed_from_postgres(self, book: BudgetBook, sink: Any) -> None:
         try:
-            self.budget_book.seed_from_ledger(sink.url, time.time())
+            book.seed_from_ledger(sink.url, time.time())
         except Exception as exc:  # noqa: BLE001 - an unreachable ledger must not stop the client
             logging.getLogger("llmroute.budgets").warning(
                 "budgets: could not reload today's spend from the PostgreSQL ledger (%s); counting from zero",
@@ -171,9 +173,12 @@ class Engine:
         admission.reservation = verdict.reservation  # given back by `settle` when the call ends
         if verdict.admitted is not None:
             from llmroute.state.admission import PreAdmitted  # shared state only
+            from llmroute.state.shared_limits import SharedLimits  # shared state only
 
-            admission.pre_admitted = PreAdmitted(self.limits, limits_request,
-                                                 self.limits.admission(limits_request, verdict.admitted))
+            limits = self.limits
+            # the shared limits were asked (limits_request) only when they are SharedLimits
+            assert isinstance(limits, SharedLimits) and limits_request is not None
+            admission.pre_admitted = PreAdmitted(limits, limits_request, limits.admission(limits_request, verdict.admitted))
         if verdict.action == "downgrade" and verdict.tier:
             admission.target = tier_target(self.config, verdict.tier, f"budget: {verdict.reason}", prepared.pool,
                                            score=target.score, pool=target.pool)
@@ -181,14 +186,15 @@ class Engine:
 
     def settle(self, admission: Admission) -> None:
         """The call ended: give back its budget reservation and the limits admitted with it."""
-        if admission.reservation is not None:
+        if admission.reservation is not None and self.budget_book is not None:  # only a budget book reserves
             self.budget_book.release(admission.reservation)
         if admission.pre_admitted is not None:
             admission.pre_admitted.discard()
 
     def call_deadline_s(self, target: Target) -> float:
         deps = target.deployments or target.fallback
-        return self.policy(deps[0].id).deadline_s if deps else self._base_policy.deadline_s
+        deadline_s: float = self.policy(deps[0].id).deadline_s if deps else self._base_policy.deadline_s
+        return deadline_s
 
     def _plan_inputs(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int]) -> Dict[str, Any]:
         """The failover plan's arguments that depend on the call and its target."""
@@ -214,7 +220,7 @@ class Engine:
         )
 
     def _first_limits_request(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int],
-                              plan_rng: random.Random, now: float) -> Any:
+                              plan_rng: random.Random, now: float) -> LimitRequest | None:
         """The shared limits' request for the deployment the call's plan will try first (None when
         limits are not shared or do not apply to it), so the budget reservation can carry it. The
         plan is given `plan_rng` (`Admission.plan_rng`), so the order predicted here is the plan's."""

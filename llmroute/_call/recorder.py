@@ -70,7 +70,8 @@ class CallRecorder:
     def call_started(self, run: "CallRun", now: float) -> Any:
         """Open the call's span (returned; the run keeps it)."""
         target = run.target
-        first = (target.deployments or target.fallback or [None])[0]
+        deps = target.deployments or target.fallback
+        first = deps[0] if deps else None
         prepared = run.prepared
         return self.telemetry.start_call(
             request_model=first.model if first is not None else prepared.model,
@@ -113,6 +114,7 @@ class CallRecorder:
         """The attempt's ledger record (priced: `ctx.record.cost`), its budget spend, its span's end."""
         rec = ctx.record
         usage = rec.usage if rec.billed else None
+        assert rec.cost is not None  # CallRun._attempt_ended prices the attempt before it calls this
         record = self._record.from_cost(
             rec.cost,
             ts=time.time(),
@@ -144,7 +146,7 @@ class CallRecorder:
                           output_tokens=usage.completion_tokens if usage else None, error=error,
                           cancelled=rec.status in ("cancelled", "abandoned"))
 
-    def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: str,
+    def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: Optional[str],
                   similarity: Optional[float], started_at: float, now: float) -> None:
         """A call answered from the response cache: one ledger row (cost 0, `cost_saved`) and one span."""
         latency_s = now - started_at

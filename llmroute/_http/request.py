@@ -13,7 +13,7 @@ class HttpRequest:
     method: str
     url: str
     headers: Dict[str, str]
-    json: Dict[str, Any]
+    json: Optional[Dict[str, Any]]  # None: no body (a GET)
     stream: bool
     content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)
 

@@ -17,5 +17,5 @@ class Timeouts:
     ttft_s: float
     total_s: float
     read_s: float
-    read_kind: str  # "ttft" or "total": which limit a read timeout means
+    read_kind: str  # "ttft", "total" or "read" (file transfers: each wait, no first token): what a read timeout means
     stall_s: Optional[float] = None  # streams: no content for this long after content started

@@ -1,4 +1,6 @@
 """The only module that does network I/O: connection pools, sync and async, one per provider.
+Only `exchange.py` sends through it: the one send path every operation uses (timeouts, read caps,
+typed errors: docs/transport.md).
 
 It sends an adapter's `HttpRequest` and hands back the status, headers and body bytes (whole, or as
 they arrive). It knows nothing of platforms; it maps the HTTP libraries' exceptions to llmroute's
@@ -30,11 +32,27 @@ from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 
 if TYPE_CHECKING:
+    from contextlib import AbstractAsyncContextManager
+
+    import aiohttp
+    import httpcore
     import httpx
 
 __all__ = ["DROPPED_BEFORE_REPLY", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "read_body", "aiter_body", "aread_body"]
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
+
+
+def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
+    """`asyncio.timeout` (Python 3.11+); on 3.10, async_timeout's (aiohttp's own dependency there), which
+    raises asyncio.TimeoutError rather than the builtin TimeoutError."""
+    if sys.version_info >= (3, 11):
+        import asyncio
+
+        return asyncio.timeout(seconds)
+    import async_timeout
+
+    return async_timeout.timeout(seconds)  # type: ignore[no-any-return]  # untyped on 3.10 (no stubs)
 
 
 def httpx_timeout(timeouts: Timeouts) -> "httpx.Timeout":
@@ -62,15 +80,13 @@ def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeo
             return E.APITimeoutError(f"connect timeout: no connection within {timeouts.connect_s:g}s",
                                   timeout="connect", seconds=timeouts.connect_s, **kw)
         if "Timeout" in name:
-            return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                                  seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+            return _read_timeout(timeouts, kw)
         return E.APIConnectionError(f"connection failed: {_reason(exc)}", **kw)
     httpx = sys.modules.get("httpx")  # an httpx exception means httpx is imported
     if httpx is not None and isinstance(exc, httpx.HTTPError):
         return _map_httpx_error(httpx, exc, kw, timeouts)
     if isinstance(exc, E.BuiltinTimeoutError) or type(exc).__name__ == "TimeoutError":  # asyncio.TimeoutError (aiohttp side)
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, OSError):
         return E.APIConnectionError(f"connection failed: {exc.strerror or exc}", **kw)
     raise exc
@@ -83,8 +99,7 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
             seconds=timeouts.connect_s, **kw,
         )
     if isinstance(exc, (httpx.ReadTimeout, httpx.WriteTimeout)):
-        return E.APITimeoutError(_read_timeout_text(timeouts), timeout=timeouts.read_kind,
-                              seconds=timeouts.ttft_s if timeouts.read_kind == "ttft" else timeouts.total_s, **kw)
+        return _read_timeout(timeouts, kw)
     if isinstance(exc, httpx.TimeoutException):
         return E.APITimeoutError(f"timeout: {type(exc).__name__}", timeout="total", seconds=timeouts.total_s, **kw)
     if isinstance(exc, httpx.ConnectError):
@@ -94,10 +109,16 @@ def _map_httpx_error(httpx: Any, exc: Exception, kw: Dict[str, Any], timeouts: T
     return E.APIConnectionError(f"HTTP error: {_reason(exc)}", **kw)
 
 
-def _read_timeout_text(timeouts: Timeouts) -> str:
+def _read_timeout(timeouts: Timeouts, kw: Dict[str, Any]) -> E.APITimeoutError:
+    """A read timeout, named for the limit it means (`Timeouts.read_kind`)."""
     if timeouts.read_kind == "ttft":
-        return f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s"
-    return f"total timeout: the call took longer than {timeouts.total_s:g}s"
+        return E.APITimeoutError(f"time-to-first-token timeout: nothing within {timeouts.ttft_s:g}s", timeout="ttft",
+                                 seconds=timeouts.ttft_s, **kw)
+    if timeouts.read_kind == "read":
+        return E.APITimeoutError(f"read timeout: no bytes for {timeouts.read_s:g}s", timeout="read",
+                                 seconds=timeouts.read_s, **kw)
+    return E.APITimeoutError(f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
+                             seconds=timeouts.total_s, **kw)
 
 
 def _reason(exc: BaseException) -> str:
@@ -112,7 +133,7 @@ def _body(request: HttpRequest) -> Dict[str, Any]:
     return {"content": request.content} if request.content is not None else {"json": request.json}
 
 
-class _UntilDeadline(dict):
+class _UntilDeadline(Dict[str, Any]):
     """httpcore's per-request timeouts, each socket wait cut to what is left before `deadline`: httpcore
     reads this dict before every read and write, so a server trickling one byte a second (headers or
     body) cannot hold the request past the attempt's total timeout."""
@@ -136,7 +157,7 @@ class _DeadlineStream:
     httpcore reads its timeouts once per phase, so without this a server trickling its headers one
     byte at a time would hold the request for as long as it likes."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
 
     @staticmethod
@@ -166,7 +187,7 @@ class _DeadlineStream:
 class _DeadlineBackend:
     """httpcore's sync network backend, handing out `_DeadlineStream`s."""
 
-    def __init__(self, inner: Any) -> None:
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
@@ -179,7 +200,7 @@ class _DeadlineBackend:
         self._inner.sleep(seconds)
 
 
-def _build(client: Any, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+def _build(client: httpx.AsyncClient, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
     """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
     A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
     raised before anything is sent."""
@@ -216,11 +237,6 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
         yield tail
 
 
-def read_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-              deployment: str) -> bytes:
-    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
-
-
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
     """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
@@ -239,11 +255,11 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
             if read_s is not None and left > read_s:
                 data = await raw.__anext__()
             else:
-                async with asyncio.timeout(max(0.0, left)):
+                async with _async_timeout(max(0.0, left)):
                     data = await raw.__anext__()
         except StopAsyncIteration:
             break
-        except E.BuiltinTimeoutError:
+        except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
             raise _past(deadline) from None
         out = reader.feed(data)
         if out:
@@ -253,16 +269,12 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
         yield tail
 
 
-async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
-                     deployment: str) -> bytes:
-    return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
-                                                        deployment=deployment)])
-
-
-def _content(request: HttpRequest) -> bytes:
-    """The body to send: the adapter's pre-encoded JSON, as is."""
+def _content(request: HttpRequest) -> Optional[bytes]:
+    """The body to send: the adapter's pre-encoded JSON, as is; None for a request without one (a GET)."""
     if request.content is not None:
         return request.content
+    if request.json is None:
+        return None
     import json
 
     return json.dumps(request.json, separators=(",", ":"), ensure_ascii=False).encode()
@@ -309,7 +321,7 @@ class ConnectTimer:
 class AsyncConnectTimer(ConnectTimer):
     __slots__ = ()
 
-    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]
+    async def __call__(self, name: str, info: Any) -> None:  # type: ignore[override]  # httpx's async trace hook is awaited
         self.event(name)
 
 
@@ -345,19 +357,17 @@ def _aiohttp_session(max_connections: int) -> Any:
 
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
-    `headers` (case-insensitive), `aread()`, `aiter_raw()` (bytes as they arrive) and `aclose()`.
+    `headers` (case-insensitive), `aiter_raw()` (bytes as they arrive) and `aclose()`. Bodies are
+    read through `exchange.py` (within the read caps), never whole by the response itself.
     `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
 
     __slots__ = ("_response", "status_code", "headers", "read_s")
 
-    def __init__(self, response: Any, read_s: Optional[float] = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, read_s: Optional[float] = None) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
         self.read_s = read_s
-
-    async def aread(self) -> bytes:
-        return await self._response.read()
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
@@ -486,8 +496,9 @@ def _header_encoding(raw: List[Tuple[bytes, bytes]]) -> str:
 
 class SyncResponse:
     """A response from the sync pool with the few httpx.Response members the clients use:
-    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive), `read()` and
-    `close()`. Errors while reading are httpx's exceptions, as from an httpx.Response."""
+    `status_code`, `headers` (case-insensitive), `iter_raw()` (bytes as they arrive) and `close()`.
+    Errors while reading are httpx's exceptions, as from an httpx.Response. Bodies are read through
+    `exchange.py` (within the read caps), never whole by the response itself."""
 
     __slots__ = ("_response", "status_code", "headers")
 
@@ -501,16 +512,6 @@ class SyncResponse:
             yield from self._response.stream
         except _httpcore_errors() as exc:
             raise _as_httpx_error(exc) from exc
-
-    def read(self) -> bytes:
-        """The whole body, decoded when the server compressed it (as `httpx.Response.read()`)."""
-        content = b"".join(self.iter_raw())
-        encoding = self.headers.get("content-encoding", "identity").strip().lower()
-        if encoding in ("", "identity"):
-            return content
-        import httpx
-
-        return httpx.Response(self.status_code, headers=self.headers.raw, content=content).read()
 
     def close(self) -> None:
         """Give the connection back to the pool (closed instead if the body was not read to its end)."""
@@ -533,7 +534,7 @@ class _SyncPool:
         self.pool = httpcore.ConnectionPool(
             ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
-            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),
+            http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),  # type: ignore[arg-type]  # duck-typed: httpcore is imported on first use, so no subclass
         )
         self.user_agent = f"python-httpx/{httpx.__version__}".encode()
         self.targets: Dict[str, _Target] = {}
@@ -568,8 +569,8 @@ class _SyncPool:
                     raw.append((name, value))
             if "user-agent" not in given:
                 raw.append((b"User-Agent", self.user_agent))
-            for name, text in headers.items():
-                raw.append((name.encode("ascii"), text.encode("ascii")))
+            for header, text in headers.items():
+                raw.append((header.encode("ascii"), text.encode("ascii")))
             if content is not None and "content-length" not in given:
                 raw.append((b"Content-Length", str(len(content)).encode()))
             if self.cookies:
@@ -680,8 +681,6 @@ class AsyncTransport:
     ) -> Any:
         """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
         client = self._client(provider, max_connections)
-        import asyncio
-
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
@@ -691,14 +690,14 @@ class AsyncTransport:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
             # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
-            async with asyncio.timeout(timeouts.total_s):
+            async with _async_timeout(timeouts.total_s):
                 response = await client.request(
                     request.method, request.url, headers=headers, data=content,
                     timeout=_aiohttp_timeout(timeouts), allow_redirects=False, trace_request_ctx=timer,
                 )
             return AiohttpResponse(response, timeouts.read_s)
         req = _build(client, request, timeouts, timer)
-        async with asyncio.timeout(timeouts.total_s):
+        async with _async_timeout(timeouts.total_s):
             return await client.send(req, stream=True)
 
     async def aclose(self) -> None:

@@ -51,6 +51,6 @@ class ClientLife:
         return forked
 
 
-def warn_unclosed(client: Any) -> None:
+def warn_unclosed(client: object) -> None:
     warnings.warn(f"unclosed {client!r}: call close() (or use it as a context manager); closed now by the "
                   f"garbage collector", ResourceWarning, stacklevel=2, source=client)

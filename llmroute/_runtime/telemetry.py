@@ -811,7 +811,8 @@ def _as_mapping(message: Any) -> Mapping[str, Any]:
         return message
     dump = getattr(message, "model_dump", None)
     if dump is not None:
-        return dump(exclude_none=True)
+        dumped: Mapping[str, Any] = dump(exclude_none=True)
+        return dumped
     return {"role": getattr(message, "role", "user"), "content": getattr(message, "content", None)}
 
 
@@ -868,7 +869,7 @@ def _input_messages(messages: Sequence[Any]) -> list[dict[str, Any]]:
 _FINISH_REASONS = {"tool_calls": "tool_call", "function_call": "tool_call"}
 
 
-def _output_messages(messages: Sequence[Any], finish_reasons: Sequence[str] | None, *, errored: bool) -> list[dict]:
+def _output_messages(messages: Sequence[Any], finish_reasons: Sequence[str] | None, *, errored: bool) -> list[dict[str, Any]]:
     out = []
     for index, message in enumerate(messages):
         message = _as_mapping(message)

@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Iterable, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Optional, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -57,6 +57,11 @@ from llmroute.accounting.cost import Cost, compute_cost
 from llmroute.accounting.ledger import LedgerRecord
 from llmroute.accounting.sinks import read_records
 from llmroute.accounting.prices import ExchangeRates, Price, to_decimal
+
+
+if TYPE_CHECKING:
+    from llmroute.state.shared_budgets import SharedBudgetCounters  # (loaded only with [state] backend = "redis")
+    from llmroute.state.shared_limits import LimitRequest
 
 __all__ = [
     "BudgetWhen",
@@ -152,7 +157,10 @@ class BudgetConfig(BaseModel):
 
     @property
     def limit(self) -> Decimal | int:
-        return self.max_cost if self.max_cost is not None else self.max_tokens  # type: ignore[return-value]
+        if self.max_cost is not None:
+            return self.max_cost
+        assert self.max_tokens is not None  # the validator requires exactly one of the two
+        return self.max_tokens
 
     def group_of(self, feature: str | None, metadata: Mapping[str, Any]) -> tuple[str | None, ...]:
         out: list[str | None] = []
@@ -273,19 +281,22 @@ class BudgetVerdict:
     tier: str | None = None  # the tier to use instead, when downgrading
     budget: str | None = None  # the budget that decided it
     reason: str = ""
-    reservation: Any = None  # with check(reserve=True): hand it to `release` when the call ends
+    reservation: Reservation | None = None  # with check(reserve=True): hand it to `release` when the call ends
     admitted: Any = None  # with check(admit=...): the shared limits' reply, when they were asked
 
 
 _ALLOW = BudgetVerdict()
 
 
+_CounterKey = tuple[str, tuple[str | None, ...]]  # (budget name, group)
+
+
 @dataclass
 class Reservation:
     """A call's estimate, added to its counters by `check(reserve=True)`; `release` takes it back once."""
 
-    local: list  # (counter key, window, amount) in the local counters
-    shared: list  # (redis key, units, ttl) in the shared counters
+    local: list[tuple[_CounterKey, tuple[int, ...], Decimal | int]]  # (counter key, window, amount) in the local counters
+    shared: list[tuple[str, int, int]]  # (redis key, units, ttl) in the shared counters
     released: bool = False
 
 
@@ -293,7 +304,7 @@ class BudgetBook:
     """Spend counters per (budget, group, window). Thread-safe; no clock of its own."""
 
     def __init__(self, budgets: Sequence[BudgetConfig], *, rates: ExchangeRates | None = None,
-                 shared: Any = None) -> None:
+                 shared: SharedBudgetCounters | None = None) -> None:
         self.budgets = list(budgets)
         self.rates = rates
         self.shared = shared  # SharedBudgetCounters, or None: counters of this process only
@@ -316,7 +327,8 @@ class BudgetBook:
         return self._amount_in(b, amount, currency) if b.max_cost is not None else int(tokens)
 
     def _matching(self, feature: str | None, metadata: Mapping[str, Any], amount: Decimal | None,
-                  currency: str | None, tokens: int):  # fmt: skip
+                  currency: str | None, tokens: int
+                  ) -> Iterator[tuple[BudgetConfig, _CounterKey, Decimal | int]]:  # fmt: skip
         """(budget, counter key, what this call adds) for each budget that counts it. Budgets a money
         figure cannot judge (unpriced, no exchange rate) are skipped."""
         for b in self.budgets:
@@ -325,7 +337,8 @@ class BudgetBook:
                 if value is not None:
                     yield b, (b.name, b.group_of(feature, metadata)), value
 
-    def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None):
+    def spent(self, name: str, now: float, *, feature: str | None = None, metadata: Mapping[str, Any] | None = None
+              ) -> Decimal | int:
         """What budget `name` has spent in the window holding `now` (for the group of feature/metadata)."""
         b = next((x for x in self.budgets if x.name == name), None)
         if b is None:
@@ -351,7 +364,7 @@ class BudgetBook:
         currency: str | None = None,
         estimated_tokens: int = 0,
         reserve: bool = False,
-        admit: Any = None,
+        admit: LimitRequest | None = None,
     ) -> BudgetVerdict:
         """Decide before a call. Raises BudgetExceededError for a `refuse` budget; returns a
         downgrade verdict for the first `downgrade` budget it would pass (unless already on its tier).
@@ -363,14 +376,14 @@ class BudgetBook:
         if not matching:
             return _ALLOW
         if self.shared is not None:
-            verdict = self._check_shared(now, matching, feature, metadata, tier, reserve, admit)
+            verdict = self._check_shared(self.shared, now, matching, feature, metadata, tier, reserve, admit)
             if verdict is not None:
                 return verdict
         downgrade: BudgetVerdict | None = None
         with self._lock:
             for b, key, need in matching:
                 spent = self._current(b, key, now)
-                if spent + need <= b.limit:  # type: ignore[operator]
+                if spent + need <= b.limit:
                     continue
                 text = self._over_text(b, feature, metadata, spent, need)
                 if b.action == "refuse":
@@ -396,8 +409,8 @@ class BudgetBook:
         return (f"budget {b.name!r}{scope}: {b.period} limit {_fmt(b.limit)} {b.unit}, spent {_fmt(spent)}, "
                 f"this call ~{_fmt(need)}")
 
-    def _check_shared(self, now: float, matching: list, feature: str | None, metadata: Mapping[str, Any],
-                      tier: str | None, reserve: bool, admit: Any = None) -> BudgetVerdict | None:
+    def _check_shared(self, shared: SharedBudgetCounters, now: float, matching: list[tuple[BudgetConfig, _CounterKey, Decimal | int]], feature: str | None, metadata: Mapping[str, Any],
+                      tier: str | None, reserve: bool, admit: LimitRequest | None = None) -> BudgetVerdict | None:
         """The check (and reservation) against the shared counters; None when they are unavailable."""
         from llmroute.state.shared_budgets import from_units, to_units, ttl_of  # shared state only ([state] backend = "redis")
         from llmroute.state.redis_state import Unavailable  # shared state only ([state] backend = "redis")
@@ -405,16 +418,16 @@ class BudgetBook:
         items, held = [], []
         for b, key, need in matching:
             money = b.max_cost is not None
-            rkey = self.shared.key(b.name, key[1], window_of(b.period, now))
+            rkey = shared.key(b.name, key[1], window_of(b.period, now))
             need_units = to_units(need, money=money, up=True)
             mode = "refuse" if b.action == "refuse" else ("downgrade" if tier != b.downgrade_tier else "count")
             items.append((rkey, to_units(b.limit, money=money), need_units, mode))
             held.append((rkey, -need_units, ttl_of(b.period)))
         try:
-            verdict, index, spent_units, admitted = self.shared.reserve(items, max(t for *_, t in held),
-                                                                        reserve=reserve, admit=admit)
+            verdict, index, spent_units, admitted = shared.reserve(items, max(t for *_, t in held),
+                                                                   reserve=reserve, admit=admit)
         except Unavailable:
-            self.shared.state.fallback("budgets")
+            shared.state.fallback("budgets")
             return None
         reservation = Reservation(local=[], shared=held) if reserve and verdict != 2 else None
         if verdict == 0:
@@ -436,7 +449,7 @@ class BudgetBook:
             with self._lock:
                 for key, window, amount in reservation.local:
                     self._add(key, window, -amount)
-        if reservation.shared:
+        if reservation.shared and self.shared is not None:  # (shared reservations come from the shared counters)
             self.shared.add(reservation.shared)
 
     def _add(self, key: tuple[str, tuple[str | None, ...]], window: tuple[int, ...], add: Any) -> None:
@@ -444,7 +457,7 @@ class BudgetBook:
         if got is None or got[0] < window:
             self._spent[key] = (window, add)
         elif got[0] == window:
-            self._spent[key] = (window, got[1] + add)  # type: ignore[operator]
+            self._spent[key] = (window, got[1] + add)
         # A record from an older window than the counter's (late, out of order) no longer counts.
 
     def record(
@@ -469,7 +482,7 @@ class BudgetBook:
 
                     shared.append((self.shared.key(b.name, key[1], window), to_units(add, money=b.max_cost is not None),
                                    ttl_of(b.period)))
-        if shared:
+        if shared and self.shared is not None:
             self.shared.add(shared)
 
     def record_ledger(self, rec: LedgerRecord) -> None:

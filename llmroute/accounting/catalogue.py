@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Iterable
 
-from llmroute.accounting.prices import Price, PriceTable, load_catalogue, read_catalogue_file
+from llmroute.accounting.prices import Price, PriceTable, PriceTier, load_catalogue, read_catalogue_file
 
 __all__ = ["read_catalogue_file", "load_catalogue", "diff_tables", "lint_table", "PriceChange", "RATE_FIELDS"]
 
@@ -105,8 +105,8 @@ def lint_table(table: PriceTable) -> list[str]:
     out: list[str] = []
     for p in table.entries:
         where = f"{p.origin_file}:{p.line}: {p.kind}{'/' + p.region if p.region else ''} {p.model}"
-        levels = [("first tier", p), *((f"tier >{t.above}", t) for t in p.tiers)]
-        previous = None
+        levels: list[tuple[str, Price | PriceTier]] = [("first tier", p), *((f"tier >{t.above}", t) for t in p.tiers)]
+        previous: Price | PriceTier | None = None
         for label, r in levels:
             if r.cached_input_per_million is not None and r.cached_input_per_million > r.input_per_million:
                 out.append(f"{where}: {label}: cached input {_text(r.cached_input_per_million)} costs more than "

@@ -28,9 +28,9 @@ Pure functions and frozen values: no I/O, no clock.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from decimal import Decimal
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from llmroute.accounting.tokens import cache_write_tokens, explicit_cache, normalize_usage, thinking_requested
 from llmroute.accounting.cost_value import Cost
@@ -64,8 +64,10 @@ def _as_mapping(obj: Any) -> Mapping[str, Any]:
         return obj
     dump = getattr(obj, "model_dump", None)
     if callable(dump):
-        return dump()
-    return vars(obj)
+        dumped: Mapping[str, Any] = dump()
+        return dumped
+    fields: Mapping[str, Any] = vars(obj)
+    return fields
 
 
 def read_usage(
@@ -185,6 +187,30 @@ def _add(a: Decimal | None, b: Decimal | None) -> Decimal | None:
     return None if a is None or b is None else a + b
 
 
+def _write_amount(c: Cost) -> Decimal | None:
+    """A cost's cache-write share; a priced cost built before cache writes were priced made none."""
+    if c.cache_write_amount is None and c.amount is not None:
+        return Decimal(0)
+    return c.cache_write_amount
+
+
+def _total(values: Iterable[Decimal | None]) -> Decimal | None:
+    total: Decimal | None = Decimal(0)
+    for value in values:
+        total = _add(total, value)
+    return total
+
+
+def _converted(costs: list[Cost], part: Callable[[Cost], Decimal | None], rates: ExchangeRates, target: str) -> Decimal:
+    total = Decimal(0)
+    for c in costs:
+        amount = part(c)
+        value = None if amount is None or c.currency is None else rates.convert(amount, c.currency, target)
+        assert value is not None  # a priced attempt has its amounts and currency, and each of them converts
+        total += value
+    return total
+
+
 def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> Cost:
     """The cost of a call that took several billed attempts (failover, hedge): their sum.
 
@@ -208,7 +234,9 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
             by_currency[cur] = by_currency.get(cur, Decimal(0)) + amt
     priced = all(c.priced for c in costs)
     versions = sorted({c.price_version for c in costs if c.price_version})
-    tokens = dict(
+    mixed = Cost(
+        amount=None,
+        currency=MIXED,
         input_tokens=sum(c.input_tokens for c in costs),
         output_tokens=sum(c.output_tokens for c in costs),
         cached_tokens=sum(c.cached_tokens for c in costs),
@@ -226,25 +254,21 @@ def sum_costs(costs: Iterable[Cost], *, rates: ExchangeRates | None = None) -> C
     currencies = {c.currency for c in costs if c.currency}
     if len(currencies) <= 1:
         currency = next(iter(currencies), None)
-        parts: dict[str, Decimal | None] = {"input_amount": Decimal(0), "cached_amount": Decimal(0),
-                                            "cache_write_amount": Decimal(0), "output_amount": Decimal(0)}
-        for c in costs:
-            for k in parts:
-                v = getattr(c, k)
-                if v is None and k == "cache_write_amount" and c.amount is not None:
-                    v = Decimal(0)  # a cost built before cache writes were priced: none were made
-                parts[k] = _add(parts[k], v)
-        amount = sum(by_currency.values(), Decimal(0)) if priced else None
         if not priced:
-            parts = dict.fromkeys(parts)
-        return Cost(amount=amount, currency=currency, **parts, **tokens)
+            return replace(mixed, currency=currency)
+        return replace(mixed, amount=sum(by_currency.values(), Decimal(0)), currency=currency,
+                       input_amount=_total(c.input_amount for c in costs),
+                       cached_amount=_total(c.cached_amount for c in costs),
+                       cache_write_amount=_total(_write_amount(c) for c in costs),
+                       output_amount=_total(c.output_amount for c in costs))
     if rates is not None and priced:
         target = rates.reporting_currency
         converted = [rates.convert(amt, cur, target) for cur, amt in by_currency.items()]
-        if all(x is not None for x in converted):
-            parts = {}
-            for k in ("input_amount", "cached_amount", "cache_write_amount", "output_amount"):
-                vals = [rates.convert(getattr(c, k) or Decimal(0), c.currency or "", target) for c in costs]
-                parts[k] = sum((v for v in vals if v is not None), Decimal(0))
-            return Cost(amount=sum(converted, Decimal(0)), currency=target, **parts, **tokens)  # type: ignore[arg-type]
-    return Cost(amount=None, currency=MIXED, **tokens)
+        amounts = [x for x in converted if x is not None]
+        if len(amounts) == len(converted):
+            return replace(mixed, amount=sum(amounts, Decimal(0)), currency=target,
+                           input_amount=_converted(costs, lambda c: c.input_amount, rates, target),
+                           cached_amount=_converted(costs, lambda c: c.cached_amount, rates, target),
+                           cache_write_amount=_converted(costs, _write_amount, rates, target),
+                           output_amount=_converted(costs, lambda c: c.output_amount, rates, target))
+    return mixed

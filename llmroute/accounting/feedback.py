@@ -80,13 +80,14 @@ def make_feedback(
         request_id = target
     else:
         route = getattr(target, "route", None)
-        request_id = getattr(route, "request_id", None)
+        found = getattr(route, "request_id", None)
         tier = getattr(route, "tier", None)
-        if not isinstance(request_id, str):
+        if not isinstance(found, str):
             raise InvalidRequestError(
                 "expected a request id (str) or a response from this client (its .route.request_id)",
                 field="request_id_or_response",
             )
+        request_id = found
     if not request_id.strip():
         raise InvalidRequestError("the request id is empty", field="request_id_or_response")
     if isinstance(score, bool):
@@ -126,8 +127,8 @@ def write_feedback(sink: Any, record: FeedbackRecord) -> None:
     elif isinstance(sink, MemorySink):
         with _lock:
             if not hasattr(sink, "feedback"):
-                sink.feedback = []  # type: ignore[attr-defined]
-            sink.feedback.append(record)  # type: ignore[attr-defined]
+                sink.feedback = []
+            sink.feedback.append(record)
     elif sink is None:
         raise ConfigError("feedback needs a ledger; [ledger] sink is \"none\"", key="ledger.sink")
     else:

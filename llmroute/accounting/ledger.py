@@ -285,7 +285,7 @@ _INSERT_SQL = f"INSERT INTO ledger ({', '.join(COLUMNS)}) VALUES ({', '.join('?'
 
 class LedgerSink(Protocol):
     def write(self, record: LedgerRecord) -> None: ...
-    def flush(self) -> None: ...
+    def flush(self) -> object: ...  # what it returns (the batching sinks: whether all was written) is not used
     def close(self) -> None: ...
 
 
@@ -586,6 +586,7 @@ class MemorySink:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self.records: list[LedgerRecord] = []
+        self.feedback: list[Any]  # feedback.FeedbackRecord, appended by feedback.py (set on the first one)
         renew_at_fork(self, "_lock")
 
     def write(self, record: LedgerRecord) -> None:

@@ -72,7 +72,7 @@ GROUP_KEYS = ("feature", "tier", "pool", "provider", "provider_kind", "deploymen
 FORMATS = ("table", "csv", "json", "html")
 
 
-class ReportRows(list):
+class ReportRows(list[dict[str, Any]]):
     """The groups of a report, one dict per group (a list, so `pandas.DataFrame(rows)` works);
     `.totals` holds the totals per currency."""
 
@@ -136,8 +136,8 @@ def _check_by(by: Sequence[str]) -> list[str]:
 
 @dataclass
 class _Group:
-    request_ids: set = field(default_factory=set)
-    priced_request_ids: set = field(default_factory=set)
+    request_ids: set[str] = field(default_factory=set)
+    priced_request_ids: set[str] = field(default_factory=set)
     attempts: int = 0
     errors: int = 0
     input_tokens: int = 0
@@ -147,13 +147,13 @@ class _Group:
     cost: Decimal = Decimal(0)
     unpriced: int = 0
     estimated: int = 0
-    latency: list = field(default_factory=list)
-    ttft: list = field(default_factory=list)
+    latency: list[float] = field(default_factory=list)
+    ttft: list[float] = field(default_factory=list)
     reprice_cost: Decimal = Decimal(0)
-    reprice_currency: set = field(default_factory=set)
+    reprice_currency: set[str] = field(default_factory=set)
     reprice_unpriced: int = 0
-    cache_lookups: set = field(default_factory=set)  # request ids the cache was asked about
-    cache_hits: set = field(default_factory=set)
+    cache_lookups: set[str] = field(default_factory=set)  # request ids the cache was asked about
+    cache_hits: set[str] = field(default_factory=set)
     cost_saved: Decimal = Decimal(0)
 
     def add(self, rec: LedgerRecord) -> None:
@@ -219,7 +219,8 @@ def report(
     if rates is None and price_book is not None:
         rates = price_book.rates()
     target = _parse_reprice(reprice) if reprice else None
-    if target is not None and target[0] not in {p.kind for p in price_book.table.entries}:  # type: ignore[union-attr]
+    book = price_book if target is not None else None  # the prices to reprice with (set whenever `reprice` is)
+    if target is not None and book is not None and target[0] not in {p.kind for p in book.table.entries}:
         raise ValueError(f"--reprice: no shipped prices for platform {target[0]!r}")
 
     if isinstance(ledger, (str, Path)):
@@ -229,14 +230,14 @@ def report(
             r for r in ledger if (t_since is None or r.ts >= t_since) and (t_until is None or r.ts < t_until)
         )
 
-    groups: dict[tuple, _Group] = defaultdict(_Group)
+    groups: dict[tuple[Any, ...], _Group] = defaultdict(_Group)
     totals: dict[str | None, _Group] = defaultdict(_Group)
     class_cache: dict[tuple[str | None, str | None], Any] = {}
     records = [rec for rec in records if _counted(rec, include_probes, include_shadow)]
     # A record with no cost (unpriced, or an error nothing was billed for) joins the group of the same
     # keys in the currency that group bills in, so "no feature" is one row, not a priced and a blank one.
     # (When a key bills in two currencies, they go with the first in alphabetical order.)
-    currency_of: dict[tuple, str] = {}
+    currency_of: dict[tuple[Any, ...], str] = {}
     for rec in records:
         if rec.cost is not None and rec.currency is not None:
             keys = tuple(_key_value(rec, k) for k in by_keys)
@@ -247,18 +248,19 @@ def report(
         g = groups[key]
         g.add(rec)
         totals[key[-1]].add(rec)
-        if target is not None:
+        if target is not None and book is not None:
             ck = (rec.provider, rec.model)
             if ck not in class_cache:
-                cls = price_book.class_of(rec.model or "", rec.provider)  # type: ignore[union-attr]
-                class_cache[ck] = cls and price_book.price_for_class(target[0], cls, target[1])  # type: ignore[union-attr]
+                cls = book.class_of(rec.model or "", rec.provider)
+                class_cache[ck] = cls and book.price_for_class(target[0], cls, target[1])
             tp = class_cache[ck]
             if tp:
                 c = compute_cost(
                     tp, prompt_tokens=rec.input_tokens, completion_tokens=rec.output_tokens, cached_tokens=rec.cached_tokens
                 )
+                assert c.amount is not None  # priced: `tp` is a price
                 for gg in (g, totals[key[-1]]):
-                    gg.reprice_cost += c.amount  # type: ignore[operator]
+                    gg.reprice_cost += c.amount
                     gg.reprice_currency.add(tp.currency)
             else:
                 g.reprice_unpriced += 1
@@ -320,7 +322,8 @@ def _row(
         row["cost_saved"] = g.cost_saved if priced else None
     if rates is not None:
         row["reporting_currency"] = rates.reporting_currency
-        row["cost_in_reporting_currency"] = rates.convert(cost, currency) if cost is not None else None
+        row["cost_in_reporting_currency"] = (
+            rates.convert(cost, currency) if cost is not None and currency is not None else None)
     if reprice is not None:
         row["reprice"] = reprice
         curs = sorted(g.reprice_currency)
@@ -556,7 +559,9 @@ def to_length_table(rows: Sequence[Mapping[str, Any]]) -> str:
 _PALETTE = ["#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"]
 
 
-def _chart_data(records: Iterable[LedgerRecord], rates: ExchangeRates | None):
+def _chart_data(
+    records: Iterable[LedgerRecord], rates: ExchangeRates | None
+) -> tuple[dict[str, dict[str, dict[str, Decimal]]], dict[str, dict[str, Decimal]]]:
     """(currency -> day -> feature -> amount) and (currency -> tier -> amount), converted to the
     reporting currency where a rate allows."""
     per_day: dict[str, dict[str, dict[str, Decimal]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(Decimal)))
@@ -577,7 +582,7 @@ def _chart_data(records: Iterable[LedgerRecord], rates: ExchangeRates | None):
 def _nice_max(x: float) -> float:
     if x <= 0:
         return 1.0
-    exp = 10 ** math.floor(math.log10(x))
+    exp: float = 10 ** math.floor(math.log10(x))  # an int from 1 up (the numbers print as before)
     for m in (1, 2, 2.5, 5, 10):
         if x <= m * exp:
             return m * exp
@@ -723,7 +728,10 @@ Generated {e(datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"))} by llmr
 
 # ---------------------------------------------------------------------------------------- CLI
 def _load_config(path: str) -> tuple[PricingConfig, str | None]:
-    import tomllib
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
 
     try:
         with open(path, "rb") as f:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import abc
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, TypeGuard
 
 from llmroute._runtime.forksafe import renew_module_locks
 from llmroute.types import CompletionTokensDetails, Usage
@@ -82,7 +82,7 @@ def _int(value: Any) -> Optional[int]:
         return None
 
 
-def _mapping(value: Any) -> bool:
+def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, abc.Mapping)
 
 
@@ -143,13 +143,14 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
         prompt_details["cache_creation_input_tokens"] = max(0, min(written, prompt - cached) if prompt else written)
     # One validation of the nested values, as `Usage(..., prompt_tokens_details=PromptTokensDetails(...))`
     # builds them (the same fields set), in one call instead of three.
-    return Usage.__pydantic_validator__.validate_python({
+    usage: Usage = Usage.__pydantic_validator__.validate_python({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": total,
         "prompt_tokens_details": prompt_details,
         "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
     })
+    return usage
 
 
 def cache_write_tokens(usage: Usage | None) -> int:

@@ -39,7 +39,7 @@ class BatchRequest:
     model: Optional[str] = None  # a per-request tier / deployment, else the job's
 
 
-def _line_requests(source: Union[str, os.PathLike, Iterable[Mapping[str, Any]]]) -> List[Any]:
+def _line_requests(source: Union[str, os.PathLike[str], Iterable[Mapping[str, Any]]]) -> List[Any]:
     if isinstance(source, (str, os.PathLike)):
         path = os.fspath(source)
         try:
@@ -61,12 +61,12 @@ def _line_requests(source: Union[str, os.PathLike, Iterable[Mapping[str, Any]]])
     return list(source)
 
 
-def read_requests(source: Union[str, os.PathLike, Iterable[Mapping[str, Any]]]) -> List[BatchRequest]:
+def read_requests(source: Union[str, os.PathLike[str], Iterable[Mapping[str, Any]]]) -> List[BatchRequest]:
     """Checked requests, in order. Raises `InvalidRequestError` naming `requests[i]` and the field."""
     items = _line_requests(source)
     if not items:
         raise E.InvalidRequestError("no requests", field="requests")
-    seen: set = set()
+    seen: set[str] = set()
     out: List[BatchRequest] = []
     for i, item in enumerate(items):
         where = f"requests[{i}]"

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any, Dict, Generator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional, Sequence
 
 from llmroute import errors as E
 from llmroute.accounting.cost import Cost, compute_cost
@@ -27,6 +27,11 @@ from llmroute.batch.settings import FAILURE_POLICIES, BatchSettings
 from llmroute.accounting.ledger import LedgerRecord, SQLiteSink
 from llmroute.accounting.ledger_postgres import connect
 from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
+
+if TYPE_CHECKING:
+    from llmroute.batch.store import JobStore
+    from llmroute.config import Config
+    from llmroute._call.engine import Engine
 
 __all__ = ["OnlineCall", "JobView", "BatchResult", "BatchJobs", "LEDGER_ERROR_TYPE"]
 
@@ -94,7 +99,7 @@ def _new_id(prefix: str) -> str:
 class BatchJobs:
     """The job logic over one store, one config and one engine (prices, ledger, routing)."""
 
-    def __init__(self, config: Any, engine: Any, settings: BatchSettings, store: Any) -> None:
+    def __init__(self, config: Config, engine: Engine, settings: BatchSettings, store: JobStore) -> None:
         self.config = config
         self.engine = engine
         self.settings = settings
@@ -206,7 +211,7 @@ class BatchJobs:
                 cap = body.get("max_tokens") or body.get("max_completion_tokens")
             for name, price in (("batch", self.batch_price(dep)), ("online", self.online_price(dep))):
                 cost = estimate_cost(price, prompt_tokens=prompt, max_tokens=cap)
-                if cost.amount is not None:
+                if cost.amount is not None and cost.currency is not None:  # a priced cost has both
                     totals[name][cost.currency] = totals[name].get(cost.currency, Decimal(0)) + cost.amount
         return totals
 
@@ -253,7 +258,7 @@ class BatchJobs:
 
     def _plan_parts(self, job: Dict[str, Any], now: float) -> None:
         pending = self.store.requests(job["job_id"], state="pending")
-        by_dep: Dict[tuple, List[Dict[str, Any]]] = {}
+        by_dep: Dict[tuple[str, str], List[Dict[str, Any]]] = {}
         for r in pending:  # one model and one endpoint per platform file
             by_dep.setdefault((r["deployment"], endpoint_of(r["body"])), []).append(r)
         for (dep_id, endpoint), reqs in by_dep.items():
@@ -466,12 +471,13 @@ class BatchJobs:
         result = r["result"] or {}
         dep = self.deployment(result.get("deployment") or r["deployment"])
         usage = normalize_usage(result["body"].get("usage") or {}) if result.get("body") else None
-        tokens = dict(prompt_tokens=usage.prompt_tokens if usage else 0,
-                      completion_tokens=usage.completion_tokens if usage else 0,
-                      cached_tokens=usage.cached_tokens if usage else 0,
-                      reasoning_tokens=usage.reasoning_tokens if usage else 0)
-        cost = compute_cost(self.batch_price(dep), **tokens)
-        online = compute_cost(self.online_price(dep), **tokens)
+        prompt, completion, cached, reasoning = (
+            (usage.prompt_tokens, usage.completion_tokens, usage.cached_tokens, usage.reasoning_tokens) if usage
+            else (0, 0, 0, 0))
+        cost = compute_cost(self.batch_price(dep), prompt_tokens=prompt, completion_tokens=completion,
+                            cached_tokens=cached, reasoning_tokens=reasoning)
+        online = compute_cost(self.online_price(dep), prompt_tokens=prompt, completion_tokens=completion,
+                              cached_tokens=cached, reasoning_tokens=reasoning)
         metadata = {**job["metadata"], "batch_job": job["job_id"], "batch_custom_id": r["custom_id"]}
         if result.get("platform_job_id"):
             metadata["batch_platform_job"] = result["platform_job_id"]
@@ -565,7 +571,7 @@ class BatchJobs:
         return totals
 
 
-def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
+def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set[tuple[str, int]]:
     """(request_id, attempt) pairs already in an SQLite or PostgreSQL ledger; empty for other sinks."""
     if type(ledger).__name__ == "PostgresSink":
         return _ledgered_in_postgres(ledger, request_ids)
@@ -574,7 +580,7 @@ def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
     import sqlite3
 
     ledger.flush()
-    found: set = set()
+    found: set[tuple[str, int]] = set()
     conn = sqlite3.connect(str(ledger.path), timeout=5.0)
     try:
         for i in range(0, len(request_ids), 500):
@@ -589,7 +595,7 @@ def _ledgered_already(ledger: Any, request_ids: Sequence[str]) -> set:
     return found
 
 
-def _ledgered_in_postgres(ledger: Any, request_ids: Sequence[str]) -> set:
+def _ledgered_in_postgres(ledger: Any, request_ids: Sequence[str]) -> set[tuple[str, int]]:
     """(request_id, attempt) pairs already in a PostgresSink's table (its inserts are idempotent on
     the record id anyway; this keeps the budgets from counting a replayed row twice). Empty while
     PostgreSQL is unreachable: the rows then go to the spool and the table drops duplicates."""

@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import Any, Dict, Generator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional, Tuple
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
 from llmroute.providers.error_mapping import error_from_response
+
+if TYPE_CHECKING:
+    from llmroute.config import Deployment
 
 __all__ = [
     "Req", "Resp", "JobStatus", "Limits", "LIMITS", "STATES", "TERMINAL_STATES", "BATCH_KINDS",
@@ -395,7 +398,7 @@ _PROTOCOLS = {"together": TogetherBatch, "siliconflow": SiliconFlowBatch, "baili
               "fireworks": FireworksBatch}
 
 
-def protocol_for(deployment: Any, *, accounts: Mapping[str, str] = {},
+def protocol_for(deployment: Deployment, *, accounts: Mapping[str, str] = {},
                  control_urls: Mapping[str, str] = {}) -> BatchProtocol:
     """The batch protocol of a deployment's platform; `ConfigError` for a kind without a batch API."""
     provider = deployment.provider

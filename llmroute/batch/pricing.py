@@ -78,6 +78,7 @@ def batch_price(online: Optional[Price], *, kind: str, model: str, provider_name
         return None
     factor, cached_factor, source = batch_factor(kind, model, provider_name, overrides)
     batch_input = online.input_per_million * factor
+    cached: Optional[Decimal]
     if cached_factor is not None:
         cached = batch_input * cached_factor
     else:

@@ -20,11 +20,15 @@ sf = 0.5
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Literal
+from typing import TYPE_CHECKING, Any, Dict, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llmroute import errors as E
+
+if TYPE_CHECKING:
+    from llmroute.accounting.ledger import LedgerConfig
+    from llmroute.config import Config
 
 __all__ = ["BatchSettings", "FAILURE_POLICIES"]
 
@@ -46,12 +50,12 @@ class BatchSettings(BaseModel):
     price_factors: Dict[str, float] = Field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Any, *, ledger: Any = None, **overrides: Any) -> "BatchSettings":
+    def from_config(cls, config: Config, *, ledger: Optional[LedgerConfig] = None, **overrides: Any) -> "BatchSettings":
         """`ledger` (the `[ledger]` section): with `sink = "postgres"` and no `[batch] store`, the job
         store is the ledger's PostgreSQL database."""
         raw = dict(getattr(config.raw, "batch", None) or {})
         raw.update({k: v for k, v in overrides.items() if v is not None})
-        if "store" not in raw and getattr(ledger, "sink", None) == "postgres" and getattr(ledger, "url", None):
+        if "store" not in raw and ledger is not None and ledger.sink == "postgres" and ledger.url:
             raw["store"] = ledger.url
         try:
             settings = cls.model_validate(raw)

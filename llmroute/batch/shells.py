@@ -1,45 +1,105 @@
-"""`client.batches` and `async_client.batches`: thin shells that drive `job.BatchJobs` over httpx.
+"""`client.batches` and `async_client.batches`: thin shells that drive `job.BatchJobs` over the client's transport.
 
-They send the `Req`s a job step yields (httpx, `trust_env=False`, like the chat transport), run
-`OnlineCall`s through the owning client, sleep between polls, and nothing else: every decision is
-in `job.py`, every state in the job store.
+They send the `Req`s a job step yields through the one send path (`_http/exchange.py`: the owning
+client's connection pools, timeouts, read caps, typed errors; redirects followed, credentials
+dropped when one leaves the platform's origin), run `OnlineCall`s through the owning client, sleep
+between polls, and nothing else: every decision is in `job.py`, every state in the job store.
 """
 
 from __future__ import annotations
 
+import os
 import time
-from typing import Any, Callable, Dict, List, Mapping, Optional
-
-import httpx
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
 
 from llmroute import errors as E
 from llmroute.accounting.ledger_postgres import is_postgres_url
+from llmroute._http.bounded import ReadLimits
+from llmroute._http.exchange import Exchange, afetch, fetch
+from llmroute._http.multipart import encode_multipart
 from llmroute._http.timeouts import Timeouts
-from llmroute._http.transport import httpx_timeout, map_transport_error
 from llmroute.batch.job import BatchJobs, BatchResult, JobView, OnlineCall
 from llmroute.batch.platforms import Req, Resp
 from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
+from llmroute._http.request import HttpRequest
 
-__all__ = ["Batches", "AsyncBatches", "open_job_store"]
+if TYPE_CHECKING:
+    from llmroute.config import Config
+    from llmroute._call.engine import Engine
+    from llmroute.types import ChatAccess
+    from llmroute._http.transport import AsyncTransport, SyncTransport
 
-# Batch calls move files, not tokens: a long read limit, no first-token limit.
-_TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=300.0, read_s=300.0, read_kind="total")
+__all__ = ["Batches", "AsyncBatches", "open_job_store", "BATCH_READ_LIMITS", "BATCH_TIMEOUTS"]
+
+# Batch calls move files, not tokens: no first-token limit; each wait for bytes up to 5 minutes, and
+# an upload or download of a large file (hundreds of MB) up to 30 minutes in all.
+# `Batches(client, timeouts=...)` to change them.
+BATCH_TIMEOUTS = Timeouts(connect_s=10.0, ttft_s=300.0, total_s=1800.0, read_s=300.0, read_kind="read")
+# A result file holds every answer of a job (the platforms take input files up to 100 MB - 1 GB):
+# read caps well above that, and still a bound. `Batches(client, read_limits=...)` to change them.
+BATCH_READ_LIMITS = ReadLimits(max_response_bytes=4 << 30, max_decoded_bytes=4 << 30)
+_CONNECTIONS = 4  # per platform host: polls are few, uploads large
 
 
-def open_job_store(where: str) -> Any:
+def _http_request(req: Req) -> HttpRequest:
+    """A batch step's request as the transports send it: JSON, a multipart form, or no body."""
+    headers = dict(req.headers)
+    if req.files is not None or req.data is not None:
+        ctype, content = encode_multipart(req.data, req.files, os.urandom(16).hex())
+        headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        headers["Content-Type"] = ctype
+        return HttpRequest(req.method, req.url, headers, None, False, content)
+    if req.json is not None and not any(k.lower() == "content-type" for k in headers):
+        headers["Content-Type"] = "application/json"
+    return HttpRequest(req.method, req.url, headers, req.json, False)
+
+
+def _exchange(req: Req, limits: ReadLimits, timeouts: Timeouts) -> Exchange:
+    host = req.url.split("/")[2] if "//" in req.url else "batch"
+    return Exchange(_http_request(req), timeouts, limits, provider=host, deployment="batch",
+                    max_connections=_CONNECTIONS)
+
+
+def _resp(reply: Any) -> Resp:
+    return Resp(reply.status, reply.headers, reply.body)
+
+
+class BatchClient(Protocol):
+    """What `Batches` and `AsyncBatches` use of their `Client` or `AsyncClient` (client.py imports this
+    module, not the reverse): its config and engine, and `chat.completions.create` for the `online` policy."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
+    @property
+    def chat(self) -> ChatAccess: ...
+
+
+class SyncBatchClient(BatchClient, Protocol):
+    """`Batches`' client: a `Client`, whose transport the batch steps are sent on."""
+
+    @property
+    def _transport(self) -> SyncTransport: ...
+
+
+class AsyncBatchClient(BatchClient, Protocol):
+    """`AsyncBatches`' client: an `AsyncClient`."""
+
+    @property
+    def _transport(self) -> AsyncTransport: ...
+
+
+def open_job_store(where: str) -> JobStore:
     """The job store at `where`: a `postgresql://` URL (PostgresJobStore) or an SQLite file path."""
     if is_postgres_url(where):
         return PostgresJobStore(where)
     return JobStore(where)
 
 
-def _provider_of(req: Req) -> str:
-    return req.url.split("/")[2] if "//" in req.url else "batch"
-
-
-def _jobs(client: Any, settings: Optional[BatchSettings], store: Any) -> BatchJobs:
+def _jobs(client: BatchClient, settings: Optional[BatchSettings], store: Optional[JobStore]) -> BatchJobs:
     settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
     store = store or open_job_store(settings.store)
     return BatchJobs(client.config, client._engine, settings, store)
@@ -70,23 +130,19 @@ def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]
 class Batches:
     """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
-                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep) -> None:
+    def __init__(self, client: SyncBatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
+                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
         self._sleep = sleep
-        self._http: Optional[httpx.Client] = None
+        self.read_limits = read_limits or BATCH_READ_LIMITS
+        self.timeouts = timeouts or BATCH_TIMEOUTS
 
     def _send(self, req: Req) -> Resp:
-        if self._http is None:
-            self._http = httpx.Client(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
-        try:
-            r = self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
-                                   data=req.data)
-        except (httpx.HTTPError, OSError) as exc:
-            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
-        return Resp(r.status_code, r.headers, r.content)
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(fetch(self._client._transport, ex, follow_redirects=True))
 
     def _drive(self, step: Any) -> Any:
         value: Any = None
@@ -120,7 +176,8 @@ class Batches:
 
     def poll(self, job_id: str) -> JobView:
         """One pass: submit what is pending, poll what is due, collect what finished."""
-        return self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
              on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
@@ -149,32 +206,26 @@ class Batches:
         return [self.jobs.view(j["job_id"], now) for j in self.jobs.store.jobs()]
 
     def close(self) -> None:
-        if self._http is not None:
-            self._http.close()
-            self._http = None
+        """Close the job store (the connections are the client's)."""
         self.jobs.store.close()
 
 
 class AsyncBatches:
     """Batch jobs for `AsyncClient`: the same methods as `Batches`, awaited."""
 
-    def __init__(self, client: Any, *, settings: Optional[BatchSettings] = None, store: Any = None,
-                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None) -> None:
+    def __init__(self, client: AsyncBatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
+                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None,
+                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
         self._sleep = sleep
-        self._http: Optional[httpx.AsyncClient] = None
+        self.read_limits = read_limits or BATCH_READ_LIMITS
+        self.timeouts = timeouts or BATCH_TIMEOUTS
 
     async def _send(self, req: Req) -> Resp:
-        if self._http is None:
-            self._http = httpx.AsyncClient(trust_env=False, follow_redirects=True, timeout=httpx_timeout(_TIMEOUTS))
-        try:
-            r = await self._http.request(req.method, req.url, headers=req.headers, json=req.json, files=req.files,
-                                         data=req.data)
-        except (httpx.HTTPError, OSError) as exc:
-            raise map_transport_error(exc, provider=_provider_of(req), deployment="batch", timeouts=_TIMEOUTS) from exc
-        return Resp(r.status_code, r.headers, r.content)
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(await afetch(self._client._transport, ex, follow_redirects=True))
 
     async def _drive(self, step: Any) -> Any:
         value: Any = None
@@ -205,7 +256,8 @@ class AsyncBatches:
         return self.jobs.view(job_id, self._clock())
 
     async def poll(self, job_id: str) -> JobView:
-        return await self._drive(self.jobs.advance(job_id, self._clock()))
+        view: JobView = await self._drive(self.jobs.advance(job_id, self._clock()))
+        return view
 
     async def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
                    on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
@@ -235,7 +287,5 @@ class AsyncBatches:
         return [self.jobs.view(j["job_id"], now) for j in self.jobs.store.jobs()]
 
     async def aclose(self) -> None:
-        if self._http is not None:
-            await self._http.aclose()
-            self._http = None
+        """Close the job store (the connections are the client's)."""
         self.jobs.store.close()

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
 
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited
 
@@ -51,9 +51,8 @@ CREATE TABLE IF NOT EXISTS batch_events (
 """
 
 
-def _row(row: Any) -> Optional[Dict[str, Any]]:
-    if row is None:
-        return None
+def _row(row: Any) -> Dict[str, Any]:
+    """A fetched row (never None: from fetchall) as a dict, its JSON columns decoded."""
     d = dict(row)
     for key in ("metadata", "status", "body", "result", "error"):
         if key in d and isinstance(d[key], str):
@@ -118,9 +117,9 @@ class JobStore:
 
     def _all(self, sql: str, args: Iterable[Any] = ()) -> List[Dict[str, Any]]:
         with self._lock:
-            return [_row(r) for r in self._db().execute(sql, tuple(args)).fetchall()]  # type: ignore[misc]
+            return [_row(r) for r in self._db().execute(sql, tuple(args)).fetchall()]
 
-    def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple]:
+    def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple[Any, ...]]:
         with self._lock:
             return [tuple(r) for r in self._db().execute(sql, tuple(args)).fetchall()]
 
@@ -131,7 +130,7 @@ class JobStore:
                 self._conn = None
 
     # -- jobs ------------------------------------------------------------------------------------
-    def create_job(self, job: Mapping[str, Any], requests: List[Mapping[str, Any]], now: float) -> None:
+    def create_job(self, job: Mapping[str, Any], requests: Sequence[Mapping[str, Any]], now: float) -> None:
         statements: List[tuple[str, Iterable[Any]]] = [(
             "INSERT INTO batch_jobs (job_id, created_at, model, feature, metadata, on_failure, max_resubmits, "
             "completion_window, state) VALUES (?,?,?,?,?,?,?,?,?)",

@@ -90,10 +90,11 @@ class PostgresJobStore(JobStore):
         self._run(list(statements))
 
     def _all(self, sql: str, args: Iterable[Any] = ()) -> List[Dict[str, Any]]:
-        return [_row(r) for r in self._run([(sql, args)], fetch="dicts")]  # type: ignore[misc]
+        return [_row(r) for r in self._run([(sql, args)], fetch="dicts")]
 
-    def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple]:
-        return self._run([(sql, args)], fetch="tuples")
+    def _tuples(self, sql: str, args: Iterable[Any] = ()) -> List[tuple[Any, ...]]:
+        rows: List[tuple[Any, ...]] = self._run([(sql, args)], fetch="tuples")
+        return rows
 
     def close(self) -> None:
         with self._lock:

@@ -172,7 +172,10 @@ def summary_text(report: Mapping[str, Any]) -> str:
             format_ms(res["e2e_ms"]["p50"]), format_ms(res["e2e_ms"]["p95"]), format_ms(res["e2e_ms"]["p99"]),
         ])
     widths = [max(len(str(c)) for c in col) for col in zip(head, *rows)]
-    fmt = lambda cells: "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
+    def fmt(cells: Sequence[str]) -> str:
+        return "  ".join(c.ljust(w) if i < 2 else c.rjust(w) for i, (c, w) in enumerate(zip(cells, widths)))
+
     lines = ["latencies in ms; good/s = goodput under the SLOs set", fmt(head), fmt(["-" * w for w in widths])]
     lines += [fmt(r) for r in rows]
     firsts = report.get("first_requests") or []

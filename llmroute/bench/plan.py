@@ -231,7 +231,7 @@ class Traffic:
 def traffic_from_records(records: Sequence[Any], *, since: float, until: float) -> Traffic:
     """The profile of ledger records in [since, until): successful calls (one per request id, its ok
     attempt), mean tokens per call, mean rate over the window and the busiest minute as the peak."""
-    ok = {}
+    ok: dict[str, Any] = {}
     for rec in records:
         if rec.status == "ok" and since <= rec.ts < until:
             ok.setdefault(rec.request_id, rec)
@@ -464,7 +464,7 @@ def _plan(ns: argparse.Namespace) -> int:
         else:
             out.append(f"monthly cost ({hours:g} h), mean {traffic.mean_rps:.3g} req/s:")
         head = ["billing", "option", "price", unit, "USD/month", "basis"]
-        table = [[r["billing"], r["name"], r["price"], "-" if r["units"] is None else _span(*r["units"], str),
+        table = [[r["billing"], r["name"], r["price"], "-" if r["units"] is None else _span(r["units"][0], r["units"][1], str),
                   _span(*r["usd_per_month"]), r["basis"]] for r in rows]
         widths = [max(len(c) for c in col) for col in zip(head, *table)]
         for line in [head, *table]:
@@ -489,7 +489,7 @@ def _plan(ns: argparse.Namespace) -> int:
         out.append("")
         out.append("break-even: the mean req/s at which per-token costs as much as the fleet sized for the peak "
                    "(below it, per-token is cheaper)")
-        head = ["per-token option"] + [f"vs {r['billing']} {r['name']} ({_span(*r['units'], str)})" for r in fleets]
+        head = ["per-token option"] + [f"vs {r['billing']} {r['name']} ({_span(r['units'][0], r['units'][1], str)})" for r in fleets]
         widths = [max(len(c) for c in col) for col in zip(head, *grid)]
         for line in [head, *grid]:
             out.append("  ".join(c.ljust(w) for c, w in zip(line, widths)).rstrip())

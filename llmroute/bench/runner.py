@@ -22,12 +22,15 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
 
 from llmroute.errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
 from llmroute.bench.stats import RequestRecord, StreamTiming, percentile
 from llmroute.accounting.tokens import count_message_tokens, count_text_tokens
 from llmroute.bench.workload import Prompt
+
+if TYPE_CHECKING:
+    from llmroute.client import AsyncClient
 
 __all__ = [
     "SendFn",
@@ -85,7 +88,9 @@ class LoadPlan:
         return "concurrency" if self.concurrency is not None else "rate"
 
     def levels(self) -> list[float]:
-        return list(self.concurrency if self.concurrency is not None else self.rates)  # type: ignore[arg-type]
+        levels: Sequence[float] | None = self.concurrency if self.concurrency is not None else self.rates
+        assert levels is not None  # check(): exactly one of the two is set
+        return list(levels)
 
     def warmup_for(self, level: float) -> int:
         if self.warmup is not None:
@@ -454,24 +459,24 @@ def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
     return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
 
 
-def client_send(client: Any, *, stream: bool = True, feature: Optional[str] = "bench", keep_text: bool = False,
+def client_send(client: AsyncClient, *, stream: bool = True, feature: Optional[str] = "bench", keep_text: bool = False,
                 clock: Clock = time.perf_counter, metadata: Optional[Mapping[str, str]] = None) -> SendFn:
     """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines.
 
     `keep_text` stores each answer in its record (for smoke checks; a load run would hold them all).
     `metadata` goes on every call (the smoke check tags its probes with it).
     """
-    extra = {"metadata": dict(metadata)} if metadata else {}
+    tags = dict(metadata) if metadata else None  # None: the create() default
 
     async def send(target: str, prompt: Prompt, max_tokens: int) -> RequestRecord:
         start = clock()
         timing = StreamTiming(start)
-        base = {"target": target, "level": 0, "phase": "", "index": 0, "start_s": start}
+        base: dict[str, Any] = {"target": target, "level": 0, "phase": "", "index": 0, "start_s": start}
         try:
             if stream:
                 response_stream = await client.chat.completions.create(
                     model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=True, feature=feature,
-                    **extra)
+                    metadata=tags)
                 async with response_stream:
                     async for chunk in response_stream:
                         timing.on_chunk(clock(), _chunk_text(chunk))
@@ -481,7 +486,7 @@ def client_send(client: Any, *, stream: bool = True, feature: Optional[str] = "b
             else:
                 response = await client.chat.completions.create(
                     model=target, messages=prompt.as_messages(), max_tokens=max_tokens, stream=False, feature=feature,
-                    **extra)
+                    metadata=tags)
                 timing.on_end(clock())
                 choices = getattr(response, "choices", None) or []
                 text = (getattr(getattr(choices[0], "message", None), "content", None) or "") if choices else ""

@@ -113,8 +113,8 @@ class StreamTiming:
             return
         if self.first_content is None:
             self.first_content = now
-        else:
-            self.itl_s.append(now - self.last_content)  # type: ignore[operator]
+        elif self.last_content is not None:  # (set with first_content)
+            self.itl_s.append(now - self.last_content)
         self.last_content = now
         self.parts.append(text)
 

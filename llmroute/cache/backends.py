@@ -21,7 +21,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, List, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
 
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork
 
@@ -29,6 +29,8 @@ if TYPE_CHECKING:
     import sqlite3
 
 __all__ = ["Backend", "MemoryBackend", "SQLiteBackend", "RedisBackend"]
+
+_T = TypeVar("_T")
 
 
 class Backend(Protocol):
@@ -58,7 +60,7 @@ class MemoryBackend:
 
     def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
         with self._lock:
-            item = self._lru.get((namespace, key))
+            item: Optional[Tuple[bytes, float]] = self._lru.get((namespace, key))
             if item is None:
                 return None
             if item[1] <= now:
@@ -179,7 +181,7 @@ class SQLiteBackend:
             finally:
                 self._conn = None
 
-    def _run(self, fn: Any) -> Any:
+    def _run(self, fn: Callable[[sqlite3.Connection], _T]) -> _T:
         import sqlite3
 
         with self._lock:
@@ -266,7 +268,7 @@ class RedisBackend:
         if self._client is None:
             import redis
 
-            self._client = redis.Redis.from_url(self.url, socket_timeout=self.timeout_s,
+            self._client = redis.Redis.from_url(self.url or "", socket_timeout=self.timeout_s,
                                                 socket_connect_timeout=self.timeout_s, retry_on_timeout=False)
         return self._client
 
@@ -277,7 +279,8 @@ class RedisBackend:
         return f"{self.prefix}:{_ns_id(namespace)}:g:{group}"
 
     def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
-        return self._redis().get(self._entry_key(namespace, key))
+        value: Optional[bytes] = self._redis().get(self._entry_key(namespace, key))
+        return value
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
             group: Optional[str] = None, record: Optional[bytes] = None) -> None:

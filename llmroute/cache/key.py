@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 __all__ = ["KeyParts", "key_parts", "namespace_for", "target_id", "NOT_IN_KEY", "UnkeyableError", "numbers_of"]
 
@@ -47,7 +47,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(_canonical(value)).hexdigest()
 
 
-def target_id(tier: Optional[str], deployments: Iterable[Any]) -> list:
+def target_id(tier: Optional[str], deployments: Iterable[Any]) -> list[Any]:
     """The resolved target, as keyed: the tier (or None) and its deployments with their `extra_body`."""
     deps = sorted([d.id, dict(d.extra_body)] for d in deployments)
     return [tier, deps]
@@ -78,7 +78,7 @@ def _text(content: Any) -> str:
     return ""
 
 
-def key_parts(target: list, messages: List[Mapping[str, Any]], params: Mapping[str, Any],
+def key_parts(target: list[Any], messages: Sequence[Mapping[str, Any]], params: Mapping[str, Any],
               extra_body: Mapping[str, Any]) -> KeyParts:
     """Keys of one request. Raises `UnkeyableError` when a value has no JSON form."""
     sent = {k: v for k, v in params.items() if k not in NOT_IN_KEY}
@@ -97,7 +97,7 @@ def key_parts(target: list, messages: List[Mapping[str, Any]], params: Mapping[s
 _NUMBER_OR_CODE = re.compile(r"[A-Za-z]*[0-9][A-Za-z0-9._-]*")
 
 
-def numbers_of(text: str) -> frozenset:
+def numbers_of(text: str) -> frozenset[str]:
     """The numbers and product codes in a question ("X200", "100", "v2.1"), case-folded."""
     return frozenset(m.group(0).rstrip("._-").lower() for m in _NUMBER_OR_CODE.finditer(text))
 

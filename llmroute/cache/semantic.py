@@ -1,8 +1,8 @@
 """The prompt embedder of the semantic cache: one POST to an OpenAI-compatible `/embeddings`
 endpoint (a llama.cpp server started with `--embedding`, vLLM, TEI, a platform's API), sent through
-the client's own transport. Request building and response parsing are sans-I/O; `embed`/`aembed`
-are the thin shells. An embedder that fails (down, slow, a bad body) makes the lookup an exact-only
-miss: a warning and a count, never a failed call.
+the client's own transport on the one send path (`_http/exchange.py`). Request building and
+response parsing are sans-I/O; `embed`/`aembed` are the thin shells. An embedder that fails (down,
+slow, a bad body) makes the lookup an exact-only miss: a warning and a count, never a failed call.
 """
 
 from __future__ import annotations
@@ -10,10 +10,15 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
+from llmroute._http.bounded import DEFAULT_READ_LIMITS
+from llmroute._http.exchange import Exchange, afetch, fetch
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
+
+if TYPE_CHECKING:
+    from llmroute._http.transport import AsyncTransport, SyncTransport
 
 __all__ = ["Embedder"]
 
@@ -63,28 +68,24 @@ class Embedder:
             log.warning("llmroute cache: the embeddings endpoint failed (%s: %s); semantic lookup skipped",
                         type(exc).__name__, exc)
 
-    def embed(self, text: str, transport: Any) -> Optional[List[float]]:
+    def exchange(self, text: str) -> Exchange:
+        """The embeddings request on the one send path (`_http/exchange.py`): its timeout and the default
+        read caps (a vector is a few KB; a runaway body ends at the cap, a miss)."""
+        return Exchange(self.request(text), self.timeouts(), DEFAULT_READ_LIMITS, provider="llmroute-embeddings",
+                        deployment="llmroute-embeddings", max_connections=8)
+
+    def embed(self, text: str, transport: SyncTransport) -> Optional[List[float]]:
         try:
-            response = transport.open(self.request(text), self.timeouts(), provider="llmroute-embeddings",
-                                      max_connections=8)
-            try:
-                content = response.read()
-            finally:
-                response.close()
-            return self.parse(response.status_code, content)
+            reply = fetch(transport, self.exchange(text))
+            return self.parse(reply.status, reply.body)
         except Exception as exc:  # noqa: BLE001 - never fails the call
             self._failed(exc)
             return None
 
-    async def aembed(self, text: str, transport: Any) -> Optional[List[float]]:
+    async def aembed(self, text: str, transport: AsyncTransport) -> Optional[List[float]]:
         try:
-            response = await transport.open(self.request(text), self.timeouts(), provider="llmroute-embeddings",
-                                            max_connections=8)
-            try:
-                content = await response.aread()
-            finally:
-                await response.aclose()
-            return self.parse(response.status_code, content)
+            reply = await afetch(transport, self.exchange(text))
+            return self.parse(reply.status, reply.body)
         except Exception as exc:  # noqa: BLE001
             self._failed(exc)
             return None

@@ -55,7 +55,7 @@ class ResponseCache:
         self._base_dir = base_dir
         self._backend = backend
         self._lock = threading.Lock()
-        self._counts: Counter = Counter()
+        self._counts: Counter[str] = Counter()
         renew_at_fork(self, "_lock")
         self._skip_until = 0.0
         self._warned: Dict[str, float] = {}
@@ -157,8 +157,12 @@ class ResponseCache:
             self.count("too_large")
             return False
         now = self.clock()
-        ok = self._safe("a store", lambda: self.backend.set(namespace, key, data, expires_at=entry.expires_at,
-                                                             now=now, group=group, record=record) or True, False)
+
+        def store() -> bool:
+            self.backend.set(namespace, key, data, expires_at=entry.expires_at, now=now, group=group, record=record)
+            return True
+
+        ok = self._safe("a store", store, False)
         if ok:
             self.count("stores")
         return bool(ok)

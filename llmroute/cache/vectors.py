@@ -26,7 +26,7 @@ def pack(question: str, vector: Sequence[float]) -> bytes:
     return struct.pack("<I", len(text)) + text + array("f", normalize(vector)).tobytes()
 
 
-def unpack(record: bytes) -> Tuple[str, array]:
+def unpack(record: bytes) -> Tuple[str, array[float]]:
     (n,) = struct.unpack_from("<I", record)
     question = record[4:4 + n].decode()
     vector = array("f")
@@ -38,4 +38,5 @@ def dot(a: Sequence[float], b: Sequence[float]) -> float:
     """The dot product (cosine similarity of unit vectors); 0 for vectors of different lengths."""
     if len(a) != len(b):
         return 0.0
-    return sum(map(operator.mul, a, b))
+    total: float = sum(map(operator.mul, a, b))
+    return total

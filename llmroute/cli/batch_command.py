@@ -9,7 +9,8 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from typing import Any, List, Optional
+from decimal import Decimal
+from typing import Any, List, Mapping, Optional
 from llmroute.client import Client
 
 __all__ = ["main"]
@@ -41,7 +42,7 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _money(totals: dict) -> str:
+def _money(totals: Mapping[str, Decimal]) -> str:
     return ", ".join(f"{amount.normalize():f} {currency}" for currency, amount in sorted(totals.items())) or "unpriced"
 
 

@@ -304,7 +304,7 @@ def _config_source(ns: argparse.Namespace) -> Iterator[None]:
             server.stop()
 
 
-def _client(config: Any, transport: str) -> Any:
+def _client(config: Any, transport: str) -> AsyncClient:  # config: a dict (--local) or a config path
     if isinstance(config, dict):  # --local
         return AsyncClient(config=config, transport=transport)
     return AsyncClient.from_config(config, transport=transport)

@@ -32,7 +32,7 @@ PROBE_MESSAGES = [{"role": "user", "content": "ping"}]
 PROBE_METADATA = {"llmroute_probe": "health"}  # accounting.ledger.PROBE_METADATA_KEY
 
 
-def probe_deployments(client: Any, rounds: int = 1) -> Dict[str, Any]:
+def probe_deployments(client: Client, rounds: int = 1) -> Dict[str, Any]:
     """Send `rounds` probes to every configured deployment; {deployment id: ProbeTally}."""
     from llmroute.resilience.deployment_health import ProbeTally  # loaded when the command runs, not at import
 

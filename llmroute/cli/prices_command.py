@@ -20,8 +20,8 @@ import textwrap
 from decimal import Decimal
 from typing import Any, Iterable, List, Optional, Sequence
 
-from llmroute.accounting.prices import Price, PriceBook, load_price_table
-from llmroute.config import load_config
+from llmroute.accounting.prices import Price, load_price_table
+from llmroute.config import Config, load_config
 
 __all__ = ["main", "check_main", "diff_main", "price_rows", "config_rows", "format_rate"]
 
@@ -60,9 +60,9 @@ def price_rows(search: str = "", prices: Iterable[Price] | None = None) -> List[
             if not needle or needle in f"{p.kind} {p.region or ''} {p.model}".lower()]
 
 
-def config_rows(config: Any) -> List[dict[str, Any]]:
+def config_rows(config: Config) -> List[dict[str, Any]]:
     """Every configured deployment and the price it would be charged (origin: config, table or none)."""
-    book: PriceBook = config.sections.prices
+    book = config.sections.prices
     rows = []
     for dep in config.all_deployments():
         p = dep.provider
@@ -147,8 +147,7 @@ def diff_main(argv: Sequence[str]) -> int:
     shipped = load_price_table()
     try:
         if args.config:
-            book: PriceBook = load_config(args.config).sections.prices
-            layered = book.table
+            layered = load_config(args.config).sections.prices.table
         else:
             layered = load_catalogue(args.files)
     except ConfigError as e:

@@ -232,7 +232,7 @@ class OpenAICompatAdapter:
             out["created"] = int(time.time())
         out["model"] = data.get("model") or self.deployment.model
         reported = isinstance(raw_usage, dict)
-        out["usage"] = normalize_usage(raw_usage, extra=data) if reported else Usage()
+        out["usage"] = normalize_usage(raw_usage, extra=data) if isinstance(raw_usage, dict) else Usage()
         # The validator itself, as for chunks: `model_validate`'s Python wrapper adds nothing here.
         return ChatCompletion.__pydantic_validator__.validate_python(out), reported
 
@@ -298,7 +298,8 @@ class OpenAICompatAdapter:
         else:
             out["usage"] = None
         # The validator itself: `model_validate`'s Python wrapper costs a third as much again, per chunk.
-        return ChatCompletionChunk.__pydantic_validator__.validate_python(out)
+        chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_python(out)
+        return chunk
 
     def decode_event(self, event: SSEEvent, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
         data = event.data
@@ -333,7 +334,7 @@ class OpenAICompatAdapter:
         if '"reasoning"' in data:
             return None
         try:
-            chunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
+            chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
         if not chunk.choices or chunk.usage is not None:
@@ -577,7 +578,7 @@ class StreamAssembler:
             if slot["logprobs"] is not None:
                 logprobs = ChoiceLogprobs(content=slot["logprobs"], refusal=slot["refusal_logprobs"])
             choices.append({"index": index, "message": message, "finish_reason": slot["finish"], "logprobs": logprobs})
-        return ChatCompletion.__pydantic_validator__.validate_python(
+        completion: ChatCompletion = ChatCompletion.__pydantic_validator__.validate_python(
             {
                 "id": self.id,
                 "object": "chat.completion",
@@ -588,4 +589,5 @@ class StreamAssembler:
                 "system_fingerprint": self.system_fingerprint,
             }
         )
+        return completion
 

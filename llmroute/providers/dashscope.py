@@ -44,7 +44,7 @@ _FIELD_REFUSED_RE = re.compile(
 )
 
 
-def _event_status(comments: tuple) -> Optional[int]:
+def _event_status(comments: tuple[str, ...]) -> Optional[int]:
     for comment in comments:
         if comment.startswith("HTTP_STATUS/") and comment[12:15].isdigit():
             return int(comment[12:15])
@@ -64,7 +64,7 @@ class BailianCompatAdapter(OpenAICompatAdapter):
 
     # (base URL, model) pairs that refused max_completion_tokens as a field: process-wide knowledge,
     # per model, since one endpoint serves models of different generations.
-    _legacy_cap: set = set()
+    _legacy_cap: set[tuple[str, str]] = set()
 
     def body(self, call: CallInput, stream: bool) -> Dict[str, Any]:
         body = super().body(call, stream)
@@ -92,6 +92,16 @@ class BailianCompatAdapter(OpenAICompatAdapter):
             body["max_tokens"] = body.pop("max_completion_tokens")
             return type(request)(request.method, request.url, request.headers, body, request.stream)
         return None
+
+
+class _NativeDecoder(StreamDecoder):
+    """A `StreamDecoder` that turns the native API's cumulative text back into deltas."""
+
+    def __init__(self, adapter: OpenAICompatAdapter, *, cumulative: bool) -> None:
+        super().__init__(adapter)
+        self.cumulative = cumulative
+        self.previous_text: Dict[int, str] = {}  # choice index -> the text sent so far
+        self.previous_reasoning: Dict[int, str] = {}
 
 
 class BailianNativeAdapter(OpenAICompatAdapter):
@@ -129,13 +139,9 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         return {"model": self.deployment.model, "input": {"messages": call.messages}, "parameters": parameters}
 
     def stream_decoder(self, call: CallInput) -> StreamDecoder:
-        decoder = StreamDecoder(self)
         # Cumulative text unless incremental_output is on: we ask for it, but a user may turn it off.
         body_params = self.body(call, True)["parameters"]
-        decoder.cumulative = not body_params.get("incremental_output", False)  # type: ignore[attr-defined]
-        decoder.previous_text = {}  # type: ignore[attr-defined]
-        decoder.previous_reasoning = {}  # type: ignore[attr-defined]
-        return decoder
+        return _NativeDecoder(self, cumulative=not body_params.get("incremental_output", False))
 
     def completion_from_dict(self, data: Dict[str, Any]) -> tuple[ChatCompletion, bool]:
         if "output" not in data and "code" in data:
@@ -163,7 +169,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
                 "created": int(time.time()),
                 "model": self.deployment.model,
                 "choices": choices,
-                "usage": normalize_usage(raw_usage) if reported else Usage(),
+                "usage": normalize_usage(raw_usage) if isinstance(raw_usage, dict) else Usage(),
             }
         )
         return completion, reported
@@ -186,9 +192,9 @@ class BailianNativeAdapter(OpenAICompatAdapter):
             message = choice.get("message") or {}
             text = message.get("content") or ""
             reasoning = message.get("reasoning_content") or ""
-            if getattr(decoder, "cumulative", False):
-                text = _new_part(decoder.previous_text, index, text)  # type: ignore[attr-defined]
-                reasoning = _new_part(decoder.previous_reasoning, index, reasoning)  # type: ignore[attr-defined]
+            if isinstance(decoder, _NativeDecoder) and decoder.cumulative:
+                text = _new_part(decoder.previous_text, index, text)
+                reasoning = _new_part(decoder.previous_reasoning, index, reasoning)
             delta: Dict[str, Any] = {}
             if message.get("role"):
                 delta["role"] = message["role"]
@@ -222,7 +228,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         )
 
 
-def _native_choices(output: Mapping[str, Any]) -> list:
+def _native_choices(output: Mapping[str, Any]) -> list[dict[str, Any]]:
     if output.get("choices"):
         return [c for c in output["choices"] if isinstance(c, dict)]
     if "text" in output:  # result_format = "text"

@@ -57,9 +57,8 @@ class EmbeddingInput:
         """The input as a list of strings, or None when it is token ids."""
         if isinstance(self.input, str):
             return [self.input]
-        if all(isinstance(v, str) for v in self.input):
-            return list(self.input)  # type: ignore[arg-type]
-        return None
+        strings = [v for v in self.input if isinstance(v, str)]
+        return strings if len(strings) == len(self.input) else None
 
 
 class EmbeddingAdapter(OpenAICompatAdapter):
@@ -78,10 +77,10 @@ class EmbeddingAdapter(OpenAICompatAdapter):
         value = call.input
         if limit is None or call.count <= limit or isinstance(value, str) or isinstance(value[0], int):
             return [call]
-        return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)  # type: ignore[arg-type]
+        return [EmbeddingInput(value[i:i + limit], call.params, call.extra_body, call.extra_headers)
                 for i in range(0, len(value), limit)]
 
-    def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]
+    def build_request(self, call: EmbeddingInput, *, stream: bool = False) -> HttpRequest:  # type: ignore[override]  # an embedding call, not a chat CallInput
         headers = self.headers(False)
         headers.update(call.extra_headers)
         return HttpRequest("POST", self.provider.base_url + self.embeddings_path, headers, self.embedding_body(call),
@@ -227,7 +226,7 @@ def models_request(provider: "Provider") -> HttpRequest:
     if provider.api_key:
         headers["Authorization"] = f"Bearer {provider.api_key.get()}"
     headers.update(provider.headers)
-    return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)  # type: ignore[arg-type]
+    return HttpRequest("GET", models_base_url(provider) + "/models", headers, None, False)
 
 
 def parse_model_list(provider: "Provider", content: bytes) -> List[Dict[str, Any]]:

@@ -115,8 +115,8 @@ def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = 
         if seconds is not None:
             return seconds
     # OpenAI-style reset durations ("12ms", "1s", "6m0s"): wait for the later of the two.
-    resets = [_duration_s(get(h) or "") for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
-    resets = [r for r in resets if r is not None]
+    parsed = [_duration_s(get(h) or "") for h in ("x-ratelimit-reset-requests", "x-ratelimit-reset-tokens")]
+    resets = [r for r in parsed if r is not None]
     return max(resets) if resets else None
 
 
@@ -251,7 +251,7 @@ def error_from_payload(
     status: Optional[int],
     headers: Mapping[str, str],
     provider: str,
-    deployment: str,
+    deployment: str | None,
     kind: str,
     raw_text: str = "",
 ) -> E.ProviderError:
@@ -277,7 +277,7 @@ def error_from_payload(
 
 
 def error_from_response(
-    status: int, headers: Mapping[str, str], content: bytes, *, provider: str, deployment: str, kind: str
+    status: int, headers: Mapping[str, str], content: bytes, *, provider: str, deployment: str | None, kind: str
 ) -> E.ProviderError:
     """Map a non-2xx HTTP response to a typed error, reading whatever envelope the platform uses."""
     if 300 <= status < 400:

@@ -441,7 +441,7 @@ class CircuitBreaker:
         self._changed_at = now
 
 
-_FATAL_HINTS = {
+_FATAL_HINTS: dict[type[BaseException], str] = {
     E.AuthenticationError: "the API key is missing, wrong or for another region",
     E.PermissionDeniedError: "the key may not use this model or region",
     E.BillingError: "the account is out of credit",

@@ -17,12 +17,15 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Any, Callable, Iterable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
 from llmroute.resilience.outcome import classify_failure
 from llmroute.resilience.policy import ResiliencePolicy
+
+if TYPE_CHECKING:
+    from llmroute.accounting.ledger import LedgerHealth
 
 __all__ = ["BreakerRegistry", "HealthReport", "ProbeTally", "health_status", "format_health"]
 
@@ -135,7 +138,7 @@ class ProbeTally:
     def all_failed(self) -> bool:
         return self.sent > 0 and self.failed == self.sent
 
-    def as_dict(self) -> dict:
+    def as_dict(self) -> dict[str, Any]:
         return {"sent": self.sent, "failed": self.failed, "last_error": self.last_error}
 
 
@@ -159,7 +162,7 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
                   probes: Optional[Mapping[str, ProbeTally]] = None) -> str:
     """A plain-text table of breaker snapshots; with `now`, open deadlines are shown as time left.
     With `probes`, a "probes" column (ok/sent) and the state a failed probe run makes "failing"."""
-    header = ("deployment", "state", "fail", "slow", "calls", "open for", "trips", "ttft p50/p95", "latency p50/p95", "last error")
+    header: tuple[str, ...] = ("deployment", "state", "fail", "slow", "calls", "open for", "trips", "ttft p50/p95", "latency p50/p95", "last error")
     if probes is not None:
         header = header[:2] + ("probes",) + header[2:]
     rows = [header]
@@ -177,7 +180,7 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
         last_error = s.last_error or "-"
         if len(last_error) > 60:
             last_error = last_error[:59] + "…"
-        row = (
+        row: tuple[str, ...] = (
             deployment_id,
             health_status(s, probe),
             f"{s.failure_rate:.0%}",
@@ -206,12 +209,13 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
     return "\n".join(lines + notes)
 
 
-class HealthReport(dict):
+class HealthReport(dict[str, BreakerSnapshot]):
     """What `client.health()` returns: `{"provider:model": breaker snapshot}`, plus `.ledger`, the
     ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
     and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
 
-    def __init__(self, snapshots: Any, *, ledger: Any = None, shared_state: Any = None) -> None:
+    def __init__(self, snapshots: Mapping[str, BreakerSnapshot], *, ledger: Optional[LedgerHealth] = None,
+                 shared_state: Any = None) -> None:
         super().__init__(snapshots)
         self.ledger = ledger
         self.shared_state = shared_state

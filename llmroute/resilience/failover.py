@@ -47,7 +47,7 @@ from typing import Callable, Literal, Optional, Sequence, Union
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit
 from llmroute.resilience.deployment_health import BreakerRegistry
-from llmroute.resilience.limits import DeploymentLimits, Lease, fits
+from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
 from llmroute.resilience.policy import ResiliencePolicy
 from llmroute.resilience.retry import BudgetRegistry, decide_retry, dropped_before_reply
@@ -148,7 +148,7 @@ def order_candidates(
     weighted = [c for c in candidates if c.weight is not None and c.weight > 0]
     if not weighted:
         return list(candidates)
-    total = sum(c.weight for c in weighted)  # type: ignore[misc]
+    total = sum(c.weight or 0.0 for c in weighted)  # (all set and > 0 here)
     if sticky_value is not None:
         point = sticky_point(sticky_value, salt=weighted[0].tier) * total
     else:
@@ -156,7 +156,7 @@ def order_candidates(
     first = weighted[-1]
     acc = 0.0
     for c in weighted:
-        acc += c.weight  # type: ignore[operator]
+        acc += c.weight or 0.0
         if point < acc:
             first = c
             break
@@ -214,7 +214,7 @@ class FailoverPlan:
         required_context_tokens: Optional[int] = None,
         fallback: Sequence[Candidate] = (),
         fallback_tier: Optional[str] = None,
-        limits: Optional[DeploymentLimits] = None,
+        limits: Optional[Limits] = None,
         pool: str = "interactive",
         request_tokens: int = 0,
         can_continue: Optional[Callable[[str], bool]] = None,

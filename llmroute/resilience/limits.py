@@ -14,12 +14,12 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Callable, Optional, Protocol
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.policy import ResiliencePolicy
 
-__all__ = ["TokenBucket", "Bulkhead", "Lease", "Admission", "DeploymentLimits", "fits"]
+__all__ = ["TokenBucket", "Bulkhead", "Lease", "Admission", "DeploymentLimits", "Limits", "fits"]
 
 
 class TokenBucket:
@@ -106,6 +106,15 @@ class _PoolLimits:
     requests: Optional[TokenBucket]
     tokens: Optional[TokenBucket]
     poll_s: float
+
+
+class Limits(Protocol):
+    """What the failover plan uses of its limits: `DeploymentLimits`, or state's `SharedLimits` and
+    `PreAdmitted` (the Redis-shared ones, which the resilience layer does not import)."""
+
+    def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy: ...
+    def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission: ...
+    def release(self, lease: Optional[Lease]) -> None: ...
 
 
 class DeploymentLimits:

@@ -2,8 +2,8 @@
 
 - The wait is the *current* failure's Retry-After when it carries one (never an earlier attempt's);
   a Retry-After longer than `retry_after_max_s` means "move on", not "retry early". Otherwise full
-  jitter: uniform(0, min(backoff_base_s * 2**n, backoff_max_s)), the ceiling computed by tenacity's
-  `wait_exponential` and the jitter drawn from the caller's `random.Random` (tests seed it).
+  jitter: uniform(0, min(backoff_base_s * 2**n, backoff_max_s)), the jitter drawn from the caller's
+  `random.Random` (tests seed it). (tenacity is not used: docs/failover.md, "Why not tenacity".)
 - A wait that would not fit the call's deadline means "move on" instead of sleeping.
 - When an untried backup can take the call (`has_backup`), the backup is the better bet: a timeout
   (a silent or stalled deployment stays silent) is never retried on the same deployment, at most
@@ -22,10 +22,7 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass
-from types import SimpleNamespace
 from typing import Callable, Optional
-
-import tenacity
 
 from llmroute import errors as E
 from llmroute._runtime.forksafe import renew_at_fork
@@ -37,7 +34,7 @@ __all__ = ["Backoff", "RatioBudget", "BudgetRegistry", "RetryDecision", "decide_
 
 @dataclass(frozen=True)
 class Backoff:
-    """Full-jitter exponential backoff built from a policy (a value, like tenacity's wait objects)."""
+    """Full-jitter exponential backoff built from a policy: a value; the randomness is passed in."""
 
     base_s: float
     max_s: float
@@ -48,9 +45,11 @@ class Backoff:
 
     def ceiling_s(self, retry_number: int) -> float:
         """The upper bound of the n-th retry's wait (retry_number counts from 1)."""
-        wait = tenacity.wait_exponential(multiplier=self.base_s, max=self.max_s, exp_base=2)
-        # tenacity reads only `attempt_number`; a real RetryCallState would read the clock.
-        return float(wait(SimpleNamespace(attempt_number=max(1, retry_number))))
+        try:
+            ceiling = self.base_s * 2.0 ** (max(1, retry_number) - 1)
+        except OverflowError:  # a float power past 1e308: far above any max
+            return self.max_s
+        return max(0.0, min(ceiling, self.max_s))
 
     def wait_s(self, retry_number: int, rng: random.Random) -> float:
         return rng.uniform(0.0, self.ceiling_s(retry_number))

@@ -211,7 +211,7 @@ def _with_threshold(text: str, formatted: str) -> str:
             continue
         section = _SECTION_RE.match(line)
         if section or _ARRAY_SECTION_RE.match(line):
-            in_routing = bool(section) and section.group(1) == "routing"
+            in_routing = section is not None and section.group(1) == "routing"
             if in_routing:
                 routing_header = index
             continue

@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Mapping, Sequence
-from typing import Any, NamedTuple
+from typing import AbstractSet, Any, NamedTuple
 
 __all__ = ["Classification", "classify", "estimate_tokens", "message_text"]
 
@@ -348,7 +348,7 @@ def _requested_length(text: str) -> int | None:
     The pattern runs only on short slices ending at each unit word (a regex over the whole
     window costs more than the rest of the classifier here)."""
     best: float | None = None
-    matches = []
+    matches: list[re.Match[str]] = []
     for unit in _LENGTH_UNITS:
         at = text.find(unit)
         while at >= 0:
@@ -444,7 +444,7 @@ def _asks_quantity_last(window: str) -> bool:
     return any(ask in last for ask in _QUANTITY_ASKS)
 
 
-def _numbers(ask: str, tokens: set[str]) -> int:
+def _numbers(ask: str, tokens: AbstractSet[str]) -> int:
     """Distinct quantities in `ask` (the wide view or the window, both bounded): its digit runs,
     plus the number words among the window's tokens. Bytes (UTF-8 never puts an ASCII byte inside a
     multi-byte character): a regex over 2,000 characters costs ~40 us here, translate and split ~5 us."""
@@ -459,6 +459,25 @@ class _Features:
     __slots__ = ("ask", "ask_tokens", "context_tokens", "input_tokens", "user_turns", "window", "wide", "ascii_ask",
                  "first", "count", "tokens", "fences", "code_blocks", "math_signals", "constraints", "questions",
                  "text_length", "choice", "words")
+    ask: str
+    ask_tokens: float
+    context_tokens: float
+    input_tokens: int
+    user_turns: int
+    window: str
+    wide: str
+    ascii_ask: bool
+    first: dict[str, float]
+    count: dict[str, int]
+    tokens: set[str]
+    fences: int
+    code_blocks: int
+    math_signals: int
+    constraints: int
+    questions: int
+    text_length: int | None
+    choice: bool
+    words: list[str]
 
 
 def _read_ask(messages: Sequence[Mapping[str, Any]]) -> tuple[str, float, float, float, int]:
@@ -582,7 +601,7 @@ def _features(messages: Sequence[Mapping[str, Any]]) -> _Features:
     return f
 
 
-def _category(f: _Features) -> tuple[str, int, int, int, set[str]]:
+def _category(f: _Features) -> tuple[str, int, int, int, AbstractSet[str]]:
     """Phase 2: the task type, with what it decides about counting: (category, formal kinds in a
     multiple-choice question, quantities, formula symbols, large task kinds named)."""
     ask, ask_tokens, window, wide = f.ask, f.ask_tokens, f.window, f.wide
@@ -671,7 +690,7 @@ def _category(f: _Features) -> tuple[str, int, int, int, set[str]]:
     return category, formal, numbers, math_signals, large
 
 
-def _effects(f: _Features, category: str, formal: int, numbers: int, math_signals: int, large: set[str],
+def _effects(f: _Features, category: str, formal: int, numbers: int, math_signals: int, large: AbstractSet[str],
              max_tokens: int | None) -> tuple[list[tuple[float, str, object]], int | None]:
     """Phase 3: each feature's bounded effect in log-odds (delta, reason template, value), and the
     output tokens asked for."""

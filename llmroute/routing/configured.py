@@ -3,11 +3,16 @@ the rest of the config (for `llmroute calibrate` and `llmroute router eval`)."""
 
 from __future__ import annotations
 
-import tomllib
+import sys
 from pathlib import Path
 
 from llmroute.errors import ConfigError
 from llmroute.routing.fitted import FittedRouter, load_model
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - exercised on 3.10 only
+    import tomli as tomllib
 
 __all__ = ["scorer_from_config"]
 

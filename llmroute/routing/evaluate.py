@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 __all__ = [
     "quality_curve",
@@ -165,12 +166,12 @@ def evaluate_scores(
     return result
 
 
-def curve_html(title: str, rows: Sequence[dict[str, object]], small_q: float, large_q: float) -> str:
+def curve_html(title: str, rows: Sequence[Mapping[str, Any]], small_q: float, large_q: float) -> str:
     """A self-contained HTML page: the quality-cost curve of each row (inline SVG) and its metrics."""
     width, height, pad = 640, 400, 48
     colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b", "#17becf"]
-    lo = min(small_q, large_q, *(y for r in rows for _, y in r["curve"]))  # type: ignore[attr-defined]
-    hi = max(small_q, large_q, *(y for r in rows for _, y in r["curve"]))  # type: ignore[attr-defined]
+    lo = min(small_q, large_q, *(y for r in rows for _, y in r["curve"]))
+    hi = max(small_q, large_q, *(y for r in rows for _, y in r["curve"]))
     span = (hi - lo) or 1.0
 
     def xy(x: float, y: float) -> str:
@@ -184,9 +185,9 @@ def curve_html(title: str, rows: Sequence[dict[str, object]], small_q: float, la
     legend = []
     for index, row in enumerate(rows):
         colour = colours[index % len(colours)]
-        curve = row["curve"]  # type: ignore[assignment]
-        step = max(1, len(curve) // 400)  # type: ignore[arg-type]
-        kept = list(curve[::step]) + [curve[-1]]  # type: ignore[index]
+        curve = row["curve"]
+        step = max(1, len(curve) // 400)
+        kept = list(curve[::step]) + [curve[-1]]
         parts.append(f'<polyline points="{" ".join(xy(x, y) for x, y in kept)}" fill="none" stroke="{colour}" stroke-width="1.5"/>')
         legend.append(f'<tr><td style="color:{colour}">&#9632; {html.escape(str(row["router"]))}</td>'
                       + "".join(f"<td>{_fmt(row.get(key))}</td>" for key in _COLUMNS) + "</tr>")

@@ -34,7 +34,7 @@ from itertools import chain
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from llmroute.errors import ConfigError
 from llmroute.routing.classifier import (Classification, _classify, _features, _instruction_window, _numbers, _read_ask,
@@ -185,6 +185,21 @@ def conversation_features(
     return result, _dense(result), _ngrams(f.words, len(f.tokens), f.window)
 
 
+class Featurized(Protocol):
+    """What the `*_features` methods read of a precomputed `fit.Featurized` (fit.py imports this module)."""
+
+    @property
+    def dense(self) -> Iterable[tuple[str, float]]: ...
+    @property
+    def words(self) -> frozenset[str]: ...
+    @property
+    def pairs(self) -> frozenset[str]: ...
+    @property
+    def chars(self) -> frozenset[str]: ...
+    @property
+    def ngram_count(self) -> int: ...
+
+
 class FittedRouter:
     """A loaded model file: `classify(messages, max_tokens=)` gives a `Classification` whose score is
     the fitted estimate of the large tier's gain (above 0.5: the large tier expected to do better),
@@ -309,15 +324,15 @@ class FittedRouter:
                 hits.discard(strongest)
         return total, named, result
 
-    def logit_features(self, features: Any) -> float:
+    def logit_features(self, features: Featurized) -> float:
         """The log-odds of precomputed features (fit.Featurized), before the sigmoid."""
         return self._sum(features.dense, features.words, features.pairs, features.chars, features.ngram_count)[0]
 
-    def score_features(self, features: Any) -> float:
+    def score_features(self, features: Featurized) -> float:
         """The score of precomputed features (fit.Featurized): what `classify` returns as `.score`."""
         return _sigmoid(self.logit_features(features))
 
-    def coverage_features(self, features: Any) -> float:
+    def coverage_features(self, features: Featurized) -> float:
         """The share of precomputed features' n-grams (fit.Featurized) that this model weighs."""
         if not features.ngram_count:
             return 0.0
@@ -339,7 +354,7 @@ class FittedRouter:
         f = _features(messages)
         heuristic = _classify(f, max_tokens)
         total = self.bias
-        named: list[tuple[float, str]] = []
+        named = []
         weights = self.dense
         weight = weights.get("heuristic")
         if weight is not None:
@@ -355,12 +370,13 @@ class FittedRouter:
             contribution = weight * 1.0
             total += contribution
             named.append((contribution, "category=" + category))
+        counts: tuple[int | None, ...] = heuristic[3:]  # the count fields, input_tokens to user_turns
         for field, name, weight, scale in self._plan:
-            count = heuristic[field]
+            count = counts[field - 3]
+            if count is None:  # requested output tokens, when the request does not say
+                continue
             if field == 10:  # conversation depth: log2 of the user turns, at least one
                 value = math.log2(float(max(1, count)))
-            elif count is None:  # requested output tokens, when the request does not say
-                continue
             else:  # quantities floor at 0
                 value = math.log2(1.0 + (max(0, count) if field == 7 else count))
                 if scale != 1.0:

@@ -39,12 +39,15 @@ import random
 import threading
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from llmroute.accounting.ledger import SHADOW_METADATA_KEY
 from llmroute._runtime.forksafe import renew_at_fork
+
+if TYPE_CHECKING:
+    from llmroute.types import ChatAccess
 
 __all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
            "judge_request", "ShadowRunner", "AsyncShadowRunner"]
@@ -127,10 +130,21 @@ def judge_request(kwargs: Mapping[str, Any], judge: str, small_answer: Any, larg
     )
 
 
+class ShadowClient(Protocol):
+    """What a runner uses of its `Client` or `AsyncClient` (client.py imports this module, not the reverse)."""
+
+    @property
+    def chat(self) -> ChatAccess: ...
+
+    def feedback(self, request_id_or_response: Any, score: float | bool, *, label: str | None = None,
+                 comment: str | None = None, messages: list[Mapping[str, Any]] | None = None,
+                 source: str = "user") -> None: ...
+
+
 class _Runner:
     """What the sync and async runners share: sampling, the in-flight bound and the verdict's record."""
 
-    def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
+    def __init__(self, client: ShadowClient, config: ShadowConfig, *, small_tier: str, large_tier: str,
                  rng: random.Random | None = None) -> None:
         self._client = client
         self.config = config
@@ -172,7 +186,7 @@ class _Runner:
 class ShadowRunner(_Runner):
     """Runs shadow jobs for one sync client on its own small thread pool."""
 
-    def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
+    def __init__(self, client: ShadowClient, config: ShadowConfig, *, small_tier: str, large_tier: str,
                  rng: random.Random | None = None) -> None:
         super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
         self._pool = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="llmroute-shadow")
@@ -213,7 +227,7 @@ class AsyncShadowRunner(_Runner):
     task (the caller never awaits it); at most `max_in_flight` run at once, a sample beyond that is
     dropped."""
 
-    def __init__(self, client: Any, config: ShadowConfig, *, small_tier: str, large_tier: str,
+    def __init__(self, client: ShadowClient, config: ShadowConfig, *, small_tier: str, large_tier: str,
                  rng: random.Random | None = None) -> None:
         super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
         self._tasks: set[asyncio.Task[None]] = set()  # strong references until each task ends

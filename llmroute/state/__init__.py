@@ -7,9 +7,13 @@ plugs in. Nothing here connects at import.
 
 from __future__ import annotations
 
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from llmroute.state.backend import StateConfig
+
+if TYPE_CHECKING:
+    from llmroute.resilience.limits import DeploymentLimits
+    from llmroute.state.shared_limits import SharedLimits
 
 __all__ = ["StateConfig", "Fleet", "open_state"]
 
@@ -26,9 +30,9 @@ class Fleet:
         self.state = SharedState(config)
         self.budgets = SharedBudgetCounters(self.state)
         self.breakers = SharedBreakers(self.state)
-        self.limits: Any = None
+        self.limits: Optional[SharedLimits] = None
 
-    def shared_limits(self, local: Any) -> Any:
+    def shared_limits(self, local: DeploymentLimits) -> SharedLimits:
         from llmroute.state.shared_limits import SharedLimits  # shared state only: loaded when [state] asks for it
 
         self.limits = SharedLimits(self.state, local)

@@ -13,10 +13,11 @@ on the strict side).
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Optional
 
 from llmroute.resilience.limits import Admission, Lease
 from llmroute.state.shared_limits import LimitRequest, SharedLimits
+from llmroute.resilience.policy import ResiliencePolicy
 
 __all__ = ["PreAdmitted"]
 
@@ -28,7 +29,7 @@ class PreAdmitted:
         self.limits = limits
         self._held: Optional[tuple[LimitRequest, Admission]] = (request, admission)
 
-    def policy(self, pool: str, deployment_id: str) -> Any:
+    def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
         return self.limits.policy(pool, deployment_id)
 
     def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission:

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Literal, Optional
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
@@ -218,7 +218,7 @@ class SharedBreakers:
             pass  # this process's breaker still protects this process
 
     # -- probes ---------------------------------------------------------------------------------
-    def take_probe(self, deployment_id: str, policy: ResiliencePolicy) -> "str | bool | None":
+    def take_probe(self, deployment_id: str, policy: ResiliencePolicy) -> "str | Literal[False] | None":
         """A cluster-wide probe slot id; False when the fleet's probes are all out; None without Redis."""
         key = self.state.key("breakers", deployment_id + ":probes")
         slot = f"{self._owner}:{uuid.uuid4().hex[:8]}"

@@ -63,6 +63,8 @@ class SharedState:
             from redis.backoff import NoBackoff
             from redis.retry import Retry
 
+            url = self.config.url
+            assert url is not None  # StateConfig requires it with backend = "redis"
             timeout = self.config.timeout_ms / 1000.0
             # No client-side retries: the timeout is the whole bound, the outage switch does the rest.
             # RESP2: redis-py parses it with a fraction of RESP3's CPU (measured in state_overhead.py).
@@ -71,9 +73,9 @@ class SharedState:
             if self.config.cluster:
                 from redis.cluster import RedisCluster
 
-                self._client = RedisCluster.from_url(self.config.url, **kw)
+                self._client = RedisCluster.from_url(url, **kw)
             else:
-                self._client = redis.Redis.from_url(self.config.url, **kw)
+                self._client = redis.Redis.from_url(url, **kw)
         return self._client
 
     def script(self, name: str, source: str) -> Any:

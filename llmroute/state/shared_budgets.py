@@ -27,7 +27,7 @@ from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
 from typing import Any, Optional, Sequence
 
 from llmroute._runtime.forksafe import renew_at_fork
-from llmroute.state.shared_limits import ADMIT_FUNCTION_LUA
+from llmroute.state.shared_limits import ADMIT_FUNCTION_LUA, LimitRequest
 from llmroute.state.redis_state import SharedState, Unavailable
 
 __all__ = ["SharedBudgetCounters", "RESERVE_LUA", "UNITS_PER_CURRENCY"]
@@ -118,7 +118,7 @@ class SharedBudgetCounters:
         return self.state.key("budgets", "|".join(p.replace("|", "/") for p in parts))
 
     def reserve(self, items: list[tuple[str, int, int, str]], ttl_s: int, *, reserve: bool,
-                admit: Any = None) -> tuple[int, int, int]:
+                admit: LimitRequest | None = None) -> tuple[int, int, int, list[Any] | None]:
         """items: (key, limit units, need units, mode). Returns (verdict, 1-based index, spent units).
         `admit` (a `limits.LimitRequest`): when the budgets allow the call, its client-side limits are
         taken in the same script (`RESERVE_AND_ADMIT_LUA`), and `ADMIT_LUA`'s reply is returned as a

@@ -99,8 +99,8 @@ class LimitRequest:
     pool: str
     deployment_id: str
     tokens: int
-    keys: list
-    args: list
+    keys: list[str]
+    args: list[Any]
     holds_slot: bool
 
 
@@ -196,7 +196,7 @@ class SharedLimits:
         if lease.local_lease is not None:
             self.local.release(lease.local_lease)
             return
-        if lease.slots_key is None:
+        if lease.slots_key is None or lease.slot_id is None:  # both set together, by admit
             return
         with self._lock:
             held = self._held.get(lease.slots_key)

@@ -22,6 +22,7 @@ def decide(error, *, retries_done=0, now=0.0, deadline_at=100.0, seed=0, **kw):
 def test_backoff_ceiling_doubles_up_to_the_max():
     b = Backoff(base_s=0.5, max_s=3.0)
     assert [b.ceiling_s(n) for n in (1, 2, 3, 4, 5)] == [0.5, 1.0, 2.0, 3.0, 3.0]
+    assert b.ceiling_s(0) == 0.5 and b.ceiling_s(5000) == 3.0  # counted from 1; no overflow far out
 
 
 @given(st.integers(1, 60), st.integers(0, 2**32))
