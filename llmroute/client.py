@@ -298,7 +298,7 @@ class Client(_ClientSurface):
         prepared = prepare_call(self.config, kwargs)
         cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
         if cached is not None and cached.entry is not None:
-            return cached.replay(self._engine, prepared)  # type: ignore[return-value]
+            return cached.replay(self._engine, prepared)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
         run = CallRun(self._engine, prepared, _now(), wall=time.time)
         try:
             op = self._attempts(run)
@@ -311,7 +311,7 @@ class Client(_ClientSurface):
                 with Stream(run, op, self._attempts) as stream:
                     result = stream.get_final_completion()
             else:
-                completion, reported = op.parsed  # type: ignore[misc]
+                completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
                 result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
             end_call(run, exit_status(exc), exc, _now())
@@ -528,7 +528,7 @@ class AsyncClient(_ClientSurface):
         offload = None if self._offload.inline else self._offload
         cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport, offload)
         if cached is not None and cached.entry is not None:
-            return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]
+            return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
         # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread.
         run = await self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
                                       undo=end_cancelled)
@@ -543,7 +543,7 @@ class AsyncClient(_ClientSurface):
                 async with AsyncStream(run, op, self._attempts) as stream:
                     result = await stream.get_final_completion()
             else:
-                completion, reported = op.parsed  # type: ignore[misc]
+                completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
                 result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
             end_call(run, exit_status(exc), exc, _now())

@@ -28,6 +28,7 @@ from llmroute.accounting.cost_value import Cost
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
+from llmroute._call.engine import EngineClient
 from llmroute._call.exits import end_call, exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
 from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
@@ -305,23 +306,15 @@ def _now() -> float:
     return time.monotonic()
 
 
-class _EmbeddingsClient(Protocol):
+class _EmbeddingsClient(EngineClient, Protocol):
     """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
 
-    @property
-    def config(self) -> Config: ...
-    @property
-    def _engine(self) -> Engine: ...
     def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
 
 
-class _AsyncEmbeddingsClient(Protocol):
+class _AsyncEmbeddingsClient(EngineClient, Protocol):
     """What `AsyncEmbeddings` uses of its `AsyncClient`."""
 
-    @property
-    def config(self) -> Config: ...
-    @property
-    def _engine(self) -> Engine: ...
     @property
     def _offload(self) -> Offload: ...
     async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...

@@ -68,7 +68,7 @@ class _Ends:
     def _switch(self, opened: _Opened) -> None:
         self._bytes: Any = opened.chunks  # the attempt's byte iterator (sync or async)
         if opened.state is None:  # a plain call's answer restarted on a deployment read plain
-            completion, reported = opened.parsed  # type: ignore[misc]
+            completion, reported = opened.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
             self._record_final(self._run.succeeded(opened.ctx, completion, reported, _now(), None))
             return
         self._state: StreamState = opened.state

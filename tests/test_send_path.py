@@ -459,32 +459,35 @@ def redirecting() -> Iterator[_Redirecting]:
     servers.close()
 
 
-def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
-    from llmroute._http.exchange import Exchange, afetch, fetch
+def _with_transport(mode: str, use: Callable[[Any], Any]) -> Any:
+    """`use(transport)` on a fresh transport of `mode` (its result awaited on the async ones), closed after."""
     from llmroute._http.transport import AsyncTransport, SyncTransport
-
-    key = {"Authorization": "Bearer sk-test-secret-000"}
-    request = HttpRequest("GET", url, key, None, False)  # type: ignore[arg-type]
-    timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
-
-    def exchange() -> Exchange:
-        return Exchange(request, timeouts, limits, provider="batch-test", deployment="batch", max_connections=2)
 
     if mode == "sync":
         transport = SyncTransport()
         try:
-            return fetch(transport, exchange(), follow_redirects=True)
+            return use(transport)
         finally:
             transport.close()
 
     async def main() -> Any:
         atransport = AsyncTransport(mode)
         try:
-            return await afetch(atransport, exchange(), follow_redirects=True)
+            return await use(atransport)
         finally:
             await atransport.aclose()
 
     return asyncio.run(main())
+
+
+def _fetch(mode: str, url: str, limits: L.ReadLimits) -> Any:
+    from llmroute._http.exchange import Exchange, afetch, fetch
+
+    key = {"Authorization": "Bearer sk-test-secret-000"}
+    request = HttpRequest("GET", url, key, None, False)  # type: ignore[arg-type]
+    timeouts = Timeouts(connect_s=5.0, ttft_s=5.0, total_s=5.0, read_s=5.0, read_kind="read")
+    ex = Exchange(request, timeouts, limits, provider="batch-test", deployment="batch", max_connections=2)
+    return _with_transport(mode, lambda t: (fetch if mode == "sync" else afetch)(t, ex, follow_redirects=True))
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -499,3 +502,24 @@ def test_a_followed_redirect_keeps_the_key_only_on_its_origin(redirecting: _Redi
     assert keys[(False, "/file")] is None  # the other origin never saw the key
     with pytest.raises(L.ResponseTooLargeError, match=r"\(response_bytes cap\)"):
         _fetch(mode, redirecting.url("/away"), TINY)  # the redirected body is read within the caps too
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_the_semantic_cache_embedder_reads_within_the_caps(openai_server: Any, mode: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
+    """A gzip body that inflates past the default 32 MiB decoded cap: the embedder's lookup is a miss
+    (None, one failure counted), not 40 MiB in memory."""
+    from llmroute.cache.semantic import Embedder
+
+    bomb = gzip.compress(b'{"data": [{"embedding": [' + b" " * (40 << 20) + b"1.0]}]}")
+    embedder = Embedder(openai_server.base_url, "text-embedding-3-small", api_key=openai_server.api_key)
+    for body in (bomb, None):  # the bomb, then a real answer: the same path reads it
+        if body is not None:
+            openai_server.push(Reply(body=body, headers={"Content-Type": "application/json",
+                                                         "Content-Encoding": "gzip"}), path="/v1/embeddings")
+        vector = _with_transport(mode, lambda t: (embedder.embed if mode == "sync" else embedder.aembed)("a prompt", t))
+        if body is not None:
+            assert vector is None and embedder.failures == 1
+            assert "ResponseTooLargeError" in caplog.text and "(decoded_bytes cap)" in caplog.text
+        else:
+            assert vector is not None and len(vector) == 1536 and embedder.failures == 1

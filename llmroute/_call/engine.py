@@ -17,7 +17,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
 
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
@@ -35,7 +35,7 @@ if TYPE_CHECKING:
     from llmroute.resilience.failover import FailoverPlan
     from llmroute.state.shared_limits import LimitRequest, SharedLimits
 
-__all__ = ["Engine", "Admission"]
+__all__ = ["Engine", "Admission", "EngineClient"]
 
 
 @dataclass
@@ -47,6 +47,15 @@ class Admission:
     reservation: Any = None  # the budget's reservation, given back by `Engine.settle`
     pre_admitted: Any = None  # limits admitted together with the reservation (shared state)
     plan_rng: Optional[random.Random] = None  # the plan's own random order, predicted by `admit`
+
+
+class EngineClient(Protocol):
+    """A `Client` or `AsyncClient` as the shells under it (embeddings, batch) see it: its config and its engine."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _engine(self) -> Engine: ...
 
 
 class Engine:

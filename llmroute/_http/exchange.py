@@ -214,10 +214,11 @@ def fetch(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromRe
         raise typed_error(exc, ex) from None
 
 
-def _error(on_error: Any, response: Any, body: bytes) -> Exception:
+def _error(on_error: Optional[ErrorFromResponse], response: Any, body: bytes) -> Exception:
     """`on_error`'s error for a non-2xx answer. The body (which may echo a key) is only this frame's
     argument, gone before the error is raised: no traceback's locals hold it (error trackers)."""
-    return on_error(response.status_code, response.headers, body)  # type: ignore[no-any-return]
+    assert on_error is not None  # called only when there is one (`Exchange.opened`, `_reply`)
+    return on_error(response.status_code, response.headers, body)
 
 
 def _reply(response: Any, body: bytes, on_error: Optional[ErrorFromResponse]) -> Reply:

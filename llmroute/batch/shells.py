@@ -24,10 +24,9 @@ from llmroute.batch.settings import BatchSettings
 from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
 from llmroute._http.request import HttpRequest
+from llmroute._call.engine import EngineClient
 
 if TYPE_CHECKING:
-    from llmroute.config import Config
-    from llmroute._call.engine import Engine
     from llmroute.types import ChatAccess
     from llmroute._http.transport import AsyncTransport, SyncTransport
 
@@ -66,14 +65,10 @@ def _resp(reply: Any) -> Resp:
     return Resp(reply.status, reply.headers, reply.body)
 
 
-class BatchClient(Protocol):
+class BatchClient(EngineClient, Protocol):
     """What `Batches` and `AsyncBatches` use of their `Client` or `AsyncClient` (client.py imports this
     module, not the reverse): its config and engine, and `chat.completions.create` for the `online` policy."""
 
-    @property
-    def config(self) -> Config: ...
-    @property
-    def _engine(self) -> Engine: ...
     @property
     def chat(self) -> ChatAccess: ...
 
