@@ -31,6 +31,7 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
                                  RateLimitError, RedirectError, RequestGuardError, ResponseTooLargeError, RoutingError,
                                  ServerError, SharedStateUnavailableError, StreamInterruptedError,
                                  StreamNotFinishedError)
+    from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
     from llmroute.streams import AsyncStream, Stream
     from llmroute.types import (Attempt, ChatCompletion, ChatCompletionChunk, ChatCompletionTokenLogprob,
@@ -71,7 +72,9 @@ _WHERE = {
         "PermissionDeniedError", "BillingError", "NotFoundError", "BadRequestError", "ContextLengthError",
         "ContentFilterError", "RateLimitError", "OverloadedError", "ServerError", "APITimeoutError",
         "APIConnectionError", "StreamInterruptedError", "ClientClosedError", "EventLoopError", "RedirectError",
-        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError")},
+        "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError",
+        # openai-python's exception names (llmroute/errors.py draws the one tree)
+        "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError")},
 }
 
 
@@ -150,4 +153,10 @@ __all__ = [
     "Model",
     "ModelList",
     "SharedStateUnavailableError",
+    # openai-python's exception names (llmroute/errors.py draws the one tree)
+    "APIError",
+    "APIStatusError",
+    "ConflictError",
+    "InternalServerError",
+    "UnprocessableEntityError",
 ]

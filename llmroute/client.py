@@ -20,7 +20,7 @@ from llmroute._call.cache_step import alookup, lookup, open_cache
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from llmroute.completions import AsyncCompletions, Completions
-from llmroute.streams import AsyncStream, Stream, _aclose_later, _now, _Opened, _running_loop
+from llmroute.streams import AsyncStream, Stream, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
@@ -180,6 +180,8 @@ class Client(_ClientSurface):
         try:
             try:
                 op.response, ex = self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -201,6 +203,8 @@ class Client(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             op.response.close()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except sync_network_errors() as exc:
@@ -421,6 +425,8 @@ class AsyncClient(_ClientSurface):
         try:
             try:
                 op.response, ex = await self._send(ctx)
+            except E.InvalidRequestError:  # a request the transport cannot build: the caller's, unsent
+                raise
             except E.ProviderError as error:
                 if not ctx.correct_request(error):
                     raise
@@ -439,6 +445,8 @@ class AsyncClient(_ClientSurface):
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             await op.response.aclose()
+        except E.InvalidRequestError:
+            raise
         except E.ProviderError as error:
             op.error = error
         except network_errors() as exc:
@@ -589,8 +597,7 @@ class AsyncClient(_ClientSurface):
             warn_unclosed(self)
             self._offload.close(wait=False)
             self._engine.close()
-            for client in list(self._transport._clients.values()):
-                _aclose_later(client, life.loop)
+            self._transport.close_later()  # each loop's pools, on their own loop
         except Exception:  # noqa: BLE001 - nothing may escape a finaliser
             pass
 

@@ -352,6 +352,8 @@ class Embeddings:
                 while batches.next_request() is not None:
                     response, ex = client._send(ctx)
                     batches.add(response.headers, read(response, ex))
+            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
+                raise
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue
@@ -397,6 +399,8 @@ class AsyncEmbeddings:
                 while batches.next_request() is not None:
                     response, ex = await client._send(ctx)
                     batches.add(response.headers, await aread(response, ex))
+            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
+                raise
             except E.ProviderError as error:
                 batches.failed(run, error, _now())
                 continue

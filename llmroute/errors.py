@@ -1,39 +1,63 @@
-"""Everything llmroute raises, in one tree.
+"""Everything llmroute raises, in one tree that holds openai-python's names and shapes.
 
 ```
-LLMRouteError                      base of every llmroute error
-├── ConfigError                    the config file or dict is wrong; names the file and key path
-├── InvalidRequestError            the arguments to create() are wrong; names the argument
-├── RoutingError                   a model name that names no tier, deployment or routing mode
-├── BudgetExceededError            a budget cap would be passed; names the budget, limit and spend
-├── RequestGuardError              a per-feature guard refused the call before sending
-├── SharedStateUnavailableError    Redis did not answer and [state] on_unavailable = "refuse"
-├── AllDeploymentsFailedError      every candidate deployment failed; `.attempts` lists each one
-├── ClientClosedError              a call on a client after its close()
-├── EventLoopError                 an AsyncClient used from a second event loop
-├── StreamNotFinishedError         `stream.response` read before the stream ended (also a RuntimeError)
-└── ProviderError                  a platform answered with an error, or could not be reached
-    ├── AuthenticationError        401: bad or missing key (a configuration fault)
-    ├── PermissionDeniedError      403: key valid but not allowed (region, real-name check)
-    ├── BillingError               402, Arrearage, insufficient quota: out of credit
-    ├── NotFoundError              404: unknown model or endpoint
-    │   └── RedirectError          3xx: the endpoint moved; base_url must name the final URL
-    ├── BadRequestError            400/422: the request itself is wrong
-    │   ├── ContextLengthError     the prompt plus max_tokens exceeds the context window
-    │   └── ContentFilterError     the platform's moderation refused the input or output
-    ├── RateLimitError             429: over the platform's rate for this account
-    ├── OverloadedError            503/529: the platform is shedding load
-    ├── ServerError                other 5xx
-    │   └── ResponseTooLargeError  a body, SSE line or decompressed body passed its cap
-    ├── APITimeoutError            connect, time-to-first-token or total timeout; `.timeout` says which
-    ├── APIConnectionError         refused, reset or unreachable before a response
-    └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
+LLMRouteError                          base of every llmroute error
+├── ConfigError                        the config file or dict is wrong; names the file and key path
+├── BudgetExceededError                a budget cap would be passed; names the budget, limit and spend
+├── RequestGuardError                  a per-feature guard refused the call before sending
+├── SharedStateUnavailableError        Redis did not answer and [state] on_unavailable = "refuse"
+├── ClientClosedError                  a call on a client after its close()
+├── EventLoopError                     an AsyncStream read on another loop than the one it was opened on
+├── StreamNotFinishedError             `stream.response` read before the stream ended (also a RuntimeError)
+└── APIError                           openai's base: `.message .body .code .param .type .request`
+    ├── AllDeploymentsFailedError      every candidate failed for mixed reasons; `.attempts`, `.causes`
+    └── ProviderError                  a platform answered with an error, or could not be reached
+        ├── APIStatusError             an HTTP error status: `.status_code .response .request_id`
+        │   ├── BadRequestError        400: the request itself is wrong
+        │   │   ├── ContextLengthError       the prompt plus max_tokens exceeds the context window
+        │   │   ├── ContentFilterError       the platform's moderation refused the input or output
+        │   │   ├── ConflictError            409
+        │   │   ├── UnprocessableEntityError 422
+        │   │   └── InvalidRequestError      a wrong argument found before sending: status_code None, `.param`
+        │   ├── AuthenticationError    401: bad or missing key (a configuration fault)
+        │   ├── PermissionDeniedError  403: key valid but not allowed (region, real-name check)
+        │   ├── BillingError           402, Arrearage, insufficient quota: out of credit
+        │   ├── NotFoundError          404: unknown model or endpoint
+        │   │   ├── RedirectError      3xx: the endpoint moved; base_url must name the final URL
+        │   │   └── RoutingError       `model=` names no tier or deployment: status_code None, param "model"
+        │   ├── RateLimitError         429: over the platform's rate for this account
+        │   └── InternalServerError    5xx
+        │       ├── OverloadedError    503/529 (and TGI's queue-full 429): the platform is shedding load
+        │       └── ServerError        other 5xx, in-band errors without a status
+        │           └── ResponseTooLargeError  a body, SSE line or decompressed body passed its cap
+        ├── APIConnectionError         refused, reset or unreachable before a response
+        │   └── APITimeoutError        connect, time-to-first-token or total timeout; `.timeout` says which
+        └── StreamInterruptedError     a stream broke after it started; `.partial_text` holds what arrived
 ```
 
-Every `ProviderError` carries `provider` (the name in the config), `deployment`
-(`"provider:model"`), `status` (also as `status_code`, openai-python's name), `request_id`, `retryable`, `retry_after` (seconds) and
-`provider_message` (the platform's own text). No message, repr or attribute here ever holds an
-API key: the text of every error passes through `secrets.scrub` first.
+openai-python's names are all here with its parent relations (`APIError` -> `APIStatusError` ->
+`BadRequestError` ...; `APIConnectionError` -> `APITimeoutError`), so `except openai-name` clauses
+catch what they catch there. Three deliberate differences, kept because llmroute code relies on
+them: `ConflictError` and `UnprocessableEntityError` are also `BadRequestError`s (llmroute always
+called 409/422 bad requests); `ContextLengthError`, `ContentFilterError` and the local
+`InvalidRequestError` are `BadRequestError`s; `RoutingError` is a `NotFoundError` (openai's answer to
+an unknown model is a 404).
+
+Every `ProviderError` carries `provider` (the name in the config), `deployment` (`"provider:model"`),
+`status` (also as `status_code`, openai-python's name), `request_id`, `retryable`, `retry_after`
+(seconds), `provider_message` (the platform's own text), and openai's `body` (the platform's error
+object as decoded JSON, or its text), `code`, `param`, `type`, `response` (an `ErrorResponse`:
+`status_code`, `headers`, `request_id`, `text`, `json()`; None when no response came) and `request`
+(a `RequestInfo`: `method`, `url`, once the error ended an attempt).
+
+A held error: when every deployment of a call is held for one reason (a breaker opened by 429s, a
+key refused, a model not found), nothing is sent and the call raises the class that holds them, with
+the original status, request id and message, `held = True` and `attempts` (the skips); its
+`retry_after` is the time left on the hold. Mixed reasons raise `AllDeploymentsFailedError`, whose
+`causes` lists the error behind each deployment. `held` is False on every error that was sent.
+
+No message, repr or attribute here ever holds an API key: the text of every error, its body and the
+headers it keeps pass through `secrets.scrub` first (credential headers are dropped).
 
 `APITimeoutError` and `APIConnectionError` (openai-python's names) were called `TimeoutError` and
 `ConnectionError`, which shadowed Python's builtins after `from llmroute import *`. The old names
@@ -45,10 +69,11 @@ on; `current_error_name` reads an older ledger's old names as the new ones.
 from __future__ import annotations
 
 import builtins
+import json
 import warnings
-from typing import Any, Optional, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
-from llmroute._runtime.redaction import scrub
+from llmroute._runtime.redaction import is_secret_header, scrub
 
 __all__ = [
     "LLMRouteError",
@@ -59,15 +84,20 @@ __all__ = [
     "RequestGuardError",
     "SharedStateUnavailableError",
     "AllDeploymentsFailedError",
+    "APIError",
+    "APIStatusError",
     "ProviderError",
     "AuthenticationError",
     "PermissionDeniedError",
     "BillingError",
     "NotFoundError",
+    "ConflictError",
+    "UnprocessableEntityError",
     "BadRequestError",
     "ContextLengthError",
     "ContentFilterError",
     "RateLimitError",
+    "InternalServerError",
     "OverloadedError",
     "ServerError",
     "APITimeoutError",
@@ -78,6 +108,8 @@ __all__ = [
     "RedirectError",
     "ResponseTooLargeError",
     "StreamNotFinishedError",
+    "ErrorResponse",
+    "RequestInfo",
     "current_error_name",
 ]
 
@@ -110,18 +142,6 @@ class ConfigError(LLMRouteError):
         super().__init__(where + message)
 
 
-class InvalidRequestError(LLMRouteError):
-    """The arguments to `create()` are wrong (no messages, a bad role, metadata not str->str)."""
-
-    def __init__(self, message: str, *, field: str) -> None:
-        self.field = field
-        super().__init__(f"{field}: {message}")
-
-
-class RoutingError(LLMRouteError):
-    """`model=` names no tier, no configured deployment and no routing mode."""
-
-
 class BudgetExceededError(LLMRouteError):
     """A call would pass a budget cap. Carries the budget's name, its limit and what was spent."""
 
@@ -149,7 +169,69 @@ class RequestGuardError(LLMRouteError):
         super().__init__(message)
 
 
-class ProviderError(LLMRouteError):
+def _scrubbed(value: Any, depth: int = 0) -> Any:
+    """A decoded error body with every string scrubbed (a platform may echo the key it refused)."""
+    if isinstance(value, str):
+        return scrub(value)
+    if depth > 20:
+        return None
+    if isinstance(value, Mapping):
+        return {str(k): _scrubbed(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_scrubbed(v, depth + 1) for v in value]
+    return value
+
+
+class ErrorResponse:
+    """The HTTP response behind an `APIStatusError` (openai-python's `e.response`, without the
+    connection): `status_code` (also `status`), `headers` (lower-case names; credential headers
+    dropped), `request_id`, `text` (the body, scrubbed) and `json()`."""
+
+    def __init__(self, status_code: int, headers: Mapping[str, str] | None, request_id: str | None,
+                 text: str = "") -> None:
+        self.status_code = status_code
+        self.headers: dict[str, str] = {str(k).lower(): scrub(str(v)) for k, v in (headers or {}).items()
+                                        if not is_secret_header(str(k))}
+        self.request_id = request_id
+        self.text = scrub(text)
+
+    @property
+    def status(self) -> int:
+        return self.status_code
+
+    def json(self) -> Any:
+        return json.loads(self.text)
+
+    def __repr__(self) -> str:
+        return f"<ErrorResponse [{self.status_code}]>"
+
+
+class RequestInfo:
+    """The request an error answered (openai-python's `e.request`): `method` and `url` (credentials in
+    the URL masked); no headers, no body."""
+
+    def __init__(self, method: str, url: str) -> None:
+        self.method = method
+        self.url = scrub(url)
+
+    def __repr__(self) -> str:
+        return f"<RequestInfo({self.method!r}, {self.url!r})>"
+
+
+class APIError(LLMRouteError):
+    """openai-python's `APIError`: every error about a call that reached, or was meant for, a platform.
+    `body` is the platform's error object (decoded JSON, or text; None without one); `code`, `param`
+    and `type` are read from it; `request` is a `RequestInfo` once known."""
+
+    body: Any = None
+    code: Optional[str] = None
+    param: Optional[str] = None
+    type: Optional[str] = None
+    request: Optional[RequestInfo] = None
+    held: bool = False  # raised for a hold (nothing sent): see the module docstring
+
+
+class ProviderError(APIError):
     """A platform answered with an error, or could not be reached at all."""
 
     default_retryable = False
@@ -166,6 +248,11 @@ class ProviderError(LLMRouteError):
         retry_after: float | None = None,
         provider_message: str | None = None,
         code: str | None = None,
+        param: str | None = None,
+        type: str | None = None,  # noqa: A002 - openai-python's attribute name
+        body: Any = None,
+        headers: Mapping[str, str] | None = None,
+        response_text: str = "",
     ) -> None:
         self.provider = provider
         self.deployment = deployment
@@ -175,6 +262,11 @@ class ProviderError(LLMRouteError):
         self.retry_after = retry_after
         self.provider_message = scrub(provider_message) if provider_message else provider_message
         self.code = code
+        self.param = param
+        self.type = type
+        self.body = _scrubbed(body)
+        self._response = (ErrorResponse(status, headers, request_id, response_text)
+                          if status is not None and (headers is not None or response_text) else None)
         if not hasattr(self, "attempts"):  # StreamInterruptedError sets its own first
             self.attempts: list[Any] = []  # the route's attempts, when the error ends a call
         super().__init__(message)
@@ -188,6 +280,15 @@ class ProviderError(LLMRouteError):
     def status_code(self, value: int | None) -> None:
         self.status = value
 
+    @property
+    def response(self) -> ErrorResponse | None:
+        """The HTTP response that carried the error (None when no response came, or for an error found
+        before sending)."""
+        response = self.__dict__.get("_response")
+        if response is None and self.status is not None:
+            response = self._response = ErrorResponse(self.status, {}, self.request_id)
+        return response
+
     def __str__(self) -> str:
         parts = []
         if self.deployment:
@@ -200,22 +301,29 @@ class ProviderError(LLMRouteError):
         text = f"{head}: {self.message}" if head else self.message
         if self.request_id:
             text += f" (request_id={self.request_id})"
+        if self.held:
+            text += " [held: nothing was sent; the deployment is held by this error]"
         return text
 
 
-class AuthenticationError(ProviderError):
+class APIStatusError(ProviderError):
+    """openai-python's `APIStatusError`: the platform answered with an error status (4xx, 5xx), or an
+    error event inside a stream; `status_code`, `response`, `request_id`, `body`."""
+
+
+class AuthenticationError(APIStatusError):
     """401: the key is missing, wrong, or bound to another region."""
 
 
-class PermissionDeniedError(ProviderError):
+class PermissionDeniedError(APIStatusError):
     """403: the key is valid but may not use this model or region."""
 
 
-class BillingError(ProviderError):
+class BillingError(APIStatusError):
     """The account is out of credit or overdue (402, DashScope Arrearage, insufficient quota)."""
 
 
-class NotFoundError(ProviderError):
+class NotFoundError(APIStatusError):
     """404: the model or endpoint does not exist for this account."""
 
 
@@ -228,8 +336,35 @@ class RedirectError(NotFoundError):
         super().__init__(message, **kw)
 
 
-class BadRequestError(ProviderError):
-    """The request is wrong (400, 422); retrying it unchanged cannot help."""
+class RoutingError(NotFoundError):
+    """`model=` names no tier, no configured deployment and no routing mode. Found before anything is
+    sent: `status_code` is None, `param` is "model", `code` "model_not_found" (openai's 404 code)."""
+
+    def __init__(self, message: str, **kw: Any) -> None:
+        kw.setdefault("code", "model_not_found")
+        kw.setdefault("param", "model")
+        super().__init__(message, **kw)
+
+
+class BadRequestError(APIStatusError):
+    """The request is wrong (400, 409, 413, 422); retrying it unchanged cannot help."""
+
+
+class ConflictError(BadRequestError):
+    """409 (openai-python's name)."""
+
+
+class UnprocessableEntityError(BadRequestError):
+    """422 (openai-python's name)."""
+
+
+class InvalidRequestError(BadRequestError):
+    """The arguments to `create()` are wrong (no messages, a bad role, metadata not str->str), found
+    before anything is sent: `status_code` is None; `param` (also `field`) names the argument."""
+
+    def __init__(self, message: str, *, field: str) -> None:
+        self.field = field
+        super().__init__(f"{field}: {message}", param=field, code="invalid_request", type="invalid_request_error")
 
 
 class ContextLengthError(BadRequestError):
@@ -240,19 +375,25 @@ class ContentFilterError(BadRequestError):
     """The platform's moderation refused the input or the output."""
 
 
-class RateLimitError(ProviderError):
+class RateLimitError(APIStatusError):
     """429: over this account's rate; `retry_after` says when to try again when the platform says."""
 
     default_retryable = True
 
 
-class OverloadedError(ProviderError):
+class InternalServerError(APIStatusError):
+    """5xx (openai-python's name): the platform failed."""
+
+    default_retryable = True
+
+
+class OverloadedError(InternalServerError):
     """503 and the like: the platform is shedding load."""
 
     default_retryable = True
 
 
-class ServerError(ProviderError):
+class ServerError(InternalServerError):
     """Any other 5xx."""
 
     default_retryable = True
@@ -268,7 +409,13 @@ class ResponseTooLargeError(ServerError):
         super().__init__(message, **kw)
 
 
-class APITimeoutError(ProviderError):
+class APIConnectionError(ProviderError):
+    """The platform could not be reached: refused, reset, DNS, TLS."""
+
+    default_retryable = True
+
+
+class APITimeoutError(APIConnectionError):
     """A timeout fired. `timeout` is "connect", "ttft" or "total" ("read" for the batch APIs' file
     transfers: no bytes within `seconds`); `seconds` its limit."""
 
@@ -278,12 +425,6 @@ class APITimeoutError(ProviderError):
         self.timeout = timeout
         self.seconds = seconds
         super().__init__(message, **kw)
-
-
-class APIConnectionError(ProviderError):
-    """The platform could not be reached: refused, reset, DNS, TLS."""
-
-    default_retryable = True
 
 
 class StreamInterruptedError(ProviderError):
@@ -297,12 +438,16 @@ class StreamInterruptedError(ProviderError):
         super().__init__(message, **kw)
 
 
-class AllDeploymentsFailedError(LLMRouteError):
-    """Every candidate deployment failed. `.attempts` lists each attempt (deployment, error, duration)."""
+class AllDeploymentsFailedError(APIError):
+    """Every candidate deployment failed (for more than one reason). `.attempts` lists each attempt
+    (deployment, error, duration); `.causes` the error behind each deployment (sent or held);
+    `status_code` is the last status a platform answered (None when none did)."""
 
-    def __init__(self, message: str, *, attempts: Sequence[Any], tier: str | None = None) -> None:
+    def __init__(self, message: str, *, attempts: Sequence[Any], tier: str | None = None,
+                 causes: Sequence[BaseException] = ()) -> None:
         self.attempts = list(attempts)
         self.tier = tier
+        self.causes = list(causes)
         super().__init__(message)
 
     @property
@@ -313,14 +458,24 @@ class AllDeploymentsFailedError(LLMRouteError):
                 return error
         return None
 
+    @property
+    def status_code(self) -> int | None:
+        for error in reversed([*self.causes, *(getattr(a, "error", None) for a in self.attempts)]):
+            status = getattr(error, "status", None)
+            if status is not None:
+                return int(status)
+        return None
+
 
 class ClientClosedError(LLMRouteError):
     """A call on a `Client` or `AsyncClient` after its `close()`."""
 
 
 class EventLoopError(LLMRouteError):
-    """An `AsyncClient` used from an event loop other than the one of its first call (its connection
-    pools belong to that loop): create one client per event loop."""
+    """An event loop that cannot be served: an `AsyncStream` read on a loop other than the one it was
+    opened on (its connection lives there). An `AsyncClient` itself serves any loop: it keeps one
+    connection pool per loop, made on first use there."""
+
 class StreamNotFinishedError(LLMRouteError, RuntimeError):
     """`stream.response` was read before the stream ended (inside the loop, before it, or after an
     early close). Iterate to the end first, or call `get_final_completion()` to read the rest."""

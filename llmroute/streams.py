@@ -101,9 +101,20 @@ class Stream(_Ends):
         self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
         self._final: Optional[ChatCompletion] = None
         self._closed = False
+        self._iterator: Optional[Iterator[ChatCompletionChunk]] = None
         self._switch(opened)
 
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+    def __iter__(self) -> "Stream":
+        return self
+
+    def __next__(self) -> ChatCompletionChunk:
+        """The next chunk (`next(stream)`, as openai-python's `Stream`): one iterator for the stream's
+        life, so a loop left with `break` and a later `for` or `next()` go on where it stopped."""
+        if self._iterator is None:
+            self._iterator = self._chunks()
+        return next(self._iterator)
+
+    def _chunks(self) -> Iterator[ChatCompletionChunk]:
         while True:
             while self._ready:
                 yield self._ready.pop(0)
@@ -211,10 +222,21 @@ class AsyncStream(_Ends):
         self._final: Optional[ChatCompletion] = None
         self._closed = False
         self._loop = _running_loop()
+        self._aiterator: Optional[AsyncIterator[ChatCompletionChunk]] = None
         self._switch(opened)
 
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self._iterate()
+    def __aiter__(self) -> "AsyncStream":
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        """The next chunk (`await anext(stream)`, as openai-python's `AsyncStream`): one iterator for
+        the stream's life."""
+        if self._aiterator is None:
+            self._aiterator = self._iterate()
+        if self._loop is not _running_loop():
+            raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
+                                   "read it on the loop that created it")
+        return await self._aiterator.__anext__()
 
     async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
         errors = network_errors()

@@ -29,8 +29,10 @@ def test_old_names_are_deprecated_aliases(old, new):
 
 
 def test_the_renamed_classes_keep_their_place_in_the_tree():
+    base = (E.ProviderError, E.APIError, E.LLMRouteError, Exception, BaseException, object)
+    assert E.APIConnectionError.__mro__[1:] == base
+    assert E.APITimeoutError.__mro__[1:] == (E.APIConnectionError, *base)  # as in openai-python
     for cls in (E.APITimeoutError, E.APIConnectionError):
-        assert cls.__mro__[1:] == (E.ProviderError, E.LLMRouteError, Exception, BaseException, object)
         assert not issubclass(cls, (builtins.TimeoutError, builtins.ConnectionError))
     error = E.APITimeoutError("no first token", timeout="ttft", seconds=10.0, deployment="p:m")
     with warnings.catch_warnings():

@@ -12,12 +12,14 @@ chunks through `RecordingAssembler`, which the stream's state uses in place of t
 from __future__ import annotations
 
 import functools
+import logging
+import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, AsyncIterator, Callable, Iterator, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
 
-from llmroute.providers.base import StreamAssembler
+from llmroute.providers.base import StreamAssembler, for_caller, usage_chunks_wanted
 from llmroute._call.targets import resolve_target
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
 from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
@@ -27,6 +29,8 @@ from llmroute.cache.cache_policy import CacheConfig, CacheSettings, CallCache, D
 from llmroute.cache.semantic import Embedder
 from llmroute.cache.service import ResponseCache
 from llmroute.config import _expand_env
+
+logger = logging.getLogger("llmroute.cache")
 
 if TYPE_CHECKING:
     from llmroute._call.call import CallRun, PreparedCall
@@ -138,7 +142,8 @@ class CacheCall:
         engine.recorder.cache_hit(prepared, route, completion, entry, outcome=self.outcome,
                                   similarity=self.similarity, started_at=self.started_at, now=time.monotonic())
         if prepared.stream:
-            return (AsyncCachedStream if is_async else CachedStream)(entry.chunk_models(), completion)
+            chunks = for_caller(entry.chunk_models(), usage_chunks_wanted(prepared.call.params))
+            return (AsyncCachedStream if is_async else CachedStream)(chunks, completion)
         return completion
 
 
@@ -154,12 +159,15 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
         if decision.outcome is None:
             return None
         cache.count(decision.outcome)
+        if call.mode is not False:
+            warn_bypass(cache, target.tier, decision.reason)
         return CacheCall(cache, decision.outcome, decision, started_at=started)
     try:
         parts = key_parts(target_id(target.tier, target.deployments), prepared.messages, prepared.call.params,
                           prepared.call.extra_body)
-    except UnkeyableError:
+    except UnkeyableError as exc:
         cache.count("bypass")
+        warn_bypass(cache, target.tier, f"the request cannot be keyed ({exc})")
         return CacheCall(cache, "bypass", decision, started_at=started)
     namespace = cache.namespace(prepared.feature, prepared.metadata)
     entry = cache.get(namespace, parts.exact)
@@ -167,6 +175,21 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
     cache.count(outcome)
     return CacheCall(cache, outcome, decision, namespace, parts, frozenset(d.id for d in target.deployments),
                      entry=entry, started_at=started)
+
+
+_BYPASS_WARNED: set[tuple[int, Optional[str], str]] = set()  # (cache id, tier, reason) already logged
+_BYPASS_LOCK = threading.Lock()
+
+
+def warn_bypass(cache: "ResponseCache", tier: Optional[str], reason: str) -> None:
+    """The cache is on but skipped this call: say why, once per (tier, reason) for this cache."""
+    key = (id(cache), tier, reason)
+    with _BYPASS_LOCK:
+        if key in _BYPASS_WARNED:
+            return
+        _BYPASS_WARNED.add(key)
+    logger.warning("llmroute cache: calls to %s bypass the cache: %s (said once per tier and reason)",
+                   f"tier {tier!r}" if tier else "this target", reason)
 
 
 def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
@@ -227,16 +250,22 @@ class CachedStream:
     def __init__(self, chunks: List[ChatCompletionChunk], completion: ChatCompletion) -> None:
         self._chunks = chunks
         self._final = completion
+        self._next = iter(chunks)
 
-    def __iter__(self) -> Iterator[ChatCompletionChunk]:
-        return iter(self._chunks)
+    def __iter__(self) -> "CachedStream":
+        return self
 
-    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
-        return self._aiterate()
+    def __next__(self) -> ChatCompletionChunk:
+        return next(self._next)
 
-    async def _aiterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        for chunk in self._chunks:
-            yield chunk
+    def __aiter__(self) -> "CachedStream":
+        return self
+
+    async def __anext__(self) -> ChatCompletionChunk:
+        try:
+            return next(self._next)
+        except StopIteration:
+            raise StopAsyncIteration from None
 
     @property
     def response(self) -> ChatCompletion:

@@ -25,7 +25,8 @@ from llmroute.accounting.plausible import implausible_usage
 from llmroute.config import Deployment
 from llmroute._call.exits import ExitStatus, end_call, exit_status
 from llmroute.providers import adapter_class
-from llmroute.providers.base import OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content
+from llmroute.providers.base import (OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content, for_caller,
+                                     usage_chunks_wanted)
 from llmroute._http.request import HttpRequest
 from llmroute.providers.prefill import continuation_call
 from llmroute.providers.registry import KINDS
@@ -214,7 +215,7 @@ class CallRun:
             # A parameter this platform cannot take, or a request that cannot be sent: nothing was
             # sent; the caller must change the call. It never counts against the deployment.
             self.plan.record(deployment.id, now, error, latency_s=0.0)
-            error.attempts = list(self.route.attempts)  # type: ignore[union-attr]  # set on InvalidRequestError too
+            error.attempts = list(self.route.attempts)  # InvalidRequestError is a ProviderError: it has them too
             self._end(None, error, now)
             raise
         policy = self.engine.policy(deployment.id)
@@ -275,6 +276,8 @@ class CallRun:
         if isinstance(error, E.ProviderError):
             rec.http_status = error.status
             rec.request_id = error.request_id
+            if error.request is None:  # openai-python's `e.request`: the request this error answered
+                error.request = E.RequestInfo(ctx.request.method, ctx.request.url)
         partial_text = ""
         if partial is not None and partial.content_started:
             self._answer_parts.append(partial.assembler)  # its content is part of the answer
@@ -503,6 +506,8 @@ class StreamState:
         self.ttft_s: Optional[float] = None
         self.last_content_at: Optional[float] = None
         self.ended = False
+        # The usage-only chunk reaches the caller only when it asked (`stream_options.include_usage`).
+        self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
@@ -554,7 +559,7 @@ class StreamState:
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
-        return out
+        return for_caller(out, self.usage_wanted)
 
     def _ttft_timeout(self) -> E.APITimeoutError:
         return E.APITimeoutError(
@@ -573,7 +578,7 @@ class StreamState:
             )
         self.ended = True
         if self.held:
-            out.extend(self.held)
+            out.extend(for_caller(self.held, self.usage_wanted))
             self.held = []
         return out
 

@@ -13,6 +13,7 @@ ledger (a file read, or one PostgreSQL query).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 import time
@@ -47,6 +48,11 @@ class Admission:
     reservation: Any = None  # the budget's reservation, given back by `Engine.settle`
     pre_admitted: Any = None  # limits admitted together with the reservation (shared state)
     plan_rng: Optional[random.Random] = None  # the plan's own random order, predicted by `admit`
+
+
+def key_fingerprint(secret: Any) -> Optional[str]:
+    """A short hash of a provider's key (a `SecretStr`), to tell whether it changed; never the key."""
+    return hashlib.sha256(secret.get().encode("utf-8")).hexdigest()[:16] if secret else None
 
 
 class EngineClient(Protocol):
@@ -257,6 +263,8 @@ class Engine:
         """The failover plan of one call to `target` (the call owns it from here)."""
         for dep in [*target.deployments, *target.fallback]:
             self._deployments.setdefault(dep.id, dep)
+            # A deployment disabled by a 401 comes back when its key is no longer the one refused.
+            self.breakers.breaker(dep.id).note_key(key_fingerprint(dep.provider.api_key), now)
         plan: "FailoverPlan" = self._failover_plan(
             breakers=self.breakers,
             budgets=self.retry_budgets,

@@ -647,9 +647,26 @@ class SyncTransport:
             client.pool.close()
 
 
+class _LoopPools:
+    """The pools of one event loop, and the async generator that closes them when that loop shuts down
+    (`asyncio.run` and every runner call `loop.shutdown_asyncgens()` before closing a loop)."""
+
+    __slots__ = ("loop", "clients", "guard")
+
+    def __init__(self, loop: Any) -> None:
+        self.loop = loop
+        self.clients: Dict[str, Any] = {}
+        self.guard: Any = None
+
+
 class AsyncTransport:
-    """One pool per provider: an aiohttp `ClientSession` (`backend="aiohttp"`, the default; "auto"
-    means the same) or an `httpx.AsyncClient` (`backend="httpx"`)."""
+    """One pool per provider and event loop: an aiohttp `ClientSession` (`backend="aiohttp"`, the
+    default; "auto" means the same) or an `httpx.AsyncClient` (`backend="httpx"`).
+
+    A pool belongs to the loop it was made on, so an `AsyncClient` used from a second loop (a second
+    `asyncio.run(...)`, a notebook, a test suite with a loop per test) gets pools of its own there,
+    made on first use. A loop's pools close when that loop shuts down (an async generator started on
+    the loop is finalised by `shutdown_asyncgens`), or with the transport (`aclose`)."""
 
     def __init__(self, backend: str = "auto") -> None:
         if backend not in ("auto", "httpx", "aiohttp"):
@@ -657,8 +674,13 @@ class AsyncTransport:
                 f"unknown async transport {backend!r}; expected 'auto', 'httpx' or 'aiohttp'", key="transport"
             )
         self.backend = "aiohttp" if backend == "auto" else backend
-        self._clients: Dict[str, Any] = {}
+        self._loops: Dict[Any, _LoopPools] = {}
         self._closed = False
+
+    @property
+    def _clients(self) -> Dict[str, Any]:
+        """Every pool, of every loop (for a finaliser); a call uses its own loop's (`_client`)."""
+        return {f"{id(p.loop)}:{name}": c for p in list(self._loops.values()) for name, c in p.clients.items()}
 
     def _make(self, max_connections: int) -> Any:
         if self.backend == "aiohttp":
@@ -667,12 +689,36 @@ class AsyncTransport:
 
         return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
 
-    def _client(self, provider: str, max_connections: int) -> Any:
+    async def _pools(self) -> _LoopPools:
+        import asyncio
+
+        loop = asyncio.get_running_loop()
+        pools = self._loops.get(loop)
+        if pools is None:
+            for other in [other for other in self._loops if other.is_closed()]:
+                del self._loops[other]  # closed without shutting its async generators down: pools lost
+            pools = self._loops[loop] = _LoopPools(loop)
+            pools.guard = self._close_at_shutdown(pools)
+            await pools.guard.__anext__()  # started on this loop: finalised when it shuts down
+        return pools
+
+    async def _close_at_shutdown(self, pools: _LoopPools) -> AsyncIterator[None]:
+        try:
+            yield
+        finally:
+            if self._loops.get(pools.loop) is pools:
+                del self._loops[pools.loop]
+            clients, pools.clients = list(pools.clients.values()), {}
+            for client in clients:
+                await (client.aclose() if self.backend == "httpx" else client.close())
+
+    async def _client(self, provider: str, max_connections: int) -> Any:
         if self._closed:
             raise RuntimeError("the client is closed")
-        client = self._clients.get(provider)
+        pools = await self._pools()
+        client = pools.clients.get(provider)
         if client is None:
-            client = self._clients[provider] = self._make(max_connections)
+            client = pools.clients[provider] = self._make(max_connections)
         return client
 
     async def open(
@@ -680,7 +726,7 @@ class AsyncTransport:
         timer: Optional[AsyncConnectTimer] = None,
     ) -> Any:
         """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
-        client = self._client(provider, max_connections)
+        client = await self._client(provider, max_connections)
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
@@ -701,13 +747,36 @@ class AsyncTransport:
             return await client.send(req, stream=True)
 
     async def aclose(self) -> None:
+        """Close every loop's pools: this loop's here, a loop running in another thread's on that loop
+        (waited for, briefly); a loop that is neither running nor closed closes them when it next runs."""
+        import asyncio
+
         self._closed = True
-        clients, self._clients = list(self._clients.values()), {}
-        for client in clients:
-            if self.backend == "httpx":
-                await client.aclose()
-            else:
-                await client.close()
+        here = asyncio.get_running_loop()
+        for pools in list(self._loops.values()):
+            loop = pools.loop
+            if loop is here:
+                await pools.guard.aclose()
+            elif loop.is_running():
+                future = asyncio.run_coroutine_threadsafe(pools.guard.aclose(), loop)
+                try:
+                    await asyncio.wait_for(asyncio.wrap_future(future), 5.0)
+                except (asyncio.TimeoutError, RuntimeError):
+                    pass
+            elif not loop.is_closed():
+                self.close_later()
+        self._loops.clear()
+
+    def close_later(self) -> None:
+        """From synchronous code (a finaliser): each loop's pools are closed on their loop, when it runs."""
+        for pools in list(self._loops.values()):
+            loop = pools.loop
+            if loop.is_closed():
+                continue
+            try:
+                loop.call_soon_threadsafe(lambda guard=pools.guard, loop=loop: loop.create_task(guard.aclose()))
+            except RuntimeError:  # the loop closed meanwhile
+                pass
 
 
 _AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}

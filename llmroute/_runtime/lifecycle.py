@@ -1,4 +1,4 @@
-"""A client's life: open, forked, bound to an event loop, closed. No I/O of its own.
+"""A client's life: open, forked, closed. No I/O of its own.
 
 `Client` and `AsyncClient` ask `ClientLife.check()` before each call:
 
@@ -6,8 +6,8 @@
 - in a child process after `fork()`: `check()` returns True once, and the client rebuilds its
   connection pools there (the parent's sockets are never written from the child). The locks of its
   services and the ledger's writer thread are renewed at the fork itself (`forksafe`, docs/fork.md);
-- an `AsyncClient` is bound to the event loop of its first call (its pools belong to it); a call
-  from another loop is an `EventLoopError` (a forked child binds to the loop of its own first call).
+- an `AsyncClient` serves any event loop: its transport keeps one pool per loop (llmroute/_http/
+  transport.py); `loop` is the loop of the latest call.
 
 A client dropped without `close()` is closed when it is garbage-collected, with a `ResourceWarning`
 as the standard library's files and sockets do (`warn_unclosed`).
@@ -41,13 +41,7 @@ class ClientLife:
         if forked:  # the parent's event loop does not run here: bind to the child's
             self.pid, self.loop = os.getpid(), None
         if loop is not None:
-            if self.loop is None:
-                self.loop = loop
-            elif self.loop is not loop:
-                raise E.EventLoopError(
-                    f"this {self.name} is bound to the event loop of its first call (its connection pools "
-                    f"live there); create one {self.name} per event loop"
-                )
+            self.loop = loop  # the loop of the latest call (any loop may call: pools are per loop)
         return forked
 
 

@@ -1,9 +1,12 @@
 """The `[cache]` config section, a tier's `cache = {...}`, and the per-call decision. Sans-I/O.
 
 A call is looked up in the cache when the cache is on for it (the call's `cache=`, else its tier's
-`cache`, else `[cache] enabled`) and its request asks for a reproducible answer: `temperature = 0`
-or a `seed`. `reproducible_only = false` (in `[cache]` or on a tier) or a call's `cache="always"`
-lifts that rule. `cache=False` on a call bypasses the cache (no lookup, no store).
+`cache`, else `[cache] enabled`). A call's own `cache=True` (or `cache="always"`) caches that call
+whatever its temperature: the caller asked for it. Caching turned on by a tier or by `[cache]` keeps
+the reproducible-only rule: only a request that asks for a reproducible answer (`temperature = 0` or
+a `seed`) is cached, unless `reproducible_only = false` (in `[cache]` or on the tier). `cache=False`
+on a call bypasses the cache (no lookup, no store). A bypass the caller did not ask for is logged
+once per (tier, reason) at WARNING (`cache_step.begin`).
 """
 
 from __future__ import annotations
@@ -138,8 +141,9 @@ def decide(settings: CacheSettings, call: CallCache, tier: Optional[str], params
     reproducible_only = cfg.reproducible_only
     if tier_cfg is not None and tier_cfg.reproducible_only is not None:
         reproducible_only = tier_cfg.reproducible_only
-    if call.mode != "always" and reproducible_only and not is_reproducible(params):
-        return Decision(False, "bypass", reason="not reproducible: set temperature=0 or a seed")
+    if call.mode not in (True, "always") and reproducible_only and not is_reproducible(params):
+        return Decision(False, "bypass", reason="not reproducible (no temperature=0 and no seed); pass cache=True "
+                                                "on the call, or set reproducible_only = false, to cache it anyway")
     ttl = call.ttl_s or (tier_cfg.ttl_s if tier_cfg is not None and tier_cfg.ttl_s else None) or cfg.ttl_s
     semantic = cfg.semantic.enabled
     if tier_cfg is not None and tier_cfg.semantic is not None:

@@ -35,7 +35,13 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     cache = open_cache(load_config(args.config))
     try:
         if args.action == "stats":
-            print(json.dumps(cache.backend.stats(cache.clock()), indent=2, sort_keys=True))
+            stats = dict(cache.backend.stats(cache.clock()))
+            if cache.config.backend == "memory":
+                # This command is a process of its own: it cannot see another process's memory.
+                stats["note"] = ("the memory backend lives inside each client's process: this command sees a "
+                                 "new, empty one; ask client.cache.stats() in the process, or use backend = "
+                                 "\"sqlite\" or \"redis\" to share and inspect the cache")
+            print(json.dumps(stats, indent=2, sort_keys=True))
             return 0
         metadata = {}
         for item in args.meta:

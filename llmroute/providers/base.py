@@ -121,7 +121,7 @@ class OpenAICompatAdapter:
             body["stream"] = True
             if self.provider.include_usage:
                 options = dict(body.get("stream_options") or {})
-                options.setdefault("include_usage", True)
+                options["include_usage"] = True  # for the ledger even when the caller said False (`for_caller`)
                 body["stream_options"] = options
         else:
             body.pop("stream", None)
@@ -431,6 +431,21 @@ class StreamDecoder:
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())
+
+
+def usage_chunks_wanted(params: Mapping[str, Any]) -> bool:
+    """Did the caller ask for the usage-only chunk (`stream_options={"include_usage": True}`)?
+    llmroute asks every platform for usage anyway (for the ledger and `stream.response`); the
+    caller sees the chunk only when it asked, as with openai-python."""
+    options = params.get("stream_options")
+    return isinstance(options, Mapping) and bool(options.get("include_usage"))
+
+
+def for_caller(chunks: List[ChatCompletionChunk], usage_wanted: bool) -> List[ChatCompletionChunk]:
+    """The chunks a caller sees: a usage-only chunk (`choices == []` with usage) only when asked for."""
+    if usage_wanted:
+        return chunks
+    return [c for c in chunks if c.choices or c.usage is None]
 
 
 def chunk_has_content(chunk: ChatCompletionChunk) -> bool:

@@ -175,6 +175,8 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
         return E.PermissionDeniedError
     if status == 404:
         return E.NotFoundError
+    if status == 409:
+        return E.ConflictError
     if status == 408:
         return E.APITimeoutError
     if status == 429:
@@ -193,7 +195,7 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
             return E.NotFoundError
         if _RATE_LIMIT_CODES.search(code):
             return E.RateLimitError
-        return E.BadRequestError
+        return E.UnprocessableEntityError if status == 422 else E.BadRequestError
     # No status (an error event inside a 200 stream): classify by its codes, then its words
     # (SiliconFlow's in-stream 50603 says only "Request was rejected due to rate limiting").
     if _RATE_LIMIT_CODES.search(code + " " + etype) or _RATE_LIMIT_TEXT_RE.search(body.message):
@@ -212,6 +214,8 @@ def _describe(cls: Type[E.ProviderError], body: ErrorBody, status: Optional[int]
         E.ContextLengthError: "context length exceeded",
         E.ContentFilterError: "refused by the platform's content filter",
         E.BadRequestError: "bad request",
+        E.ConflictError: "conflict",
+        E.UnprocessableEntityError: "unprocessable request",
         E.RateLimitError: "rate limited",
         E.OverloadedError: "platform overloaded",
         E.ServerError: "server error",
@@ -245,6 +249,9 @@ def is_error_payload(data: Mapping[str, Any]) -> bool:
     return data.get("object") == "error" or ("message" in data and "code" in data)
 
 
+_KEPT_TEXT = 64 * 1024  # of an error body, for `e.response.text` (the rest is dropped)
+
+
 def error_from_payload(
     payload: Any,
     *,
@@ -256,6 +263,8 @@ def error_from_payload(
     raw_text: str = "",
 ) -> E.ProviderError:
     body = parse_error_body(payload)
+    # openai-python's `e.body`: the error object inside the envelope, else the whole body (or its text).
+    openai_body = payload.get("error", payload) if isinstance(payload, Mapping) else (payload or raw_text.strip() or None)
     if body is None:
         text = raw_text.strip()[:300] or (f"HTTP {status}" if status else "unknown error")
         body = ErrorBody(message=text)
@@ -269,6 +278,11 @@ def error_from_payload(
         retry_after=retry_after,
         provider_message=body.message or None,
         code=body.code,
+        param=body.param,
+        type=body.type,
+        body=openai_body,
+        headers=headers if status is not None else None,
+        response_text=raw_text[:_KEPT_TEXT] if status is not None else "",
     )
     message = _describe(cls, body, status)
     if cls is E.APITimeoutError:

@@ -20,7 +20,11 @@ Rules (each has a test in tests/resilience/test_breaker.py):
   A probe permit is a lease: one not recorded or released within `probe_lease_s` (its call was
   cancelled, abandoned or garbage-collected) gives its slot back by itself.
 - Caller errors ("caller") change nothing. Fatal errors (auth, billing, unknown model) disable the
-  breaker: state "open", `open_until` = inf (or `fatal_open_s`), and `disabled_reason` says why.
+  breaker: state "open", `open_until` = inf (or `fatal_open_s`), and `disabled_reason` says why. A
+  401 (`AuthenticationError`) disables it for `auth_recheck_s` (then a probe tries the key again), and
+  `note_key` lifts it at once when the deployment's key is no longer the one refused.
+- The breaker keeps the error that opened it (`held_by`, detached from its traceback) until it
+  closes: a call that finds every deployment held raises that error's class (failover.py).
 
 This module never sleeps, reads a clock, logs or touches the network: `now` is a float the caller
 passes in (monotonic seconds). `record` returns the `Transition` it caused so the owner can log it.
@@ -134,6 +138,9 @@ class CircuitBreaker:
         self._slow = 0
         self._last_error: Optional[str] = None
         self._last_error_at: Optional[float] = None
+        self._cause: Optional[BaseException] = None  # the error that opened the breaker (detached)
+        self._key: Optional[str] = None  # fingerprint of the key calls use now (`note_key`)
+        self._refused_key: Optional[str] = None  # fingerprint of the key a 401 refused
         self._ttft: deque[float] = deque(maxlen=SAMPLES_KEPT)
         self._latency: deque[float] = deque(maxlen=SAMPLES_KEPT)
         renew_at_fork(self, "_lock")
@@ -194,6 +201,7 @@ class CircuitBreaker:
         with self._lock:
             self._advance(now)
             before = self._state
+            before_until = self._open_until
             was_disabled = self._disabled_reason is not None
             was_probe = self._end_probe(permit)
             if outcome == "caller":
@@ -218,6 +226,9 @@ class CircuitBreaker:
                 self._transition_on(now, failed, was_probe, _retry_after(error) if failed else None,
                                     rate_limited=failed and isinstance(error, E.RateLimitError))
             newly_disabled = self._disabled_reason is not None and not was_disabled
+            if failed and error is not None and self._state == "open" and (
+                    before != "open" or self._open_until != before_until or self._cause is None):
+                self._cause = detached(error)
             if self._state == before and not newly_disabled:
                 return None
             return Transition(
@@ -238,6 +249,26 @@ class CircuitBreaker:
         with self._lock:
             self._advance(now)
             self._hold(now, until, reason)
+
+    def held_by(self, now: float) -> Optional[BaseException]:
+        """The error that holds the breaker open (or half-open), detached; None when closed or when no
+        error opened it (a slow-call trip, a hold adopted from another process)."""
+        with self._lock:
+            self._advance(now)
+            return None if self._state == "closed" else self._cause
+
+    def note_key(self, fingerprint: Optional[str], now: float) -> bool:
+        """The deployment's key as calls use it now (a fingerprint, never the key). A breaker disabled
+        by a 401 of another key closes: True when it did."""
+        with self._lock:
+            self._key = fingerprint
+            if self._refused_key is None or self._refused_key == fingerprint or self._disabled_reason is None:
+                return False
+            self._disabled_reason = None
+            self._refused_key = None
+            self._trips_in_row = 0
+            self._close(now, "the key changed since it was refused: back in rotation")
+            return True
 
     def reset(self, now: float) -> None:
         """Close the breaker and forget its history (an operator fixed the config, or a reload)."""
@@ -423,6 +454,8 @@ class CircuitBreaker:
         self._changed_at = now
         self._closed_at = now
         self._disabled_reason = None
+        self._cause = None
+        self._refused_key = None
         self._window.clear()
         self._failures = 0
         self._slow = 0
@@ -433,8 +466,15 @@ class CircuitBreaker:
     def _disable(self, now: float, error: Optional[BaseException]) -> None:
         what = describe_error(error) or "fatal error"
         hint = _FATAL_HINTS.get(type(error), "a configuration fault") if error is not None else "a configuration fault"
+        open_s = self.policy.fatal_open_s
+        if isinstance(error, E.AuthenticationError):
+            self._refused_key = self._key
+            bounds = [x for x in (open_s, self.policy.auth_recheck_s) if x is not None]
+            open_s = min(bounds) if bounds else None
+            hint += ("; back when the key changes" if open_s is None
+                     else f"; back when the key changes, or tried again after {open_s:g}s")
         self._disabled_reason = f"DISABLED ({hint}): {what}"
-        until = math.inf if self.policy.fatal_open_s is None else now + self.policy.fatal_open_s
+        until = math.inf if open_s is None else now + open_s
         self._state = "open"
         self._open_until = until if self._open_until is None else max(until, self._open_until)
         self._reason = self._disabled_reason
@@ -447,6 +487,21 @@ _FATAL_HINTS: dict[type[BaseException], str] = {
     E.BillingError: "the account is out of credit",
     E.NotFoundError: "the configured model id does not exist on this platform",
 }
+
+
+def detached(error: BaseException) -> BaseException:
+    """A copy of `error` without its traceback, chained errors or attempts: what a breaker keeps of
+    the error that opened it (holding the original would keep its frames alive)."""
+    cls = type(error)
+    try:
+        copy = cls.__new__(cls)
+        Exception.__init__(copy, *error.args)
+        copy.__dict__.update({k: v for k, v in error.__dict__.items() if k != "attempts"})
+    except Exception:  # noqa: BLE001 - an exotic exception type: keep the original
+        return error
+    if isinstance(copy, E.ProviderError):
+        copy.attempts = []
+    return copy
 
 
 def _retry_after(error: Optional[BaseException]) -> Optional[float]:

@@ -173,6 +173,8 @@ def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[flo
             open_for = "-"
         elif math.isinf(s.open_until):
             open_for = "disabled"
+        elif s.disabled_reason and now is not None:  # a 401: tried again then, or when the key changes
+            open_for = f"disabled {max(0.0, s.open_until - now):.0f}s"
         elif now is not None:
             open_for = f"{max(0.0, s.open_until - now):.1f}s"
         else:

@@ -23,6 +23,11 @@ What it encodes:
 - A ContextLengthError moves only to a candidate whose known context window fits the request (and is
   larger than the one that refused it), or ends with a ContextLengthError saying so.
 - A fatal error (auth, billing, unknown model) disables the deployment and moves on.
+- Held deployments: when nothing could be sent because every candidate's breaker holds it, and the
+  earliest hold ends within `wait_for_recovery_s` (and the deadline), the plan waits it out and probes
+  (once per candidate). Otherwise, when every hold has one cause class (429s, a refused key, an
+  unknown model), the plan ends with a copy of that error (`held = True`, `retry_after` = the time
+  left); mixed causes end with AllDeploymentsFailedError, whose `causes` lists each.
 - A failure after content started (`content_started=True`) is never retried on the same deployment.
   Without `recover` the plan ends with `StreamInterruptedError` carrying the partial text and the
   attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
@@ -45,7 +50,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Literal, Optional, Sequence, Union
 
 from llmroute import errors as E
-from llmroute.resilience.breaker import Permit
+from llmroute.resilience.breaker import Permit, detached
 from llmroute.resilience.deployment_health import BreakerRegistry
 from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
@@ -103,7 +108,7 @@ class Wait:
 class Exhausted:
     """Give up: raise `error`."""
 
-    reason: Literal["all_failed", "caller_error", "context_length", "stream_interrupted", "deadline"]
+    reason: Literal["all_failed", "caller_error", "context_length", "stream_interrupted", "deadline", "held"]
     error: BaseException
 
 
@@ -133,6 +138,16 @@ class PlannedAttempt:
     is_fallback: bool = False
     is_hedge: bool = False
     note: Optional[str] = None
+    held_by: Optional[BaseException] = None  # a skip for an open breaker: the error that opened it
+
+
+@dataclass(frozen=True)
+class _Held:
+    """A candidate skipped because its breaker was open, and when the hold ends (None: disabled)."""
+
+    candidate: Candidate
+    is_fallback: bool
+    until: Optional[float]
 
 
 def sticky_point(sticky_value: str, salt: str = "") -> float:
@@ -251,6 +266,8 @@ class FailoverPlan:
         self._cut: Optional[tuple[_InFlight, BaseException, str]] = None
         self._no_continue: set[str] = set()
         self._resent_after_drop: set[str] = set()
+        self._held: list[_Held] = []  # candidates skipped for an open breaker, for a short wait
+        self._waited: set[str] = set()  # candidates whose hold this call already waited out
 
     # ------------------------------------------------------------------ public
 
@@ -298,7 +315,32 @@ class FailoverPlan:
             # Nothing left to start, but an attempt (a hedge) is still running: wait for its outcome.
             return Wait(max(0.0, min(self.deadline_at - now, self._policy(next(iter(self._in_flight))).queue_poll_s)),
                         next(iter(self._in_flight)), "waiting for an outstanding attempt")
+        wait = self._wait_out_hold(now)
+        if wait is not None:
+            return wait
         return self._finish_exhausted("all_failed", now)
+
+    def _wait_out_hold(self, now: float) -> Optional[Wait]:
+        """Nothing could be sent and a candidate's hold ends soon (within its `wait_for_recovery_s`
+        and the deadline): wait for it, then try it (a probe), once per candidate per call."""
+        if any(a.status != "skipped" for a in self.attempts):
+            return None  # something was sent: its error says more than waiting would
+        soonest: Optional[_Held] = None
+        for held in self._held:
+            dep = held.candidate.deployment_id
+            if held.until is None or dep in self._waited:
+                continue
+            if held.until - now > self._policy(dep).wait_for_recovery_s or held.until >= self.deadline_at:
+                continue
+            if soonest is None or held.until < soonest.until:  # type: ignore[operator]
+                soonest = held
+        if soonest is None or soonest.until is None:
+            return None
+        dep = soonest.candidate.deployment_id
+        self._waited.add(dep)
+        self._pending = _Pending(soonest.candidate, soonest.is_fallback, False, soonest.until,
+                                 "waiting out a short hold")
+        return Wait(max(0.0, soonest.until - now), dep, "waiting out a short hold")
 
     def hedge_step(self, now: float) -> Optional[Send]:
         """A Send for the next untried candidate, to race the attempt in flight; None if none can start now."""
@@ -311,7 +353,7 @@ class FailoverPlan:
                 continue
             if not self._breakers.breaker(candidate.deployment_id).peek(now):
                 self._pos += 1
-                self._skip(candidate, is_fallback, self._breaker_note(candidate.deployment_id, now))
+                self._skip_held(candidate, is_fallback, now)
                 continue
             saved = self._pending
             step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None, hedge=True)
@@ -488,7 +530,7 @@ class FailoverPlan:
             return None
         breaker = self._breakers.breaker(dep)
         if not breaker.peek(now):
-            self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
+            self._skip_held(candidate, is_fallback, now, is_retry=is_retry)
             return None
         if is_retry and not free and not self._budgets.retry(dep).allowed(now):
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
@@ -511,7 +553,7 @@ class FailoverPlan:
         if permit is None:  # raced with another call for the last probe slot
             if self._limits is not None:
                 self._limits.release(lease)
-            self._skip(candidate, is_fallback, self._breaker_note(dep, now), is_retry=is_retry)
+            self._skip_held(candidate, is_fallback, now, is_retry=is_retry)
             return None
         if self._context.error is not None:
             self._context.fitting_tried = True
@@ -561,7 +603,8 @@ class FailoverPlan:
         until = "" if snap.open_until is None else f" for {snap.open_until - now:.1f}s"
         return f"skipped: circuit open{until} ({snap.reason})"
 
-    def _skip(self, candidate: Candidate, is_fallback: bool, note: str, *, is_retry: bool = False) -> None:
+    def _skip(self, candidate: Candidate, is_fallback: bool, note: str, *, is_retry: bool = False,
+              held_by: Optional[BaseException] = None) -> None:
         self.attempts.append(
             PlannedAttempt(
                 deployment=candidate.deployment_id,
@@ -570,8 +613,38 @@ class FailoverPlan:
                 is_retry=is_retry,
                 is_fallback=is_fallback or candidate.tier != self.tier,
                 note=note,
+                held_by=held_by,
             )
         )
+
+    def _skip_held(self, candidate: Candidate, is_fallback: bool, now: float, *, is_retry: bool = False) -> None:
+        """Skip a candidate whose breaker holds it, noting what holds it and until when."""
+        breaker = self._breakers.breaker(candidate.deployment_id)
+        until = breaker.open_until(now)
+        disabled = breaker.snapshot(now).disabled_reason is not None
+        self._held.append(_Held(candidate, is_fallback, None if disabled or until is None or until == float("inf")
+                                else until))
+        self._skip(candidate, is_fallback, self._breaker_note(candidate.deployment_id, now), is_retry=is_retry,
+                   held_by=breaker.held_by(now))
+
+    def _held_error(self, now: float) -> Optional[BaseException]:
+        """Nothing was sent and every skip is a hold of one error class: a copy of that error, marked
+        held, with the time left on the first hold as its `retry_after`. None otherwise."""
+        skips = self.attempts
+        if not skips or any(a.status != "skipped" or a.held_by is None for a in skips):
+            return None
+        causes = [a.held_by for a in skips]
+        if len({type(c) for c in causes}) != 1:
+            return None
+        first = skips[0]
+        cause = causes[0]
+        assert cause is not None
+        held = detached(cause)
+        held.held = True  # type: ignore[attr-defined]
+        until = self._breakers.breaker(first.deployment).open_until(now)
+        if isinstance(held, E.ProviderError):
+            held.retry_after = None if until is None or until == float("inf") else max(0.0, until - now)
+        return held
 
     def _interrupted(self, flight: _InFlight, error: BaseException, partial_text: str) -> E.StreamInterruptedError:
         if isinstance(error, E.StreamInterruptedError) and not partial_text:
@@ -624,6 +697,10 @@ class FailoverPlan:
                 exc.__cause__ = base
             self._terminal = Exhausted("context_length", exc)
             return self._terminal
+        held = self._held_error(now) if reason == "all_failed" and not sent else None
+        if held is not None:
+            self._terminal = Exhausted("held", held)
+            return self._terminal
         tiers = repr(self.tier) + (f" and fallback tier {self.fallback_tier!r}" if self.fallback_tier else "")
         lines = []
         for a in self.attempts:
@@ -634,6 +711,7 @@ class FailoverPlan:
             f"{head} after {len(sent)} attempt(s): " + ("; ".join(lines) if lines else "no attempt could start"),
             attempts=list(self.attempts),
             tier=self.tier,
+            causes=[c for c in (a.error or a.held_by for a in self.attempts) if c is not None],
         )
         self._terminal = Exhausted("deadline" if reason == "deadline" else "all_failed", exc)
         return self._terminal

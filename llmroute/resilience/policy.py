@@ -45,6 +45,12 @@ class ResiliencePolicy(BaseModel):
     half_open_successes: Optional[int] = Field(default=None, ge=1)  # successes that close; None = probes
     probe_lease_s: Optional[float] = Field(default=None, gt=0)  # an unreported probe frees its slot; None = deadline_s
     fatal_open_s: Optional[float] = Field(default=None, gt=0)  # auth/billing disable; None = until reset
+    # A 401 disables the deployment until its key changes or this long passes (then one probe tries the
+    # key again); None: until the key changes.
+    auth_recheck_s: Optional[float] = Field(default=300.0, gt=0)
+    # A call that finds every deployment held by an open breaker whose hold ends within this many seconds
+    # waits it out (then probes) instead of failing; 0 turns it off.
+    wait_for_recovery_s: float = Field(default=3.0, ge=0)
     # -- retries
     max_retries: int = Field(default=2, ge=0)  # per deployment, before moving on
     # With an untried backup, at most this many same-deployment retries (and none after a timeout:

@@ -97,3 +97,11 @@ def test_embeddings_are_refused_where_the_batch_api_has_none(servers, tmp_path):
 
     with client(config(servers, tmp_path)) as c, pytest.raises(InvalidRequestError, match="/v1/embeddings"):
         c.batches.create([{"custom_id": "e", "input": "x"}], model="together")
+
+
+def test_async_client_batches_across_two_event_loops(servers, tmp_path):
+    c = AsyncClient(config(servers, tmp_path))
+    job = asyncio.run(c.batches.create(requests(2), model="together"))  # submitted on one loop
+    view = asyncio.run(c.batches.wait(job.id))  # waited for on another: the batch HTTP pool is per loop
+    assert view.done == 2 and sorted(c.batches.results(job.id)) == ["r0", "r1"]
+    asyncio.run(c.aclose())

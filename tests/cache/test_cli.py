@@ -45,3 +45,24 @@ path = "cache.db"
     assert json.loads(capsys.readouterr().out)["entries"] == 1
     assert main(["cache", "clear", "--config", str(toml)]) == 0
     assert "cleared 1 entries from all namespaces" in capsys.readouterr().out
+
+
+def test_cache_stats_says_a_memory_backend_lives_in_one_process(tmp_path, capsys):
+    toml = tmp_path / "llmroute.toml"
+    toml.write_text(f"""
+[providers.v]
+kind = "vllm"
+base_url = "http://127.0.0.1:9/v1"
+
+[tiers.t]
+deployments = ["{DEP}"]
+
+[pricing]
+strict = false
+
+[cache]
+enabled = true
+""")
+    assert main(["cache", "stats", "--config", str(toml)]) == 0
+    stats = json.loads(capsys.readouterr().out)
+    assert stats["entries"] == 0 and "lives inside each client's process" in stats["note"]

@@ -79,6 +79,19 @@ def test_unreproducible_and_opted_out_calls_bypass_the_cache(vllm_server):
     assert [r.cache for r in records] == ["bypass"] * 4 + ["miss", "hit"]
 
 
+def test_cache_true_on_a_call_caches_it_at_any_temperature_and_bypasses_are_said_once(vllm_server, caplog):
+    with Client(config=cache_config(vllm_server)) as client:
+        asked = [call(client, temperature=0.9, cache=True) for _ in range(2)]
+        default = [call(client, temperature=None, cache=True, max_tokens=3) for _ in range(2)]
+        with caplog.at_level("WARNING", logger="llmroute.cache"):
+            hot = [call(client, temperature=0.8) for _ in range(3)]
+    assert [r.route.cache for r in asked + default] == ["miss", "hit", "miss", "hit"]
+    assert [r.route.cache for r in hot] == ["bypass"] * 3
+    said = [r.getMessage() for r in caplog.records if "bypass the cache" in r.getMessage()]
+    assert len(said) == 1 and "tier 't'" in said[0] and "cache=True" in said[0]  # once per (tier, reason)
+    assert sent(vllm_server) == 5
+
+
 def test_without_a_cache_section_nothing_changes_unless_a_call_asks(vllm_server):
     cfg = cache_config(vllm_server)
     del cfg["cache"]
@@ -126,8 +139,11 @@ def _stream(client, **kw):
 def test_a_streamed_answer_is_replayed_chunk_for_chunk(vllm_server):
     vllm_server.push(Reply(pieces=["Hel", "lo", " from", " the", " cache"], reasoning=["thinking", " hard"]))
     with Client(config=cache_config(vllm_server)) as client:
-        first, original = _stream(client)
-        second, replayed = _stream(client)
+        usage = {"stream_options": {"include_usage": True}}  # the usage chunk is replayed to a caller that asks
+        first, original = _stream(client, **usage)
+        second, replayed = _stream(client, **usage)
+        third, without = _stream(client)
+    assert without == [c for c in original if c.choices] and third.response.usage == first.response.usage
     assert (first.route.cache, second.route.cache) == ("miss", "hit")
     assert len(original) >= 7 and replayed == original
     assert [c.usage for c in replayed] == [c.usage for c in original] and original[-1].usage is not None
@@ -146,7 +162,7 @@ def test_plain_and_streamed_calls_hit_each_other(vllm_server):
         assert plain.route.cache == "hit" and plain.choices[0].message.content == "one two"
         assert plain.usage == streamed.response.usage
         first_plain = call(client, max_tokens=2)
-        replay, chunks = _stream(client, max_tokens=2)
+        replay, chunks = _stream(client, max_tokens=2, stream_options={"include_usage": True})
     assert replay.route.cache == "hit" and sent(vllm_server) == 2
     text = "".join(ch.delta.content or "" for c in chunks for ch in c.choices)
     assert text == first_plain.choices[0].message.content

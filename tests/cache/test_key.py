@@ -100,6 +100,11 @@ def test_overrides_of_the_reproducible_rule_and_ttls():
     off = CacheSettings(CacheConfig())
     assert decide(off, CallCache(), "t", {"seed": 1}) == decide(off, CallCache(), None, {})
     assert decide(off, CallCache(True), "t", {"seed": 1}).use  # cache=True works without [cache]
+    # The call's own cache=True caches it whatever its temperature (the caller asked for it); config-
+    # and tier-level caching keep the reproducible-only rule.
+    assert decide(ON, CallCache(True), "t", {"temperature": 1}).use
+    assert decide(off, CallCache(True), "t", {}).use
+    assert decide(tiered, CallCache(), "t", {"temperature": 1}).outcome == "bypass"
 
 
 def test_bad_cache_arguments_are_typed_errors():

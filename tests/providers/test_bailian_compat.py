@@ -103,13 +103,23 @@ def test_stream_usage_from_empty_choices_chunk(client, bailian_server):
         chunks, text, reasoning = drain(stream)
     assert bailian_server.last_request.json["stream_options"] == {"include_usage": True}
     assert text == TEXT and reasoning == "想一想"
-    last = chunks[-1]
-    assert last.choices == [] and last.usage is not None  # the usage chunk reaches the caller, guarded
+    # Asked for by llmroute, not by the caller: the usage-only chunk stays out of its loop (openai-python's way).
+    assert all(c.choices for c in chunks)
     final = stream.response
     assert (final.usage.prompt_tokens, final.usage.completion_tokens) == (SERVER_PROMPT_TOKENS, 5)
     assert final.usage.prompt_tokens_details.cached_tokens == 2
     assert final.choices[0].message.reasoning_content == "想一想"
     assert final.route.usage_estimated is False
+
+
+def test_usage_chunk_reaches_a_caller_that_asked(client, bailian_server):
+    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True,
+                                        stream_options={"include_usage": True}) as stream:
+        chunks, text, _ = drain(stream)
+    assert text == TEXT
+    last = chunks[-1]
+    assert last.choices == [] and last.usage.prompt_tokens == SERVER_PROMPT_TOKENS
+    assert all(c.choices for c in chunks[:-1])
 
 
 def test_include_usage_turned_off_means_estimated(bailian_server):

@@ -33,7 +33,8 @@ def test_plain_call_without_auth(client, tgi_server):
 
 
 def test_stream_usage_chunk(client, tgi_server):
-    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True,
+                                        stream_options={"include_usage": True}) as stream:
         chunks, text, _ = drain(stream)
     assert tgi_server.last_request.json["stream_options"] == {"include_usage": True}
     assert text == TEXT and chunks[-1].choices == []
@@ -59,8 +60,8 @@ def test_context_overflow_is_a_422(client):
     "reply, cls, status",
     [
         (Reply(error="overloaded"), L.OverloadedError, 429),  # TGI's 429 is its queue being full
-        (Reply(error="validation"), L.BadRequestError, 422),
-        (Reply(error="template"), L.BadRequestError, 422),
+        (Reply(error="validation"), L.UnprocessableEntityError, 422),
+        (Reply(error="template"), L.UnprocessableEntityError, 422),
         (Reply(error="generation"), L.ServerError, 424),
         (Reply(error="server"), L.ServerError, 500),
     ],

@@ -6,6 +6,8 @@ import math
 
 import pytest
 
+from llmroute import errors as E
+
 from llmroute.resilience.breaker import CircuitBreaker, percentile
 from llmroute.resilience.outcome import classify_failure
 
@@ -253,7 +255,7 @@ def test_caller_errors_change_nothing():
 
 
 def test_fatal_errors_disable_loudly_and_indefinitely():
-    b = CircuitBreaker(policy(), DEP)
+    b = CircuitBreaker(policy(auth_recheck_s=None), DEP)
     t = feed(b, 0, auth_error())
     snap = b.snapshot(0)
     assert snap.state == "open" and math.isinf(snap.open_until) and snap.disabled
@@ -271,6 +273,27 @@ def test_fatal_open_s_bounds_the_disable():
     feed(b, 0, auth_error())
     assert b.snapshot(59).state == "open"
     assert b.snapshot(60).state == "half_open"
+
+
+def test_a_refused_key_is_tried_again_after_auth_recheck_s_or_at_once_when_it_changes():
+    b = CircuitBreaker(policy(auth_recheck_s=120), DEP)
+    assert b.note_key("key-one", 0) is False
+    feed(b, 0, auth_error())
+    snap = b.snapshot(1)
+    assert snap.disabled and "back when the key changes, or tried again after 120s" in snap.disabled_reason
+    assert b.snapshot(119).state == "open" and b.snapshot(120).state == "half_open"
+    assert type(b.held_by(1)) is type(auth_error()) and b.held_by(1).__traceback__ is None
+    assert b.note_key("key-one", 2) is False and b.snapshot(2).disabled  # the same key: still refused
+    assert b.note_key("key-two", 3) is True  # a new key: back in rotation at once
+    snap = b.snapshot(3)
+    assert snap.state == "closed" and not snap.disabled and "key changed" in snap.reason
+    assert b.held_by(3) is None
+
+
+def test_other_fatal_errors_ignore_auth_recheck_s():
+    b = CircuitBreaker(policy(auth_recheck_s=10), DEP)
+    feed(b, 0, E.NotFoundError("model not found", status=404, deployment=DEP))
+    assert math.isinf(b.snapshot(0).open_until) and b.note_key("other", 1) is False
 
 
 def test_snapshot_reports_rates_errors_and_percentiles():

@@ -328,8 +328,10 @@ def test_a_401_disables_the_deployment_with_a_reason(servers, mode):
     with Caller(mode, tier_config({"a": a, "b": b})) as call:
         assert sent(call().route) == [(A, "error"), (B, "ok")]
         health = call.health()[A]
-        assert health.state == "open" and math.isinf(health.open_until)
+        # Until the key changes, or auth_recheck_s (300 s by default) passes: then one probe tries it.
+        assert health.state == "open" and 299 < health.open_until - time.monotonic() <= 300
         assert health.disabled_reason is not None and "API key" in health.disabled_reason
+        assert "back when the key changes, or tried again after 300s" in health.disabled_reason
         result = call()
     assert sent(result.route) == [(A, "skipped"), (B, "ok")]
     assert "DISABLED" in result.route.attempts[0].note

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 import os
 import random
 import subprocess
@@ -248,7 +247,7 @@ def test_fatal_errors_move_on_and_disable_the_deployment():
     steps = w.drive(plan, {A: [auth_error(A)]})
     assert sends(steps) == [(A, False), (B, False)]
     snap = w.breakers.health(w.now)[A]
-    assert snap.state == "open" and math.isinf(snap.open_until)
+    assert snap.state == "open" and w.now < snap.open_until <= w.now + 300  # auth_recheck_s from the 401
     later = w.plan()
     w.drive(later, {})
     assert later.attempts[0].status == "skipped" and "DISABLED" in later.attempts[0].note
@@ -395,3 +394,53 @@ def test_recording_an_attempt_that_was_not_sent_is_an_error():
     w = World()
     with pytest.raises(ValueError):
         w.plan().record(A, 0.0, None)
+
+
+# ---------------------------------------------------------------------------------------------
+# held deployments: the class that holds them, a short hold waited out, mixed causes
+
+
+def _exhausted(steps):
+    last = steps[-1]
+    assert isinstance(last, Exhausted)
+    return last
+
+
+def test_every_deployment_held_by_one_class_raises_a_held_copy_of_it():
+    w = World(max_retries=0)
+    one = [Candidate(A, "large"), Candidate(B, "large")]
+    first = w.drive(w.plan(one), {A: [rate_limited(60, A)], B: [rate_limited(60, B)]})
+    assert isinstance(_exhausted(first).error, E.AllDeploymentsFailedError)  # sent to both: the plan's error
+    w.now += 1
+    second = w.drive(w.plan(one), {})
+    end = _exhausted(second)
+    assert end.reason == "held" and sends(second) == []
+    error = end.error
+    assert type(error) is E.RateLimitError and error.held and error.status == 429
+    assert error.__traceback__ is None and 0 < error.retry_after <= 30  # the time left (open_max_s)
+
+
+def test_mixed_holds_end_with_every_cause():
+    w = World(max_retries=0)
+    one = [Candidate(A, "large"), Candidate(B, "large")]
+    w.drive(w.plan(one), {A: [auth_error(A)], B: [rate_limited(60, B)]})
+    w.now += 1
+    end = _exhausted(w.drive(w.plan(one), {}))
+    assert type(end.error) is E.AllDeploymentsFailedError and not end.error.held
+    assert {type(c) for c in end.error.causes} == {E.AuthenticationError, E.RateLimitError}
+
+
+def test_a_short_hold_is_waited_out_and_probed_once():
+    w = World(max_retries=0, wait_for_recovery_s=3)
+    one = [Candidate(A, "large")]
+    w.drive(w.plan(one), {A: [rate_limited(2, A)]})  # held for 2 s
+    steps = w.drive(w.plan(one), {A: [rate_limited(2, A)]})
+    waits = [s for s in steps if isinstance(s, Wait)]
+    assert len(waits) == 1 and waits[0].reason == "waiting out a short hold" and 0 < waits[0].seconds <= 2
+    assert sends(steps) == [(A, False)]  # probed after the wait; its own 429 ends the call (not waited twice)
+    # The probe's own 429 was sent: the plan's error carries it (the call raises it: one deployment).
+    assert type(_exhausted(steps).error.last_error) is E.RateLimitError
+    off = World(max_retries=0, wait_for_recovery_s=0)
+    off.drive(off.plan(one), {A: [rate_limited(2, A)]})
+    end = _exhausted(off.drive(off.plan(one), {}))
+    assert end.reason == "held" and end.error.held
