@@ -669,7 +669,7 @@ def _sections(raw: _RawConfig, providers: Dict[str, Provider], tiers: Dict[str, 
                 _check_timeouts(dep, policies[dep.id].deadline_s, source)
 
     pricing = _validated(PricingConfig, raw.pricing, source, "pricing")
-    prices = PriceBook(pricing)
+    prices = _with_path(source, PriceBook, pricing, base_dir=str(base_dir))
     refs = []
     for tier in tiers.values():
         for dep in [*tier.deployments, *(d for pool in tier.pools.values() for d in pool)]:

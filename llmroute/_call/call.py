@@ -37,7 +37,8 @@ from llmroute._call.targets import resolve_target
 from llmroute._call.answer_bounds import AnswerMeter, asked_max_tokens
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 from llmroute._http.timeouts import Timeouts
-from llmroute.accounting.tokens import count_message_tokens, estimate_usage
+from llmroute.accounting.tokens import (cache_write_tokens, count_message_tokens, estimate_usage, explicit_cache,
+                                       thinking_requested)
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
 
 logger = logging.getLogger("llmroute._call.call")
@@ -84,6 +85,7 @@ class AttemptContext:
     resume_offset: int = 0  # a continuation: where its text begins in the answer
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
+    reasoned: bool = False  # the answer carried reasoning text (thinking happened, whatever the usage says)
 
     def not_sent(self) -> None:
         """The transport refused the request before sending it: nothing reached the platform."""
@@ -403,6 +405,7 @@ class CallRun:
                 prompt_tokens=self.input_tokens(),
             )
         rec.usage = attempt_usage if attempt_usage is not None else completion.usage
+        ctx.reasoned = any(c.message.reasoning_content for c in completion.choices)
         if self.earlier_usage:
             completion.usage = sum_usage([*self.earlier_usage, rec.usage])
         rec.usage_estimated = not usage_reported
@@ -518,7 +521,14 @@ class CallRun:
     def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
         """Price the ended attempt (its record keeps the cost) and tell the recorder."""
         rec = ctx.record
-        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated)
+        # Thinking is billed when the usage reports reasoning tokens (compute_cost sees them); a request that
+        # turned thinking on is billed so too when the usage cannot say (estimated) or the answer carried
+        # reasoning the usage did not count. A thinking request with no thinking is billed at the plain rate,
+        # as Bailian bills it (docs/pricing.md).
+        thinking = (rec.usage_estimated or ctx.reasoned) and thinking_requested(
+            self.prepared.call.params, self.prepared.call.extra_body)
+        rec.cost = self.engine.price(ctx.deployment, rec.usage if rec.billed else None, estimated=rec.usage_estimated,
+                                     thinking=thinking)
         if rec.billed:
             self.costs.append(rec.cost)
         self.recorder.attempt_ended(self, ctx, error, now)
@@ -811,6 +821,16 @@ def sum_usage(usages: Sequence[Usage]) -> Usage:
         prompt_tokens=sum(u.prompt_tokens for u in usages),
         completion_tokens=sum(u.completion_tokens for u in usages),
         total_tokens=sum(u.total_tokens or u.prompt_tokens + u.completion_tokens for u in usages),
-        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages)),
+        prompt_tokens_details=PromptTokensDetails(cached_tokens=sum(u.cached_tokens for u in usages),
+                                                  **_cache_writes(usages)),
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=sum(u.reasoning_tokens for u in usages)),
     )
+
+
+def _cache_writes(usages: Sequence[Usage]) -> Dict[str, Any]:
+    """The explicit context-cache fields of several usages, summed (none when none reported any)."""
+    written = sum(cache_write_tokens(u) for u in usages)
+    out: Dict[str, Any] = {"cache_creation_input_tokens": written} if written else {}
+    if any(explicit_cache(u) for u in usages):
+        out["cache_type"] = "ephemeral"
+    return out

@@ -27,6 +27,7 @@ from llmroute.providers.server_identity import IDENTIFIABLE_KINDS, NAMED_SELF_HO
 from llmroute._call.recorder import CallRecorder
 from llmroute._call.targets import Target, tier_target
 from llmroute.types import Usage
+from llmroute.accounting.tokens import cache_write_tokens, explicit_cache
 from llmroute._runtime.secrets import install_log_scrubbing
 
 if TYPE_CHECKING:
@@ -381,8 +382,10 @@ class Engine:
         p = dep.provider
         return self.prices.lookup(p.name, p.kind, p.region, dep.model)
 
-    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool) -> "Cost":
-        """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost)."""
+    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool, thinking: bool = False) -> "Cost":
+        """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). Reported reasoning
+        tokens bill the output at the thinking rate; `thinking=True` does so without them (the call
+        decides: a thinking request whose usage cannot tell, docs/pricing.md)."""
         return self._compute_cost(
             self._price(dep),
             prompt_tokens=usage.prompt_tokens if usage else 0,
@@ -390,6 +393,9 @@ class Engine:
             cached_tokens=usage.prompt_tokens_details.cached_tokens if usage else 0,
             reasoning_tokens=usage.completion_tokens_details.reasoning_tokens if usage else 0,
             estimated=estimated,
+            cache_write_tokens=cache_write_tokens(usage),
+            explicit_cache=explicit_cache(usage),
+            thinking=thinking and usage is not None,
         )
 
     def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:

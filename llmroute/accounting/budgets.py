@@ -255,12 +255,15 @@ def estimate_cost(
     price: Price | None, *, prompt_tokens: int, max_tokens: int | None, default_max_tokens: int = 1024
 ) -> Cost:
     """An upper-bound estimate for a call not yet sent: the whole prompt uncached at the input
-    rate plus `max_tokens` (or `default_max_tokens` when unset) at the output rate."""
+    rate of its input-length tier plus `max_tokens` (or `default_max_tokens` when unset) at the
+    output rate, the thinking-output rate where the price has a higher one (the call may think)."""
+    thinking = price is not None and price.thinking_output_per_million is not None
     return compute_cost(
         price,
         prompt_tokens=prompt_tokens,
         completion_tokens=default_max_tokens if max_tokens is None else max_tokens,
         estimated=True,
+        thinking=thinking,
     )
 
 

@@ -17,10 +17,14 @@ __all__ = ["Cost"]
 class Cost:
     """What a call (or one attempt) cost, and how the amount splits over its tokens.
 
-    `amount = input_amount + cached_amount + output_amount` when priced. `input_tokens` counts
-    cached tokens too (as OpenAI's `prompt_tokens`); `input_amount` is the uncached part's share.
-    `by_currency` holds the exact amount per currency (one entry unless a failover crossed
-    currencies; see `sum_costs`).
+    `amount = input_amount + cached_amount + cache_write_amount + output_amount` when priced.
+    `input_tokens` counts cached and cache-write tokens too (as OpenAI's `prompt_tokens`); `input_amount`
+    is the share of the rest. `cache_write_tokens` were written to an explicit context cache
+    (`cache_write_amount`, at the cache-write rate); `cached_tokens` were read from one (explicit hits at
+    their own rate when `explicit_cache`). `thinking` says the output was billed at the thinking rate;
+    `tier_above` is the input-length tier applied (the prompt exceeded that many tokens; None: the
+    first tier). `by_currency` holds the exact amount per currency (one entry unless a failover
+    crossed currencies; see `sum_costs`).
     """
 
     amount: Decimal | None
@@ -38,10 +42,24 @@ class Cost:
     # False when the price came from an unconfirmed table entry (see prices.toml).
     price_confirmed: bool = True
     by_currency: Mapping[str, Decimal] = field(default_factory=dict)
+    cache_write_tokens: int = 0
+    cache_write_amount: Decimal | None = None
+    explicit_cache: bool = False
+    thinking: bool = False
+    tier_above: int | None = None
+
+    @property
+    def price_detail(self) -> str | None:
+        """What beyond the plain rates priced this cost, as the ledger records it: "tier>131072",
+        "thinking", "cache-write", "explicit-cache", comma-joined; None when nothing did."""
+        parts = [p for p, on in ((f"tier>{self.tier_above}", self.tier_above is not None),
+                                 ("thinking", self.thinking), ("cache-write", self.cache_write_tokens > 0),
+                                 ("explicit-cache", self.explicit_cache)) if on]
+        return ",".join(parts) or None
 
     @property
     def uncached_input_tokens(self) -> int:
-        return self.input_tokens - self.cached_tokens
+        return self.input_tokens - self.cached_tokens - self.cache_write_tokens
 
     def to_dict(self) -> dict[str, Any]:
         """Every field, JSON-ready: Decimal amounts as strings (exact), `by_currency` as a plain dict of

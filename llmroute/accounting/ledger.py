@@ -57,7 +57,9 @@ SQLite schema (`schema_version` 2), queryable with plain SQL:
       cache            TEXT,              -- hit | semantic-hit | miss | bypass; NULL: the cache was not in play
       cost_saved       TEXT,              -- a cache hit: what the cached answer cost when it was made
       recovery         TEXT,              -- continued | replayed | restarted: how this attempt took up a cut answer
-      queued_ms        REAL               -- time the call waited for a free deployment (client-side queue)
+      queued_ms        REAL,              -- time the call waited for a free deployment (client-side queue)
+      cache_write_tokens INTEGER,         -- prompt tokens written to an explicit context cache (in input_tokens)
+      price_detail     TEXT               -- tier>N, thinking, cache-write, explicit-cache: the rates used beyond the plain ones
     );
     CREATE INDEX ledger_ts ON ledger (ts);
     CREATE INDEX ledger_request ON ledger (request_id);
@@ -117,7 +119,7 @@ __all__ = [
 
 log = logging.getLogger("llmroute.ledger")
 
-SCHEMA_VERSION = 3  # 2: cache, cost_saved; 3: recovery
+SCHEMA_VERSION = 3  # 2: cache, cost_saved; 3: recovery (later columns are added by presence: queued_ms, cache_write_tokens, price_detail)
 Status = Literal["ok", "error", "cancelled", "interrupted", "abandoned"]
 
 # Keep the spool bounded if storage stays broken: past this many unwritten records the oldest are
@@ -200,6 +202,8 @@ class LedgerRecord:
     cost_saved: Optional[Decimal] = None
     recovery: Optional[str] = None  # continued | replayed | restarted (types.Attempt.recovery)
     queued_ms: Optional[float] = None  # the call's wait in the client-side queue (every deployment full)
+    cache_write_tokens: int = 0
+    price_detail: Optional[str] = None
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
@@ -214,6 +218,8 @@ class LedgerRecord:
             estimated=cost.estimated,
             priced=cost.priced,
             price_version=cost.price_version,
+            cache_write_tokens=cost.cache_write_tokens,
+            price_detail=cost.price_detail,
             **kw,
         )
 
@@ -277,6 +283,7 @@ _SQL_TYPES = {
     "latency_ms": "REAL",
     "router_score": "REAL",
     "queued_ms": "REAL",
+    "cache_write_tokens": "INTEGER",
 }
 SCHEMA_SQL = (
     "CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY AUTOINCREMENT, "

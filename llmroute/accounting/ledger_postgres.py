@@ -50,6 +50,7 @@ _PG_TYPES = {
     "output_tokens": "bigint NOT NULL DEFAULT 0",
     "cached_tokens": "bigint NOT NULL DEFAULT 0",
     "reasoning_tokens": "bigint NOT NULL DEFAULT 0",
+    "cache_write_tokens": "bigint NOT NULL DEFAULT 0",
     "cost": "numeric",
     "estimated": "boolean NOT NULL DEFAULT false",
     "priced": "boolean NOT NULL DEFAULT false",

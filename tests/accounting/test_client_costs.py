@@ -48,12 +48,12 @@ PLATFORMS = [
     # SiliconFlow (cn, CNY): cumulative usage on every stream chunk; the last one is the bill.
     pytest.param("siliconflow_server", "siliconflow", {}, "Qwen/Qwen2.5-72B-Instruct",
                  ("0.002478", "0.001652", "0.00002065"), "0.00415065", "CNY", id="siliconflow-cny"),
-    # Bailian compatible mode, cn-beijing: cache hits at 40% of the input price (0.32 of 0.8 CNY).
+    # Bailian compatible mode, cn-beijing: implicit cache hits at 20% of the input price (0.16 of 0.8 CNY).
     pytest.param("bailian_server", "bailian", {}, "qwen-plus",
-                 ("0.00048", "0.000128", "0.00001"), "0.000618", "CNY", id="bailian-compat-cny"),
-    # DashScope native protocol (input_tokens/output_tokens), Singapore prices in USD, cached at 40%.
+                 ("0.00048", "0.000064", "0.00001"), "0.000554", "CNY", id="bailian-compat-cny"),
+    # DashScope native protocol (input_tokens/output_tokens), Singapore prices in USD, cached at 20%.
     pytest.param("bailian_server", "bailian", {"protocol": "native", "region": "singapore"}, "qwen-max",
-                 ("0.00096", "0.000256", "0.000032"), "0.001248", "USD", id="dashscope-native-usd"),
+                 ("0.00096", "0.000128", "0.000032"), "0.00112", "USD", id="dashscope-native-usd"),
 ]
 
 

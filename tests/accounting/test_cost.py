@@ -71,7 +71,7 @@ def test_together_reasoning_model_details_and_no_cached_rate():
     assert c.amount == D("0.00364")
     assert c.cached_amount == D("0.00106496") and c.input_amount == D("0.00101504")
     assert c.output_tokens == 1500 and c.reasoning_tokens == 1000
-    assert not c.price_confirmed and c.price_version == BOOK.version
+    assert c.price_confirmed and c.price_version == BOOK.version  # on Together's own catalogue page
 
 
 def test_fireworks_details_at_size_tier():
@@ -102,24 +102,26 @@ def test_free_model_costs_zero_as_a_price_not_as_a_gap():
     assert c.amount == 0 and c.priced
 
 
-def test_dashscope_compat_cached_at_forty_percent():
+def test_dashscope_compat_cached_at_twenty_percent():
+    # Implicit context-cache hits cost 20% of input (Alibaba's context-cache page, 2026).
     usage = {"prompt_tokens": 3000, "completion_tokens": 500, "total_tokens": 3500,
              "prompt_tokens_details": {"cached_tokens": 2000}}  # fmt: skip
     c = cost_from_usage(price("ali-sg", "bailian", "singapore", "qwen-plus"), usage)
-    # 1000 x 0.40 + 2000 x 0.16 + 500 x 1.20 = 400 + 320 + 600 = 1320 per million
-    assert c.amount == D("0.00132") and c.currency == "USD"
+    # 1000 x 0.40 + 2000 x 0.08 + 500 x 1.20 = 400 + 160 + 600 = 1160 per million
+    assert c.amount == D("0.00116") and c.currency == "USD"
     big = {"prompt_tokens": 10000, "completion_tokens": 2000, "prompt_tokens_details": {"cached_tokens": 5000}}
     c = cost_from_usage(price("ali", "bailian", "cn-beijing", "qwen-max"), big)
-    # 5000 x 2.4 + 5000 x 0.96 + 2000 x 9.6 = 12000 + 4800 + 19200 = 36000 per million
-    assert c.amount == D("0.036") and c.currency == "CNY"
+    # 5000 x 2.4 + 5000 x 0.48 + 2000 x 9.6 = 12000 + 2400 + 19200 = 33600 per million
+    assert c.amount == D("0.0336") and c.currency == "CNY"
 
 
 def test_dashscope_native_input_output_tokens():
     usage = {"input_tokens": 120, "output_tokens": 80, "total_tokens": 200,
              "output_tokens_details": {"reasoning_tokens": 50}}  # fmt: skip
     c = cost_from_usage(price("ali", "bailian", "cn", "qwen-turbo"), usage)
-    # 120 x 0.3 + 80 x 0.6 = 36 + 48 = 84 per million; reasoning is inside the 80
-    assert c.amount == D("0.000084") and c.output_tokens == 80 and c.reasoning_tokens == 50
+    # Reasoning reported, so thinking mode: 120 x 0.3 + 80 x 3 (the thinking rate) = 36 + 240 = 276 per
+    # million; reasoning is inside the 80
+    assert c.amount == D("0.000276") and c.output_tokens == 80 and c.reasoning_tokens == 50 and c.thinking
 
 
 def test_llamacpp_timings_cache_n_and_details():

@@ -54,16 +54,19 @@ def test_shipped_table_has_version_dates_and_sources():
 
 def test_unconfirmed_figures_are_marked_as_providers_md_marks_them():
     table = load_price_table()
-    # docs/platforms.md: Together's and SiliconFlow's price pages could not be read, so their figures are
-    # unconfirmed; the one exception is read off Together's own model page, and says so.
+    # SiliconFlow's price pages could not be read, so its figures are unconfirmed; Together's confirmed ones
+    # are read off its own pages (the serverless catalogue, or a model page), and say so.
     for p in table.entries:
         if p.kind in ("together", "siliconflow") and p.confirmed:
-            assert p.kind == "together" and p.source.startswith("together.ai/models/"), p.model
+            assert p.kind == "together" and p.source.startswith(
+                ("together.ai/models/", "docs.together.ai/docs/serverless/models")), p.model
+    assert table.get("together", None, "moonshotai/Kimi-K3").cached_input_per_million == Decimal("0.30")
+    assert not table.get("together", None, "deepseek-ai/DeepSeek-R1").confirmed  # no longer on the page
     assert not table.get("fireworks", None, "accounts/fireworks/models/qwen2p5-72b-instruct").confirmed
     assert table.get("bailian", "singapore", "qwen-plus").confirmed
-    # qwen-plus in Beijing is on the official model list; qwen-max's current price only in third-party tables.
+    # qwen-plus and qwen-max in Beijing are on the official model list (help.aliyun.com/zh/model-studio/models).
     assert table.get("bailian", "cn-beijing", "qwen-plus").confirmed
-    assert not table.get("bailian", "cn-beijing", "qwen-max").confirmed
+    assert table.get("bailian", "cn-beijing", "qwen-max").confirmed
 
 
 def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
@@ -86,16 +89,27 @@ def test_siliconflow_and_bailian_are_priced_per_region_in_their_currency():
     assert table.get("bailian", "us", "qwen-max") is None
 
 
-def test_bailian_cached_rate_is_forty_percent_of_input():
-    # billing-for-model-studio: cache hits cost 40% of input; qwen-flash's own page says 20%. Models whose page
-    # names no cache rate ship none (cached tokens then cost the input price), never a guessed one.
+def test_bailian_cache_rates_follow_the_context_cache_page():
+    # alibabacloud.com/help/en/model-studio/context-cache (2026): implicit hits 20% of input, explicit-cache
+    # creation 125%, explicit hits 10%, in every input-length tier. Models whose pages name no cache
+    # support ship none (cached tokens then cost the input price), never a guessed one. qwen-long keeps
+    # the 40% of its older official page.
     table = load_price_table()
+    checked = 0
     for p in table.entries:
-        if p.kind == "bailian" and p.mode == "chat" and p.model != "qwen-flash" and p.cached_input_per_million:
-            assert p.cached_input_per_million == p.input_per_million * Decimal("0.4"), p.model
+        if p.kind != "bailian" or p.mode != "chat" or p.explicit_cached_input_per_million is None:
+            continue
+        for rates in (p, *p.tiers):
+            assert rates.cached_input_per_million == rates.input_per_million * Decimal("0.2"), p.model
+            assert rates.explicit_cached_input_per_million == rates.input_per_million * Decimal("0.1"), p.model
+            assert rates.cache_write_per_million == rates.input_per_million * Decimal("1.25"), p.model
+            checked += 1
+    assert checked >= 20
     for model in ("qwen-turbo", "qwen-plus", "qwen-max"):
         assert table.get("bailian", "singapore", model).cached_input_per_million is not None, model
-    assert table.get("bailian", "us", "qwen-plus-us").cached_rate == Decimal("0.4")
+    assert table.get("bailian", "us", "qwen-plus-us").cached_rate == Decimal("0.08")
+    assert table.get("bailian", "us", "qwen-flash-us").cached_rate == Decimal("0.05")  # no cache rate ships
+    assert table.get("bailian", "cn-beijing", "qwen-long").cached_rate == Decimal("0.2")
 
 
 def test_self_hosted_kinds_have_no_shipped_price():
@@ -293,9 +307,9 @@ def test_unpriced_model_named_in_create_is_a_config_error_before_sending(togethe
 
     with Client(config=_together_config(together_server, tmp_path, strict=True)) as client:
         with pytest.raises(ConfigError) as info:
-            client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES)
+            client.chat.completions.create(model="tg:acme/unpriced-chat", messages=MESSAGES)
     message = str(info.value)
-    assert "tg:moonshotai/Kimi-K3" in message and 'pricing.\"tg:moonshotai/Kimi-K3\"' in message and "strict" in message
+    assert "tg:acme/unpriced-chat" in message and 'pricing.\"tg:acme/unpriced-chat\"' in message and "strict" in message
     assert together_server.requests == []
 
 
@@ -304,17 +318,17 @@ def test_unpriced_model_named_in_create_runs_flagged_when_strict_is_off(together
     from tests.accounting._client import MESSAGES
 
     with Client(config=_together_config(together_server, tmp_path, strict=False)) as client:
-        resp = client.chat.completions.create(model="tg:moonshotai/Kimi-K3", messages=MESSAGES, feature="f")
+        resp = client.chat.completions.create(model="tg:acme/unpriced-chat", messages=MESSAGES, feature="f")
     assert resp.cost.amount is None and resp.cost.priced is False and str(resp.cost) == "unpriced"
-    assert resp.route.deployment == "tg:moonshotai/Kimi-K3"
+    assert resp.route.deployment == "tg:acme/unpriced-chat"
     assert resp.route.attempts[-1].cost.priced is False  # flagged on the route's attempt too
     import sqlite3
 
     db = sqlite3.connect(tmp_path / "ledger.db")
-    assert db.execute("SELECT deployment, priced, cost FROM ledger").fetchall() == [("tg:moonshotai/Kimi-K3", 0, None)]
+    assert db.execute("SELECT deployment, priced, cost FROM ledger").fetchall() == [("tg:acme/unpriced-chat", 0, None)]
     db.close()
     rows = report(str(tmp_path / "ledger.db"), by=("deployment",))
-    row = next(r for r in rows if r.get("deployment") == "tg:moonshotai/Kimi-K3")
+    row = next(r for r in rows if r.get("deployment") == "tg:acme/unpriced-chat")
     assert row["unpriced_attempts"] == 1 and row["cost"] is None
 
 

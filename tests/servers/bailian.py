@@ -79,6 +79,9 @@ class BailianServer(OpenAICompatServer):
         "qwen2.5-72b-instruct": 131_072,
         "qwen3-8b": 131_072,
         "qwq-plus": 131_072,  # served only as a stream (stream_only_models)
+        "qwen-flash": 1_000_000,  # tiered, thinking and context-cache prices (docs/pricing.md)
+        "qwen-plus-us": 1_000_000,
+        "qwen3-max": 262_144,
     }
     default_api_key = "sk-dashscope-test"
     reasoning_field = "reasoning_content"  # §4a deep thinking: reasoning_content
@@ -154,16 +157,27 @@ class BailianServer(OpenAICompatServer):
     def completion_body(self, plan: Plan) -> dict[str, Any]:
         body = super().completion_body(plan)
         if plan.usage is not None:
-            body["usage"] = {
-                "prompt_tokens": plan.usage.prompt, "completion_tokens": plan.usage.completion,
-                "total_tokens": plan.usage.total_tokens,
-                "prompt_tokens_details": {"cached_tokens": plan.usage.cached},  # §4a non-stream usage
-            }
+            body["usage"] = self.usage_json(plan.usage)  # §4a non-stream usage
         return body
 
+    @staticmethod
+    def prompt_details(usage: Usage) -> dict[str, Any]:
+        """`prompt_tokens_details` as Alibaba's context-cache page shows it: `cached_tokens`, and with an
+        explicit cache `cache_creation_input_tokens`, `cache_creation.ephemeral_5m_input_tokens` and
+        `cache_type: "ephemeral"` (docs/pricing.md)."""
+        details: dict[str, Any] = {"cached_tokens": usage.cached}
+        if usage.explicit or usage.cache_created:
+            details["cache_creation"] = {"ephemeral_5m_input_tokens": usage.cache_created}
+            details["cache_creation_input_tokens"] = usage.cache_created
+            details["cache_type"] = "ephemeral"
+        return details
+
     def usage_json(self, usage: Usage) -> dict[str, Any]:
-        return {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion,
-                "total_tokens": usage.total_tokens, "prompt_tokens_details": {"cached_tokens": usage.cached}}
+        out = {"prompt_tokens": usage.prompt, "completion_tokens": usage.completion,
+               "total_tokens": usage.total_tokens, "prompt_tokens_details": self.prompt_details(usage)}
+        if usage.reasoning:
+            out["completion_tokens_details"] = {"reasoning_tokens": usage.reasoning}  # thinking mode
+        return out
 
     # -- native mode ---------------------------------------------------------------------------
     def native_error(self, kind: str, *, status: int | None = None, message: str | None = None,
@@ -266,8 +280,10 @@ class BailianServer(OpenAICompatServer):
             assert usage is not None
             payload["usage"] = {"input_tokens": usage.prompt, "output_tokens": usage.completion,
                                 "total_tokens": usage.total_tokens}
-            if usage.cached:
-                payload["usage"]["prompt_tokens_details"] = {"cached_tokens": usage.cached}  # §10.2: unconfirmed
+            if usage.cached or usage.explicit or usage.cache_created:
+                payload["usage"]["prompt_tokens_details"] = self.prompt_details(usage)  # §10.2: unconfirmed
+            if usage.reasoning:
+                payload["usage"]["output_tokens_details"] = {"reasoning_tokens": usage.reasoning}
         return payload
 
     @staticmethod

@@ -29,6 +29,7 @@ class FireworksServer(OpenAICompatServer):
         "accounts/fireworks/models/llama-v3p1-8b-instruct": 131_072,
         "accounts/fireworks/models/llama-v3p3-70b-instruct": 131_072,
         "accounts/fireworks/models/qwen2p5-72b-instruct": 131_072,
+        "accounts/fireworks/models/gpt-oss-120b": 131_072,  # priced with a cached-input rate (docs/pricing.md)
     }
     default_api_key = "fw-test-key"
     reasoning_field = "reasoning_content"  # §2 chunk schema: delta.reasoning_content

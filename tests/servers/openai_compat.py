@@ -55,6 +55,8 @@ class Usage:
     cached: int = 0
     reasoning: int = 0
     total: int | None = None
+    cache_created: int = 0  # prompt tokens written to an explicit context cache (Bailian)
+    explicit: bool = False  # the cache is an explicit one (Bailian cache_type "ephemeral")
 
     @property
     def total_tokens(self) -> int:
@@ -467,6 +469,8 @@ class OpenAICompatServer(EmbeddingsMixin, PlatformServer):
             usage.cached = over.get("cached_tokens", usage.cached)
             usage.reasoning = over.get("reasoning_tokens", usage.reasoning)
             usage.total = over.get("total_tokens")
+            usage.cache_created = over.get("cache_creation_tokens", 0)
+            usage.explicit = bool(over.get("explicit_cache", 0))
         return Plan(self.next_id(), now_unix(), model, items, finish, usage, body)
 
     async def plain_response(self, plan: Plan, reply: Reply) -> Response:

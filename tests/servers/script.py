@@ -45,7 +45,8 @@ class Reply:
     `omit_done` ends a complete stream (finish reason sent) without its `[DONE]` line.
 
     Usage: `usage` overrides numbers (keys prompt_tokens, completion_tokens,
-    cached_tokens, reasoning_tokens; total is recomputed unless given); `omit_usage`
+    cached_tokens, reasoning_tokens, cache_creation_tokens and explicit_cache (1: an explicit
+    context cache), rendered by the platforms that report them; total is recomputed unless given); `omit_usage`
     drops usage everywhere; `cached_tokens` sets the cached prompt tokens reported.
     `stream` forces a streamed or a plain answer regardless of the request.
     """

@@ -27,6 +27,7 @@ class SiliconFlowServer(OpenAICompatServer):
         "Pro/Qwen/Qwen2.5-7B-Instruct": 32_768,
         "meta-llama/Meta-Llama-3.1-8B-Instruct": 32_768,
         "Pro/deepseek-ai/DeepSeek-R1": 98_304,
+        "deepseek-ai/DeepSeek-V3.2": 163_840,  # intl: priced with a cached-input rate
     }
     default_api_key = "sk-siliconflow-test"
     reasoning_field = "reasoning_content"  # §3 Streaming SSE: delta.reasoning_content

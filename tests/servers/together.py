@@ -31,6 +31,8 @@ class TogetherServer(OpenAICompatServer):
         "Qwen/Qwen2.5-7B-Instruct-Turbo": 32_768,
         "meta-llama/Meta-Llama-3.1-8B-Instruct-Turbo": 131_072,
         "moonshotai/Kimi-K3": 262_144,
+        "openai/gpt-oss-120b": 131_072,  # a reasoning model
+        "acme/unpriced-chat": 32_768,  # no shipped price: the strict-pricing tests call it
     }
     default_api_key = "together-test-key"
     reasoning_field = "reasoning"  # §1 Streaming SSE: `delta.reasoning`, not reasoning_content
