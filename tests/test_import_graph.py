@@ -131,18 +131,12 @@ def _layer(module: str) -> int:
     return rank
 
 
-# Commands whose `main` still lives beside the logic it drives (they import llmroute.cli.paths).
-_COMMANDS_NOT_YET_IN_CLI = {("llmroute.accounting.report", "llmroute.cli.paths"),
-                            ("llmroute.bench.plan", "llmroute.cli.paths"),
-                            ("llmroute.routing.calibrate", "llmroute.cli.paths")}
-
-
 def test_every_import_goes_to_the_same_layer_or_below() -> None:
     modules = _modules()
     upward = []
     for name, path in modules.items():
         for target in _imports(name, path, modules, top_level_only=False):
-            if target in modules and _layer(target) > _layer(name) and (name, target) not in _COMMANDS_NOT_YET_IN_CLI:
+            if target in modules and _layer(target) > _layer(name):
                 upward.append(f"{name} ({LAYERS[_layer(name)][0]}) imports {target} ({LAYERS[_layer(target)][0]})")
     assert upward == []
 

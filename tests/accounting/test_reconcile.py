@@ -20,7 +20,7 @@ from llmroute.accounting.cost import compute_cost
 from llmroute.accounting.ledger import LedgerRecord
 from llmroute.accounting.prices import load_price_table
 from llmroute.accounting.reconcile import parse_offset, read_export, reconcile
-from llmroute.accounting.report import main as report_main
+from llmroute.cli.report_command import main as report_main
 
 TABLE = load_price_table()
 PLUS = TABLE.get("bailian", "cn-beijing", "qwen-plus")

@@ -11,7 +11,8 @@ import pytest
 
 from llmroute.accounting.ledger import JSONLSink, LedgerRecord, SQLiteSink
 from llmroute.accounting.prices import ExchangeRates, PriceBook
-from llmroute.accounting.report import main, parse_time, percentile, report
+from llmroute.accounting.report import parse_time, percentile, report
+from llmroute.cli.report_command import main
 from llmroute.accounting.sinks import read_records
 
 DAY1 = float(calendar.timegm((2026, 11, 30, 10, 0, 0)))

@@ -6,7 +6,7 @@ from decimal import Decimal
 
 from llmroute import Client
 from llmroute.accounting.sinks import read_records
-from llmroute.accounting.report import main as report_main
+from llmroute.cli.report_command import main as report_main
 from llmroute.accounting.batch_savings import batch_savings
 from tests.batch.helpers import config, requests
 

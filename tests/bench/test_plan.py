@@ -13,12 +13,12 @@ from llmroute.bench.plan import (
     catalogue_price,
     choose_level,
     gpu_range,
-    main,
     monthly_costs,
     parse_price,
     parse_throughput,
     traffic_from_records,
 )
+from llmroute.cli.plan_command import main
 from llmroute.errors import ConfigError
 
 

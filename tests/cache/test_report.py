@@ -9,7 +9,8 @@ from decimal import Decimal
 from llmroute import Client
 from llmroute.accounting.ledger import COLUMNS, SCHEMA_VERSION, SQLiteSink
 from llmroute.accounting.sinks import read_records
-from llmroute.accounting.report import main as report_main, report
+from llmroute.accounting.report import report
+from llmroute.cli.report_command import main as report_main
 from tests.cache.conftest import DEP, MESSAGES, cache_config
 
 

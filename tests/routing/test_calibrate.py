@@ -11,7 +11,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from llmroute.errors import ConfigError
-from llmroute.routing.calibrate import load_prompts, load_scores, main, threshold_for_share, write_threshold
+from llmroute.cli.calibrate_command import main
+from llmroute.routing.calibrate import load_prompts, load_scores, threshold_for_share, write_threshold
 from llmroute.routing.classifier import classify
 
 

@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from llmroute import Client
 from llmroute.config import load_config
 from llmroute.errors import ConfigError, InvalidRequestError
-from llmroute.routing.calibrate import main as calibrate_main
+from llmroute.cli.calibrate_command import main as calibrate_main
 from llmroute.routing.evaluate import evaluate_scores, quality_curve, roc_auc
 from llmroute.routing.fit import FitOptions, featurize, fit, fit_featurized
 from llmroute.routing.fitted import MODEL_VERSION, FittedRouter, load_model

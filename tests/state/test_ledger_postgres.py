@@ -15,7 +15,8 @@ import llmroute as L
 from llmroute.accounting.ledger import LedgerConfig, LedgerRecord
 from llmroute.accounting.sinks import open_sink, read_records
 from llmroute.accounting.ledger_postgres import PostgresSink, ensure_schema
-from llmroute.accounting.report import main as report_main, report
+from llmroute.accounting.report import report
+from llmroute.cli.report_command import main as report_main
 from tests.accounting._client import MESSAGES, config, provider
 
 
