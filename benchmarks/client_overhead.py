@@ -41,7 +41,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -447,7 +447,7 @@ def async_rows(url: str, n: int, stream: bool) -> Dict[str, float]:
     return rows
 
 
-def _full_config(url: str, max_connections: int, ledger: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def _full_config(url: str, max_connections: int, ledger: Dict[str, Any] | None = None) -> Dict[str, Any]:
     """The llmroute config of the async rows: one tier, pricing, a ledger, generous limits (CPU is
     measured here, not latency: no limit may fire on a busy machine)."""
     config: Dict[str, Any] = {
@@ -579,7 +579,7 @@ def _print_rows(rows: Dict[str, float], base: float, connects: Dict[str, int], a
         print(f"{name:<46}{us:>12.0f}{us / base:>15.2f}x{connects.get(name, 0):>11}")
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     global CONCURRENCY, TRANSPORTS
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--requests", type=int, default=2000, help="calls per row (default 2000)")

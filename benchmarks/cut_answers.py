@@ -22,7 +22,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,7 +57,7 @@ def servers() -> Dict[str, Any]:
     return out
 
 
-def config(srv: Dict[str, Any], first: str, *backups: str, declared: Optional[str] = None) -> Dict[str, Any]:
+def config(srv: Dict[str, Any], first: str, *backups: str, declared: str | None = None) -> Dict[str, Any]:
     names = [first, *backups]
     deployments: List[Any] = [{"id": f"{first}:m", "ttft_timeout_s": 2.0}]
     deployments += [{"id": f"{b}:m", "continue_prefill": True} if b == declared else f"{b}:m" for b in backups]
@@ -81,7 +81,7 @@ def cut(server: Any, how: str) -> None:
 
 
 # name -> (first deployment, backups, fault, request parameters, declared continue_prefill, expected)
-CASES: Dict[str, tuple[str, tuple[str, ...], str, Dict[str, Any], Optional[str], str]] = {
+CASES: Dict[str, tuple[str, tuple[str, ...], str, Dict[str, Any], str | None, str]] = {
     "no fault (baseline)": ("primary", ("unknown",), "none", {"temperature": 0}, None, "complete"),
     "cut, backup really vLLM, greedy": ("primary", ("vllm",), "reset", {"temperature": 0}, None, "complete"),
     "cut, backup really vLLM, sampled": ("primary", ("vllm",), "reset", {"temperature": 0.8}, None, "complete"),
@@ -114,7 +114,7 @@ def run_case(srv: Dict[str, Any], name: str, runs: int, clock: Callable[[], floa
     sampled = params.get("temperature") != 0 and "seed" not in params
     times: List[float] = []
     outcomes: List[str] = []
-    paths: List[Optional[str]] = []
+    paths: List[str | None] = []
     for _ in range(runs):
         for server in srv.values():
             server.reset()

@@ -27,7 +27,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Tuple
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -85,7 +85,7 @@ def config(primary: FaultServer, backup: FaultServer, backup_kind: str) -> Dict[
     }
 
 
-def call_once(client: L.Client, stream: bool) -> Tuple[str, Optional[str], Optional[BaseException]]:
+def call_once(client: L.Client, stream: bool) -> Tuple[str, str | None, BaseException | None]:
     """(text the caller got, route.recovery, error)."""
     try:
         if stream:
@@ -98,7 +98,7 @@ def call_once(client: L.Client, stream: bool) -> Tuple[str, Optional[str], Optio
         return "", None, exc
 
 
-def outcome(text: str, error: Optional[BaseException], expected_texts: List[str]) -> str:
+def outcome(text: str, error: BaseException | None, expected_texts: List[str]) -> str:
     if error is not None:
         return "clean error" if isinstance(error, E.LLMRouteError) else f"crash ({type(error).__name__})"
     return "complete" if text in expected_texts else "truncated"

@@ -32,7 +32,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Sequence
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -50,14 +50,14 @@ class RoundRobin(LoadBalancer):
         self._turn = itertools.count()
 
     def rank(self, candidates: Sequence[Any], ids: Sequence[str], now: float, *, rng: random.Random,
-             sticky: Optional[int] = None) -> Any:
+             sticky: int | None = None) -> Any:
         k = next(self._turn) % len(candidates)
         return list(candidates[k:]) + list(candidates[:k]), None
 
 
 class PeakEwmaInFlight(LoadBalancer):
     def rank(self, candidates: Sequence[Any], ids: Sequence[str], now: float, *, rng: random.Random,
-             sticky: Optional[int] = None) -> Any:
+             sticky: int | None = None) -> Any:
         with self._lock:
             loads = [self._load(d) for d in ids]
             cost = [((load.latency_s or 0.0) * (load.in_flight + 1), rng.random(), i) for i, load in enumerate(loads)]
@@ -70,7 +70,7 @@ class KnowsCapacity(LoadBalancer):
         self.truth = truth
 
     def rank(self, candidates: Sequence[Any], ids: Sequence[str], now: float, *, rng: random.Random,
-             sticky: Optional[int] = None) -> Any:
+             sticky: int | None = None) -> Any:
         with self._lock:
             cost = []
             for i, d in enumerate(ids):
@@ -80,8 +80,8 @@ class KnowsCapacity(LoadBalancer):
         return [candidates[c[3]] for c in sorted(cost)], None
 
 
-def config(urls: List[str], balance: Optional[str], weights: Sequence[float] = (1, 1, 1),
-           redis_url: Optional[str] = None) -> Dict[str, Any]:
+def config(urls: List[str], balance: str | None, weights: Sequence[float] = (1, 1, 1),
+           redis_url: str | None = None) -> Dict[str, Any]:
     names = ["a", "b", "c"]
     tier: Dict[str, Any] = {"deployments": [{"id": f"{n}:m", "weight": w} for n, w in zip(names, weights)]}
     if balance:
@@ -97,7 +97,7 @@ def config(urls: List[str], balance: Optional[str], weights: Sequence[float] = (
     }
 
 
-async def run(cfg: Dict[str, Any], balancer: Optional[LoadBalancer], n: int, concurrency: int,
+async def run(cfg: Dict[str, Any], balancer: LoadBalancer | None, n: int, concurrency: int,
               on_start: Any = None) -> Dict[str, Any]:
     client = L.AsyncClient(config=cfg)
     if balancer is not None:
@@ -132,7 +132,7 @@ async def run(cfg: Dict[str, Any], balancer: Optional[LoadBalancer], n: int, con
 
 
 def fleet(urls: List[str], processes: int, n: int, concurrency: int, weights: Sequence[float],
-          redis_url: Optional[str]) -> Dict[str, Any]:
+          redis_url: str | None) -> Dict[str, Any]:
     """`processes` worker processes at once, each `n / processes` requests at `concurrency / processes`."""
     args = ["--worker", ",".join(urls), "--requests", str(n // processes),
             "--concurrency", str(concurrency // processes), "--weights", ",".join(str(w) for w in weights)]

@@ -12,7 +12,7 @@ import functools
 import os
 import time
 import threading
-from typing import (Any, Callable, Dict, List, Mapping, Optional, Tuple, TypeVar, Union)
+from typing import (Any, Callable, Dict, List, Mapping, Tuple, TypeVar, Union)
 
 from llmroute import errors as E
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
@@ -85,7 +85,7 @@ def _plain_answer(state: StreamState, response: Any) -> bool:
     return not state.run.prepared.stream and response.headers.get("content-type", "").startswith("application/json")
 
 
-def _hedge_due(run: CallRun, hedge: Any) -> Optional[_Opened]:
+def _hedge_due(run: CallRun, hedge: Any) -> _Opened | None:
     """The hedge delay passed with no answer: the second attempt to start, if budget and plan allow."""
     if not hedge.check(_now(), first_token_seen=False):
         return None
@@ -109,8 +109,8 @@ def _shadow_runner(client: Union["Client", "AsyncClient"], *, is_async: bool = F
     return runner(client, routing.shadow, small_tier=routing.small_tier, large_tier=routing.large_tier)
 
 
-def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                     comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, label: str | None = None,
+                     comment: str | None = None, messages: List[Mapping[str, Any]] | None = None,
                      source: str = "user") -> None:
     """`client.feedback(request_id_or_response, score, label=, comment=, messages=)`: the call's
     request id (or its response/stream), a score (True/False for thumbs), an optional label and
@@ -155,8 +155,8 @@ class _ClientSurface:
         """Breaker state of every deployment: `{"provider:model": snapshot}` (see `llmroute health`)."""
         return self._engine.health(_now())
 
-    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: Optional[str] = None,
-                 comment: Optional[str] = None, messages: Optional[List[Mapping[str, Any]]] = None,
+    def feedback(self, request_id_or_response: Any, score: Union[float, bool], *, label: str | None = None,
+                 comment: str | None = None, messages: List[Mapping[str, Any]] | None = None,
                  source: str = "user") -> None:
         """Attach a quality score in [0, 1] to a call in the ledger (a short synchronous write); see
         `_record_feedback`."""
@@ -184,17 +184,17 @@ class _ClientSurface:
         return url_value(providers[0].base_url)
 
     @property
-    def timeout(self) -> Optional[float]:
+    def timeout(self) -> float | None:
         """The client's timeout: a whole call's by default (`with_options`, or a config client's), or
         each attempt's on a `Client(base_url=...)` built with one (None: the config's deadlines)."""
         return self._options.timeout_s if self._options.timeout_s is not None else self._options.attempt_timeout_s
 
     @property
-    def max_retries(self) -> Optional[int]:
+    def max_retries(self) -> int | None:
         """The client's retries per deployment (None: the config's `[resilience] max_retries`)."""
         return self._options.max_retries
 
-    def _call_args(self, kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], Optional[int]]:
+    def _call_args(self, kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], int | None]:
         """A call's arguments with the client's options filled in, and its max_retries."""
         kwargs = dict(kwargs)
         max_retries = self._options.apply(kwargs)
@@ -207,11 +207,11 @@ class Client(_ClientSurface):
     """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *,
-                 api_key: Optional[str] = None, base_url: Any = None, timeout: Any = None,
-                 max_retries: Optional[int] = None, default_headers: Optional[Mapping[str, str]] = None,
-                 organization: Optional[str] = None, project: Optional[str] = None,
-                 prices: Optional[Mapping[str, Mapping[str, Any]]] = None,
-                 ledger: Any = None, read_limits: Optional[ReadLimits] = None) -> None:
+                 api_key: str | None = None, base_url: Any = None, timeout: Any = None,
+                 max_retries: int | None = None, default_headers: Mapping[str, str] | None = None,
+                 organization: str | None = None, project: str | None = None,
+                 prices: Mapping[str, Mapping[str, Any]] | None = None,
+                 ledger: Any = None, read_limits: ReadLimits | None = None) -> None:
         """`config`: a Config, a dict or a TOML path; with none, `Client()` reads `$LLMROUTE_CONFIG` or
         `./llmroute.toml`, and `Client(base_url=..., api_key=...)` calls one OpenAI-compatible server by
         its own model ids (`prices`: its prices per model id; without them its cost is None, with a
@@ -246,8 +246,8 @@ class Client(_ClientSurface):
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
-    def with_options(self, *, timeout: Any = None, max_retries: Optional[int] = None,
-                     default_headers: Optional[Mapping[str, str]] = None) -> "Client":
+    def with_options(self, *, timeout: Any = None, max_retries: int | None = None,
+                     default_headers: Mapping[str, str] | None = None) -> "Client":
         """This client with other call defaults (openai-python's `with_options`): the same connections,
         breakers, cache and ledger; closing either closes both."""
         return _with_options(self, call_options(timeout=timeout, max_retries=max_retries,
@@ -338,7 +338,7 @@ class Client(_ClientSurface):
             if winner is not None:
                 return winner
 
-    def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> Optional[_Opened]:
+    def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> _Opened | None:
         """Hedging: past the hedge delay with no first token, race the next deployment; keep the first."""
         from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
 
@@ -363,7 +363,7 @@ class Client(_ClientSurface):
             raise
 
     def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened], wait: Any,
-                   FIRST_COMPLETED: Any) -> Optional[_Opened]:
+                   FIRST_COMPLETED: Any) -> _Opened | None:
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
@@ -482,10 +482,10 @@ class AsyncClient(_ClientSurface):
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *, transport: str = "auto",
-        api_key: Optional[str] = None, base_url: Any = None, timeout: Any = None, max_retries: Optional[int] = None,
-        default_headers: Optional[Mapping[str, str]] = None, organization: Optional[str] = None,
-        project: Optional[str] = None, prices: Optional[Mapping[str, Mapping[str, Any]]] = None,
-        ledger: Any = None, read_limits: Optional[ReadLimits] = None,
+        api_key: str | None = None, base_url: Any = None, timeout: Any = None, max_retries: int | None = None,
+        default_headers: Mapping[str, str] | None = None, organization: str | None = None,
+        project: str | None = None, prices: Mapping[str, Mapping[str, Any]] | None = None,
+        ledger: Any = None, read_limits: ReadLimits | None = None,
     ) -> None:
         """As `Client(...)`; `transport` picks the HTTP library."""
         self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
@@ -515,8 +515,8 @@ class AsyncClient(_ClientSurface):
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 
-    def with_options(self, *, timeout: Any = None, max_retries: Optional[int] = None,
-                     default_headers: Optional[Mapping[str, str]] = None) -> "AsyncClient":
+    def with_options(self, *, timeout: Any = None, max_retries: int | None = None,
+                     default_headers: Mapping[str, str] | None = None) -> "AsyncClient":
         """As `Client.with_options`."""
         return _with_options(self, call_options(timeout=timeout, max_retries=max_retries,
                                                 default_headers=default_headers), _async_views)
@@ -603,7 +603,7 @@ class AsyncClient(_ClientSurface):
             if winner is not None:
                 return winner
 
-    async def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> Optional[_Opened]:
+    async def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> _Opened | None:
         import asyncio
 
         first = _opened(run, ctx)
@@ -615,7 +615,7 @@ class AsyncClient(_ClientSurface):
                 task.cancel()
             raise
 
-    async def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> Optional[_Opened]:
+    async def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> _Opened | None:
         import asyncio
 
         checked = False

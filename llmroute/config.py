@@ -14,7 +14,7 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
-from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Literal, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
 
@@ -63,22 +63,22 @@ class _Section(BaseModel):
 
 class ProviderConfig(_Section):
     kind: str
-    api_key: Optional[SecretStr] = None  # masked in repr, str, model_dump and pickles
-    base_url: Optional[str] = None
-    region: Optional[str] = None
+    api_key: SecretStr | None = None  # masked in repr, str, model_dump and pickles
+    base_url: str | None = None
+    region: str | None = None
     protocol: Literal["compatible", "native"] = "compatible"
     headers: Dict[str, Any] = Field(default_factory=dict)  # auth-like values held as SecretStr
-    include_usage: Optional[bool] = None  # None: the kind's default (docs/platforms.md §11.1)
-    max_tokens_field: Optional[Literal["max_tokens", "max_completion_tokens"]] = None
+    include_usage: bool | None = None  # None: the kind's default (docs/platforms.md §11.1)
+    max_tokens_field: Literal["max_tokens", "max_completion_tokens"] | None = None
     split_think_tags: bool = True
     # Queue gauges (Prometheus `/metrics`) read off the request path for load balancing
     # (llmroute/resilience/gauges.py): None = on for vllm, sglang and tgi, off otherwise.
-    queue_gauges: Optional[bool] = None
-    metrics_url: Optional[str] = None  # default: the base URL's origin + "/metrics"
+    queue_gauges: bool | None = None
+    metrics_url: str | None = None  # default: the base URL's origin + "/metrics"
     metrics_interval_s: float = Field(default=1.0, ge=0.1, le=300)
-    connect_timeout_s: Optional[float] = Field(default=None, gt=0)
-    ttft_timeout_s: Optional[float] = Field(default=None, gt=0)
-    timeout_s: Optional[float] = Field(default=None, gt=0)
+    connect_timeout_s: float | None = Field(default=None, gt=0)
+    ttft_timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
     max_connections: int = Field(default=100, ge=1)
 
     @field_validator("kind")
@@ -118,11 +118,11 @@ class _Overridable(BaseModel):
 
 class DeploymentConfig(_Overridable):
     id: str
-    weight: Optional[float] = Field(default=None, gt=0, le=MAX_WEIGHT)  # a share: 1e308 would take every request
-    connect_timeout_s: Optional[float] = Field(default=None, gt=0)
-    ttft_timeout_s: Optional[float] = Field(default=None, gt=0)
-    timeout_s: Optional[float] = Field(default=None, gt=0)
-    context_window: Optional[int] = Field(default=None, gt=0)
+    weight: float | None = Field(default=None, gt=0, le=MAX_WEIGHT)  # a share: 1e308 would take every request
+    connect_timeout_s: float | None = Field(default=None, gt=0)
+    ttft_timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    context_window: int | None = Field(default=None, gt=0)
     extra_body: Dict[str, Any] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
 
@@ -131,16 +131,16 @@ class TierConfig(_Overridable):
     deployments: List[Union[str, DeploymentConfig]] = Field(min_length=1)
     # "embedding": the tier serves `client.embeddings.create`, never chat (docs/embeddings.md).
     kind: Literal["chat", "embedding"] = "chat"
-    fallback_tier: Optional[str] = None
-    sticky_key: Optional[str] = None
+    fallback_tier: str | None = None
+    sticky_key: str | None = None
     # How the first choice is made (llmroute/resilience/balance.py): "load" (lowest expected delay;
     # the default when a deployment carries a weight), "weighted" (weights share the first place,
     # then list order: the default otherwise) or "order" (list order: a failover chain).
-    balance: Optional[Literal["load", "weighted", "order"]] = None
+    balance: Literal["load", "weighted", "order"] | None = None
     # Traffic pools with deployments of their own: `pools = { batch = ["sf:...", ...] }`.
     pools: Dict[str, List[Union[str, DeploymentConfig]]] = Field(default_factory=dict)
     resilience: Dict[str, Any] = Field(default_factory=dict)
-    cache: Optional[Dict[str, Any]] = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/cache_policy.py
+    cache: Dict[str, Any] | None = None  # `cache = { ttl_s = 3600 }`: see llmroute/cache/cache_policy.py
 
 
 class _RawConfig(_Section):
@@ -186,8 +186,8 @@ class Provider:
     kind: str
     spec: KindSpec
     base_url: str
-    api_key: Optional[SecretStr]
-    region: Optional[str]
+    api_key: SecretStr | None
+    region: str | None
     protocol: str
     headers: Mapping[str, Any]  # auth-like values are SecretStr
     include_usage: bool
@@ -204,12 +204,12 @@ class Deployment:
     id: str  # "provider:model"
     provider: Provider
     model: str
-    tier: Optional[str] = None
-    weight: Optional[float] = None
+    tier: str | None = None
+    weight: float | None = None
     connect_timeout_s: float = DEFAULT_CONNECT_TIMEOUT_S
     ttft_timeout_s: float = DEFAULT_TTFT_TIMEOUT_S
     timeout_s: float = DEFAULT_TIMEOUT_S
-    context_window: Optional[int] = None
+    context_window: int | None = None
     extra_body: Mapping[str, Any] = field(default_factory=dict)
     resilience: Mapping[str, Any] = field(default_factory=dict)
     key_path: str = ""
@@ -220,8 +220,8 @@ class Deployment:
 class Tier:
     name: str
     deployments: List[Deployment]
-    fallback_tier: Optional[str] = None
-    sticky_key: Optional[str] = None
+    fallback_tier: str | None = None
+    sticky_key: str | None = None
     resilience: Mapping[str, Any] = field(default_factory=dict)
     pools: Dict[str, List[Deployment]] = field(default_factory=dict)  # pool -> its own deployments
     kind: str = "chat"  # "chat" or "embedding"
@@ -246,8 +246,8 @@ class Sections:
     budgets: List[BudgetConfig]
     guards: Dict[str, GuardConfig]
     telemetry: TelemetryConfig
-    cache: Optional[CacheSettings] = None  # [cache] and the tiers' `cache` tables
-    state: Optional[StateConfig] = None  # backend "local" (per process) or "redis"
+    cache: CacheSettings | None = None  # [cache] and the tiers' `cache` tables
+    state: StateConfig | None = None  # backend "local" (per process) or "redis"
 
 
 @dataclass
@@ -262,7 +262,7 @@ class Config:
     base_dir: Path = field(default_factory=Path.cwd)
     # The provider a bare model id goes to when no tier or deployment names it: set by
     # `Client(base_url=...)` (llmroute/openai_surface/construction.py), whose model= is the server's own id.
-    default_provider: Optional[str] = None
+    default_provider: str | None = None
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>", base_dir: Path | None = None) -> "Config":
@@ -272,7 +272,7 @@ class Config:
     def from_file(cls, path: str | os.PathLike[str]) -> "Config":
         return load_config(path)
 
-    def deployment(self, deployment_id: str) -> Optional[Deployment]:
+    def deployment(self, deployment_id: str) -> Deployment | None:
         """A deployment by its "provider:model" id, from a tier if one lists it, else built on demand."""
         for dep in self.all_deployments():
             if dep.id == deployment_id:
@@ -404,7 +404,7 @@ def _raise_validation(exc: ValidationError, source: str, prefix: str = "", model
     raise ConfigError(msg + more, path=source, key=key or None) from None
 
 
-def _fields_at(loc: tuple[Any, ...], root: Any = None) -> Optional[List[str]]:
+def _fields_at(loc: tuple[Any, ...], root: Any = None) -> List[str] | None:
     """The keys the config's model (`root`, the whole config by default) takes at `loc`, read from the
     models' types; None when `loc` leads somewhere they do not describe."""
     tp: Any = root or _RawConfig
@@ -753,7 +753,7 @@ def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:
     if cfg.metrics_url is not None:
         check_base_url(cfg.metrics_url, source=source, key=f"{key_path}.metrics_url")
 
-    api_key: Optional[SecretStr] = None
+    api_key: SecretStr | None = None
     if cfg.api_key is not None:
         api_key = cfg.api_key
         if not api_key.get().strip():
@@ -787,7 +787,7 @@ def _resolve_provider(name: str, cfg: ProviderConfig, source: str) -> Provider:
 
 
 def _make_deployment(
-    provider: Provider, model: str, cfg: DeploymentConfig, tier: Optional[str], key_path: str
+    provider: Provider, model: str, cfg: DeploymentConfig, tier: str | None, key_path: str
 ) -> Deployment:
     pc = provider.config
     return Deployment(

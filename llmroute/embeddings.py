@@ -19,7 +19,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Protocol, Union
 
 from pydantic import Field
 
@@ -67,8 +67,8 @@ class CreateEmbeddingResponse(_OpenAIModel):
     data: List[Embedding] = Field(default_factory=list)
     model: str = ""
     usage: EmbeddingUsage = Field(default_factory=EmbeddingUsage)
-    route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Cost] = Field(default=None, exclude=True)
+    route: Route | None = Field(default=None, exclude=True)
+    cost: Cost | None = Field(default=None, exclude=True)
 
 
 @dataclass
@@ -77,17 +77,17 @@ class PreparedEmbedding:
 
     model: str
     call: EmbeddingInput
-    feature: Optional[str]
+    feature: str | None
     metadata: Dict[str, str]
     pool: str
-    timeout_s: Optional[float]
+    timeout_s: float | None
     request_id: str
-    target: Optional[Target] = None
-    input_tokens: Optional[int] = None
+    target: Target | None = None
+    input_tokens: int | None = None
     stream: bool = False
     operation: str = "embeddings"
     cache: Any = None  # embeddings are not cached (the response cache is for chat answers)
-    max_retries: Optional[int] = None  # the client's `max_retries` option (`with_options`)
+    max_retries: int | None = None  # the client's `max_retries` option (`with_options`)
 
     @property
     def messages(self) -> List[Dict[str, Any]]:
@@ -209,8 +209,8 @@ class _Finished:
     id: str
     usage: Usage
     choices: List[Any] = field(default_factory=list)
-    route: Optional[Route] = None
-    cost: Optional[Cost] = None
+    route: Route | None = None
+    cost: Cost | None = None
 
 
 class EmbeddingRun(CallRun):
@@ -252,7 +252,7 @@ class EmbeddingRun(CallRun):
         rec = ctx.record
         rec.usage, rec.usage_estimated, rec.billed = usage, estimated, True
 
-    def finish(self, ctx: Any, body: Dict[str, Any], usage: Optional[Usage], now: float) -> CreateEmbeddingResponse:
+    def finish(self, ctx: Any, body: Dict[str, Any], usage: Usage | None, now: float) -> CreateEmbeddingResponse:
         """The attempt answered: record it (usage counted here when the platform sent none)."""
         view = _Finished(id=body.get("id") or "", usage=usage or Usage())
         self.succeeded(ctx, view, usage is not None, now, None)  # type: ignore[arg-type]  # what succeeded() reads of a ChatCompletion
@@ -274,7 +274,7 @@ class AttemptBatches:
         self.ctx = ctx
         self.parts = ctx.adapter.batches(call)
         self.bodies: List[Dict[str, Any]] = []
-        self.usages: List[Optional[Usage]] = []
+        self.usages: List[Usage | None] = []
 
     def next_request(self) -> Any:
         """The next request to send (also set as `ctx.request`), or None when all are answered."""
@@ -290,7 +290,7 @@ class AttemptBatches:
         self.bodies.append(body)
         self.usages.append(usage)
 
-    def result(self) -> tuple[Dict[str, Any], Optional[Usage]]:
+    def result(self) -> tuple[Dict[str, Any], Usage | None]:
         if len(self.bodies) == 1:
             return self.bodies[0], self.usages[0]
         data = [{**item, "index": n} for n, item in enumerate(i for body in self.bodies for i in body["data"])]
@@ -317,7 +317,7 @@ class _EmbeddingsClient(EngineClient, Protocol):
     """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
 
     def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
-    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], int | None]: ...
 
 
 class _AsyncEmbeddingsClient(EngineClient, Protocol):
@@ -326,7 +326,7 @@ class _AsyncEmbeddingsClient(EngineClient, Protocol):
     @property
     def _offload(self) -> Offload: ...
     async def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
-    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Optional[int]]: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], int | None]: ...
 
 
 class Embeddings:

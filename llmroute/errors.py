@@ -72,7 +72,7 @@ from __future__ import annotations
 import builtins
 import json
 import warnings
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from llmroute._runtime.redaction import is_secret_header, scrub
 
@@ -227,10 +227,10 @@ class APIError(LLMRouteError):
     and `type` are read from it; `request` is a `RequestInfo` once known."""
 
     body: Any = None
-    code: Optional[str] = None
-    param: Optional[str] = None
-    type: Optional[str] = None
-    request: Optional[RequestInfo] = None
+    code: str | None = None
+    param: str | None = None
+    type: str | None = None
+    request: RequestInfo | None = None
     held: bool = False  # raised for a hold (nothing sent): see the module docstring
 
 
@@ -478,7 +478,7 @@ class AllDeploymentsFailedError(APIError):
     @property
     def last_error(self) -> BaseException | None:
         for attempt in reversed(self.attempts):
-            error: Optional[BaseException] = getattr(attempt, "error", None)
+            error: BaseException | None = getattr(attempt, "error", None)
             if error is not None:
                 return error
         return None

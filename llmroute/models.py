@@ -13,7 +13,7 @@ The requests go through the client's send path (`_http/exchange.py`): its timeou
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Dict, Iterator, List, Protocol
 
 from pydantic import Field
 
@@ -57,7 +57,7 @@ class ModelList(_OpenAIModel):
         return len(self.data)
 
 
-def _providers(config: "Config", provider: Optional[str]) -> List["Provider"]:
+def _providers(config: "Config", provider: str | None) -> List["Provider"]:
     if provider is None:
         return list(config.providers.values())
     if provider not in config.providers:
@@ -128,7 +128,7 @@ class Models:
     def __init__(self, client: _ModelsClient) -> None:
         self._client = client
 
-    def list(self, *, provider: Optional[str] = None) -> ModelList:
+    def list(self, *, provider: str | None = None) -> ModelList:
         listed: Dict[str, List[Model]] = {}
         errors: Dict[str, E.ProviderError] = {}
         for p in _providers(self._client.config, provider):
@@ -155,7 +155,7 @@ class AsyncModels:
     def __init__(self, client: _AsyncModelsClient) -> None:
         self._client = client
 
-    async def list(self, *, provider: Optional[str] = None) -> ModelList:
+    async def list(self, *, provider: str | None = None) -> ModelList:
         import asyncio  # not at import llmroute: the sync client never needs it
 
         async def one(p: "Provider") -> Any:

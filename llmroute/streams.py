@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Optional, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple
 
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
@@ -42,13 +42,13 @@ class _Opened:
     """One attempt, opened: a plain call's parsed body, or a stream read up to its first content."""
 
     ctx: AttemptContext
-    state: Optional[StreamState]  # streams only
+    state: StreamState | None  # streams only
     response: Any = None  # a transport.SyncResponse, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
-    parsed: Optional[Tuple[Any, ...]] = None  # (ChatCompletion, usage_reported) for a plain call
+    parsed: Tuple[Any, ...] | None = None  # (ChatCompletion, usage_reported) for a plain call
     at_end: bool = False  # the stream ended while opening
-    error: Optional[E.ProviderError] = None
+    error: E.ProviderError | None = None
     cancelled: bool = False
     run: Any = None  # the CallRun: a plain body is parsed within its answer caps
 
@@ -64,8 +64,8 @@ class _Ends:
     it already has); a stream closed early never ends."""
 
     _run: CallRun
-    _final: Optional[ChatCompletion] = None
-    _on_end: Optional[Callable[[ChatCompletion], None]] = None
+    _final: ChatCompletion | None = None
+    _on_end: Callable[[ChatCompletion], None] | None = None
 
     def _switch(self, opened: _Opened) -> None:
         self._bytes: Any = opened.chunks  # the attempt's byte iterator (sync or async)
@@ -111,9 +111,9 @@ class Stream(_Ends):
     def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], _Opened]) -> None:
         self._run = run
         self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
-        self._final: Optional[ChatCompletion] = None
+        self._final: ChatCompletion | None = None
         self._closed = False
-        self._iterator: Optional[Iterator[ChatCompletionChunk]] = None
+        self._iterator: Iterator[ChatCompletionChunk] | None = None
         self._switch(opened)
 
     def __iter__(self) -> "Stream":
@@ -196,7 +196,7 @@ class Stream(_Ends):
             self._run.caller_closed(self._state, _now())
         end_call(self._run, "cancelled", None, _now())
 
-    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: BaseException | None) -> None:
         """The stream ended other than by its end, an error or close(): release and record it once."""
         self._closed = True
         self._release()
@@ -221,7 +221,7 @@ class Stream(_Ends):
         self.close()
 
 
-def _finished(final: Optional[ChatCompletion], closed: bool) -> ChatCompletion:
+def _finished(final: ChatCompletion | None, closed: bool) -> ChatCompletion:
     """A stream's assembled response, or the error that says why there is none yet (sync and async alike)."""
     if final is not None:
         return final
@@ -238,10 +238,10 @@ class AsyncStream(_Ends):
     def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], Awaitable[_Opened]]) -> None:
         self._run = run
         self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
-        self._final: Optional[ChatCompletion] = None
+        self._final: ChatCompletion | None = None
         self._closed = False
         self._loop = _running_loop()
-        self._aiterator: Optional[AsyncIterator[ChatCompletionChunk]] = None
+        self._aiterator: AsyncIterator[ChatCompletionChunk] | None = None
         self._switch(opened)
 
     def __aiter__(self) -> "AsyncStream":
@@ -332,7 +332,7 @@ class AsyncStream(_Ends):
 
     close = aclose
 
-    def _end(self, status: ExitStatus, error: Optional[BaseException]) -> None:
+    def _end(self, status: ExitStatus, error: BaseException | None) -> None:
         """Ended other than by its end, an error or aclose(): record it once; the response is closed
         on its event loop (it cannot be awaited from here)."""
         self._closed = True

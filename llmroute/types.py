@@ -8,7 +8,7 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Literal, Optional, Protocol
+from typing import Any, Callable, Dict, List, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -47,7 +47,7 @@ class _OpenAIModel(BaseModel):
         those llmroute set), server extras included; llmroute's own `route` and `cost` left out."""
         return self.model_dump(mode=mode, by_alias=True, exclude_unset=exclude_unset, exclude_none=exclude_none)
 
-    def to_json(self, *, indent: Optional[int] = 2, exclude_unset: bool = True, exclude_none: bool = False) -> str:
+    def to_json(self, *, indent: int | None = 2, exclude_unset: bool = True, exclude_none: bool = False) -> str:
         """The response as JSON text, as openai-python's `to_json()` (2-space indent by default)."""
         return self.model_dump_json(indent=indent, by_alias=True, exclude_unset=exclude_unset,
                                     exclude_none=exclude_none)
@@ -63,20 +63,20 @@ def _none_as_empty(value: Any) -> Any:
 
 class PromptTokensDetails(_OpenAIModel):
     cached_tokens: int = 0
-    audio_tokens: Optional[int] = None
-    cache_write_tokens: Optional[int] = None
-    image_tokens: Optional[int] = None
-    text_tokens: Optional[int] = None
+    audio_tokens: int | None = None
+    cache_write_tokens: int | None = None
+    image_tokens: int | None = None
+    text_tokens: int | None = None
 
     _cached = field_validator("cached_tokens", mode="before")(_none_as_zero)
 
 
 class CompletionTokensDetails(_OpenAIModel):
     reasoning_tokens: int = 0
-    accepted_prediction_tokens: Optional[int] = None
-    audio_tokens: Optional[int] = None
-    rejected_prediction_tokens: Optional[int] = None
-    text_tokens: Optional[int] = None
+    accepted_prediction_tokens: int | None = None
+    audio_tokens: int | None = None
+    rejected_prediction_tokens: int | None = None
+    text_tokens: int | None = None
 
     _reasoning = field_validator("reasoning_tokens", mode="before")(_none_as_zero)
 
@@ -101,26 +101,26 @@ class Usage(_OpenAIModel):
 
 
 class FunctionCall(_OpenAIModel):
-    name: Optional[str] = None
+    name: str | None = None
     arguments: str = ""
 
 
 class ToolCall(_OpenAIModel):
-    id: Optional[str] = None
+    id: str | None = None
     type: str = "function"
     function: FunctionCall = Field(default_factory=FunctionCall)
 
 
 class ChatCompletionMessage(_OpenAIModel):
     role: str = "assistant"
-    content: Optional[str] = None
-    reasoning_content: Optional[str] = None
-    tool_calls: Optional[List[ToolCall]] = None
-    refusal: Optional[str] = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: List[ToolCall] | None = None
+    refusal: str | None = None
     # Declared by openai-python's type; None when the platform did not send them.
-    annotations: Optional[List[Dict[str, Any]]] = None
-    audio: Optional[Dict[str, Any]] = None
-    function_call: Optional[FunctionCall] = None
+    annotations: List[Dict[str, Any]] | None = None
+    audio: Dict[str, Any] | None = None
+    function_call: FunctionCall | None = None
 
 
 class TopLogprob(_OpenAIModel):
@@ -128,7 +128,7 @@ class TopLogprob(_OpenAIModel):
 
     token: str = ""
     logprob: float = 0.0
-    bytes: Optional[List[int]] = None
+    bytes: List[int] | None = None
 
 
 class ChatCompletionTokenLogprob(_OpenAIModel):
@@ -136,7 +136,7 @@ class ChatCompletionTokenLogprob(_OpenAIModel):
 
     token: str = ""
     logprob: float = 0.0
-    bytes: Optional[List[int]] = None
+    bytes: List[int] | None = None
     top_logprobs: List[TopLogprob] = Field(default_factory=list)
 
 
@@ -144,39 +144,39 @@ class ChoiceLogprobs(_OpenAIModel):
     """A choice's log probabilities: per token of the content, and of a refusal. On a streamed
     chunk, the tokens of that chunk; on a completion, all of them."""
 
-    content: Optional[List[ChatCompletionTokenLogprob]] = None
-    refusal: Optional[List[ChatCompletionTokenLogprob]] = None
+    content: List[ChatCompletionTokenLogprob] | None = None
+    refusal: List[ChatCompletionTokenLogprob] | None = None
 
 
 class Choice(_OpenAIModel):
     index: int = 0
     message: ChatCompletionMessage = Field(default_factory=ChatCompletionMessage)
-    finish_reason: Optional[str] = None
-    logprobs: Optional[ChoiceLogprobs] = None
+    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class ToolCallDelta(_OpenAIModel):
     index: int = 0
-    id: Optional[str] = None
-    type: Optional[str] = None
-    function: Optional[FunctionCall] = None
+    id: str | None = None
+    type: str | None = None
+    function: FunctionCall | None = None
 
 
 class ChoiceDelta(_OpenAIModel):
-    role: Optional[str] = None
-    content: Optional[str] = None
-    reasoning_content: Optional[str] = None
-    tool_calls: Optional[List[ToolCallDelta]] = None
-    refusal: Optional[str] = None
-    function_call: Optional[FunctionCall] = None  # declared by openai-python's type; None unless sent
-    audio: Optional[Dict[str, Any]] = None
+    role: str | None = None
+    content: str | None = None
+    reasoning_content: str | None = None
+    tool_calls: List[ToolCallDelta] | None = None
+    refusal: str | None = None
+    function_call: FunctionCall | None = None  # declared by openai-python's type; None unless sent
+    audio: Dict[str, Any] | None = None
 
 
 class ChunkChoice(_OpenAIModel):
     index: int = 0
     delta: ChoiceDelta = Field(default_factory=ChoiceDelta)
-    finish_reason: Optional[str] = None
-    logprobs: Optional[ChoiceLogprobs] = None
+    finish_reason: str | None = None
+    logprobs: ChoiceLogprobs | None = None
 
 
 class Attempt(BaseModel):
@@ -187,29 +187,29 @@ class Attempt(BaseModel):
     deployment: str
     provider: str
     model: str
-    tier: Optional[str] = None
+    tier: str | None = None
     number: int = 1
     status: Literal["ok", "error", "skipped", "cancelled", "interrupted", "abandoned"] = "ok"
-    error: Optional[BaseException] = Field(default=None, exclude=True)
-    error_type: Optional[str] = None
-    error_message: Optional[str] = None
-    http_status: Optional[int] = None
-    request_id: Optional[str] = None
+    error: BaseException | None = Field(default=None, exclude=True)
+    error_type: str | None = None
+    error_message: str | None = None
+    http_status: int | None = None
+    request_id: str | None = None
     started_at: float = 0.0
     duration_s: float = 0.0
-    ttft_s: Optional[float] = None
-    connect_s: Optional[float] = None  # time opening a new connection; None when one was reused
-    usage: Optional[Usage] = None
+    ttft_s: float | None = None
+    connect_s: float | None = None  # time opening a new connection; None when one was reused
+    usage: Usage | None = None
     usage_estimated: bool = False
     billed: bool = False
-    cost: Optional[Cost] = None
-    note: Optional[str] = None
+    cost: Cost | None = None
+    note: str | None = None
     # The HTTP headers of the platform's answer (an attempt that was answered): `with_raw_response`.
     response_headers: Any = Field(default=None, exclude=True, repr=False)
     # How this attempt took up an answer cut after content: "continued" (the cut text as a prefill),
     # "replayed" (a stream started again, delivered past the text the caller saw), "restarted" (a
     # plain call answered again). None: it started the answer.
-    recovery: Optional[str] = None
+    recovery: str | None = None
 
     @property
     def id(self) -> str:
@@ -221,29 +221,29 @@ class Route(BaseModel):
 
     model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
-    provider: Optional[str] = None
-    deployment: Optional[str] = None
-    model: Optional[str] = None
-    tier: Optional[str] = None
-    reason: Optional[str] = None
-    score: Optional[float] = None
+    provider: str | None = None
+    deployment: str | None = None
+    model: str | None = None
+    tier: str | None = None
+    reason: str | None = None
+    score: float | None = None
     pool: str = "interactive"
-    feature: Optional[str] = None
+    feature: str | None = None
     attempts: List[Attempt] = Field(default_factory=list)
     usage_estimated: bool = False
-    request_id: Optional[str] = None
+    request_id: str | None = None
     warnings: List[str] = Field(default_factory=list)  # e.g. malformed stream events that were skipped
     # An answer cut after content started, and how it was finished (the last path that took it up):
     # "continued" (on a deployment that continues a prefill), "replayed" (a stream started again and
     # delivered past the text the caller had seen, docs/failover.md) or "restarted" (a plain call
     # answered again from scratch). Each attempt's own part is `Attempt.recovery`.
-    recovery: Optional[str] = None
+    recovery: str | None = None
     resumed_at: List[int] = Field(default_factory=list)  # character offsets where continued/replayed text begins
 
-    cache: Optional[str] = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
-    cache_similarity: Optional[float] = None  # a semantic lookup's best cosine similarity
+    cache: str | None = None  # "hit" | "semantic-hit" | "miss" | "bypass"; None: no cache in play
+    cache_similarity: float | None = None  # a semantic lookup's best cosine similarity
     # A tier balanced by load: why its first deployment was chosen (each one's expected delay).
-    balance: Optional[str] = None
+    balance: str | None = None
     queued_s: float = 0.0  # time the call waited in the client-side queue for a free deployment
 
 
@@ -254,12 +254,12 @@ class ChatCompletion(_OpenAIModel):
     model: str = ""
     choices: List[Choice] = Field(default_factory=list)
     usage: Usage = Field(default_factory=Usage)
-    system_fingerprint: Optional[str] = None
-    service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
-    metadata: Optional[Dict[str, Any]] = None  # as openai-python declares (the platform's, not llmroute's `metadata=`)
-    moderation: Optional[Dict[str, Any]] = None
-    route: Optional[Route] = Field(default=None, exclude=True)
-    cost: Optional[Cost] = Field(default=None, exclude=True)
+    system_fingerprint: str | None = None
+    service_tier: str | None = None  # declared by openai-python's type; None unless the platform sent it
+    metadata: Dict[str, Any] | None = None  # as openai-python declares (the platform's, not llmroute's `metadata=`)
+    moderation: Dict[str, Any] | None = None
+    route: Route | None = Field(default=None, exclude=True)
+    cost: Cost | None = Field(default=None, exclude=True)
 
 
 class ChatCompletionChunk(_OpenAIModel):
@@ -268,11 +268,11 @@ class ChatCompletionChunk(_OpenAIModel):
     created: int = 0
     model: str = ""
     choices: List[ChunkChoice] = Field(default_factory=list)
-    usage: Optional[Usage] = None
-    system_fingerprint: Optional[str] = None
-    service_tier: Optional[str] = None  # declared by openai-python's type; None unless the platform sent it
-    moderation: Optional[Dict[str, Any]] = None
-    obfuscation: Optional[str] = None
+    usage: Usage | None = None
+    system_fingerprint: str | None = None
+    service_tier: str | None = None  # declared by openai-python's type; None unless the platform sent it
+    moderation: Dict[str, Any] | None = None
+    obfuscation: str | None = None
     # True on the first content chunk of a continuation: what follows continues a cut answer.
     resumed: bool = Field(default=False, exclude=True)
 

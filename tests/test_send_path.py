@@ -15,7 +15,7 @@ import gzip
 import json
 import re
 from pathlib import Path
-from typing import Any, Awaitable, Callable, Iterator, Optional
+from typing import Any, Awaitable, Callable, Iterator
 
 import pytest
 
@@ -37,7 +37,7 @@ SLOW_S = 10.0  # how long a slow server waits before answering; every limit unde
 MESSAGES = [{"role": "user", "content": "say something long"}]
 
 
-def _config(server: Any, *, timeout_s: Optional[float] = None) -> dict[str, Any]:
+def _config(server: Any, *, timeout_s: float | None = None) -> dict[str, Any]:
     provider: dict[str, Any] = {"kind": "openai-compatible", "base_url": server.base_url}
     if server.api_key is not None:
         provider["api_key"] = server.api_key
@@ -54,7 +54,7 @@ def _config(server: Any, *, timeout_s: Optional[float] = None) -> dict[str, Any]
     }
 
 
-def _run(mode: str, config: dict[str, Any], op: Callable[[Any], Any], limits: Optional[L.ReadLimits] = None) -> Any:
+def _run(mode: str, config: dict[str, Any], op: Callable[[Any], Any], limits: L.ReadLimits | None = None) -> Any:
     """`op(client)` on a fresh client of `mode`; awaited for the async client."""
     if mode == "sync":
         with L.Client(config, read_limits=limits) as client:
@@ -178,7 +178,7 @@ def test_the_timeout_holds_for_every_operation(openai_server: Any, mode: str, op
 # ---- the batch APIs ------------------------------------------------------------------------------
 
 
-def _batch_operation(request: RecordedRequest) -> Optional[str]:
+def _batch_operation(request: RecordedRequest) -> str | None:
     path, method = request.path, request.method
     if method == "POST" and path.endswith("/files"):
         return "upload"
@@ -197,9 +197,9 @@ class _ShapedBatchServer(TogetherBatchServer):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.pad: Optional[str] = None
-        self.slow: Optional[str] = None
-        self.echo: Optional[str] = None  # this operation is refused with a 400 that echoes the request's key
+        self.pad: str | None = None
+        self.slow: str | None = None
+        self.echo: str | None = None  # this operation is refused with a 400 that echoes the request's key
 
     async def handle(self, request: RecordedRequest) -> Response:  # type: ignore[override]
         response = await super().handle(request)
@@ -412,7 +412,7 @@ class _Redirecting:
         import threading
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-        seen: list[tuple[int, str, Optional[str]]] = []
+        seen: list[tuple[int, str, str | None]] = []
         self.seen = seen
         owner = self
 
@@ -427,7 +427,7 @@ class _Redirecting:
                 else:
                     self._answer(200, b'{"ok": true}' + b" " * (4 * KIB))
 
-            def _answer(self, status: int, body: bytes, location: Optional[str] = None) -> None:
+            def _answer(self, status: int, body: bytes, location: str | None = None) -> None:
                 self.send_response(status)
                 if location:
                     self.send_header("Location", location)

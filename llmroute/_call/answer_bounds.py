@@ -23,7 +23,7 @@ Never raises anything but `ResponseTooLargeError`; never reads a clock or a sock
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Tuple
 
 from llmroute import errors as E
 
@@ -52,8 +52,8 @@ class AnswerMeter:
 
     __slots__ = ("limits", "max_choices", "token_cap", "char_cap", "chars", "answer_chars", "tools", "where")
 
-    def __init__(self, limits: "ReadLimits", params: Mapping[str, Any], *, provider: Optional[str] = None,
-                 deployment: Optional[str] = None) -> None:
+    def __init__(self, limits: "ReadLimits", params: Mapping[str, Any], *, provider: str | None = None,
+                 deployment: str | None = None) -> None:
         self.limits = limits
         n = params.get("n")
         self.max_choices = n if isinstance(n, int) and not isinstance(n, bool) and n > 0 else 1
@@ -106,7 +106,7 @@ class AnswerMeter:
             if d.reasoning_content or other:
                 self._add(len(d.reasoning_content or ""), other)
 
-    def usage(self, usage: Optional["Usage"]) -> None:
+    def usage(self, usage: "Usage" | None) -> None:
         """The platform's own count (a running count on each chunk, or the final one)."""
         if usage is None or self.token_cap is None:
             return

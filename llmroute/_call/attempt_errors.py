@@ -4,7 +4,6 @@ transports raise is `_http/exchange.py`'s to say (re-exported here)."""
 
 from __future__ import annotations
 
-from typing import Optional
 
 from llmroute import errors as E
 from llmroute._call.call import AttemptContext, StreamState, stall_timeout
@@ -14,7 +13,7 @@ from llmroute._http.transport import map_transport_error
 __all__ = ["transport_error", "sync_network_errors", "network_errors"]
 
 
-def transport_error(exc: Exception, ctx: AttemptContext, state: Optional[StreamState] = None) -> E.ProviderError:
+def transport_error(exc: Exception, ctx: AttemptContext, state: StreamState | None = None) -> E.ProviderError:
     """The attempt's typed error for what its transport raised: a read cut at the attempt's deadline is
     the total timeout (`exchange.at_deadline`), a read timeout after content a stall."""
     error = map_transport_error(exc, provider=ctx.deployment.provider.name, deployment=ctx.deployment.id,

@@ -17,7 +17,7 @@ import threading
 import time
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Callable, List, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, List, Union
 
 from llmroute.providers.base import StreamAssembler, for_caller, usage_chunks_wanted
 from llmroute._call.targets import resolve_target
@@ -45,17 +45,17 @@ class CacheCall:
     """One call's dealings with the cache."""
 
     cache: "ResponseCache"
-    outcome: Optional[str]  # "hit" | "semantic-hit" | "miss" | "bypass"
+    outcome: str | None  # "hit" | "semantic-hit" | "miss" | "bypass"
     decision: Decision
     namespace: str = ""
-    parts: Optional[KeyParts] = None
+    parts: KeyParts | None = None
     deployments: frozenset[str] = frozenset()
-    entry: Optional[Entry] = None
-    similarity: Optional[float] = None
-    embedding: Optional[List[float]] = None
-    chunks: Optional[List[ChatCompletionChunk]] = None
+    entry: Entry | None = None
+    similarity: float | None = None
+    embedding: List[float] | None = None
+    chunks: List[ChatCompletionChunk] | None = None
     started_at: float = field(default_factory=time.monotonic)
-    store_later: Optional[Callable[..., None]] = None  # AsyncClient's `Offload.submit`: stores off its loop
+    store_later: Callable[..., None] | None = None  # AsyncClient's `Offload.submit`: stores off its loop
 
     @property
     def needs_embedding(self) -> bool:
@@ -63,7 +63,7 @@ class CacheCall:
         return (self.outcome == "miss" and self.decision.semantic and self.cache.embedder is not None
                 and self.parts is not None and bool(self.parts.query))
 
-    def semantic_lookup(self, embedding: Optional[List[float]]) -> None:
+    def semantic_lookup(self, embedding: List[float] | None) -> None:
         """Look among the group's entries with the query's embedding (None: the embedder failed)."""
         if embedding is None or self.parts is None:
             return
@@ -150,8 +150,8 @@ class CacheCall:
         return completion
 
 
-def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall",
-          call: CallCache) -> Optional[CacheCall]:
+def begin(cache: "ResponseCache" | None, engine: "Engine", prepared: "PreparedCall",
+          call: CallCache) -> CacheCall | None:
     """Decide and look up (exact key). None: the cache is not in play for this call."""
     if cache is None or (call.mode is None and not cache.settings.in_use):
         return None
@@ -180,11 +180,11 @@ def begin(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepare
                      entry=entry, started_at=started)
 
 
-_BYPASS_WARNED: set[tuple[int, Optional[str], str]] = set()  # (cache id, tier, reason) already logged
+_BYPASS_WARNED: set[tuple[int, str | None, str]] = set()  # (cache id, tier, reason) already logged
 _BYPASS_LOCK = threading.Lock()
 
 
-def warn_bypass(cache: "ResponseCache", tier: Optional[str], reason: str) -> None:
+def warn_bypass(cache: "ResponseCache", tier: str | None, reason: str) -> None:
     """The cache is on but skipped this call: say why, once per (tier, reason) for this cache."""
     key = (id(cache), tier, reason)
     with _BYPASS_LOCK:
@@ -195,8 +195,8 @@ def warn_bypass(cache: "ResponseCache", tier: Optional[str], reason: str) -> Non
                    f"tier {tier!r}" if tier else "this target", reason)
 
 
-def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
-           transport: Any = None) -> Optional[CacheCall]:
+def lookup(cache: "ResponseCache" | None, engine: "Engine", prepared: "PreparedCall", call: CallCache,
+           transport: Any = None) -> CacheCall | None:
     """`begin()`, then a semantic lookup if one is due (the embedding fetched on this thread)."""
     cached = begin(cache, engine, prepared, call)
     if cached is not None and cached.needs_embedding and cached.parts is not None:  # (needs_embedding: parts set)
@@ -205,8 +205,8 @@ def lookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "Prepar
     return cached
 
 
-async def alookup(cache: Optional["ResponseCache"], engine: "Engine", prepared: "PreparedCall", call: CallCache,
-                  transport: Any = None, offload: Any = None) -> Optional[CacheCall]:
+async def alookup(cache: "ResponseCache" | None, engine: "Engine", prepared: "PreparedCall", call: CallCache,
+                  transport: Any = None, offload: Any = None) -> CacheCall | None:
     """`lookup()` for `AsyncClient`: the embedding is awaited; with `offload` (an `offload.Offload`)
     the backend's lookups run in its worker threads and the store after a miss is handed to it."""
     if offload is None:
@@ -239,7 +239,7 @@ class RecordingAssembler(StreamAssembler):
     def __init__(self, owner: CacheCall) -> None:
         super().__init__()
         self._owner = owner
-        self._chunks: Optional[List[ChatCompletionChunk]] = []
+        self._chunks: List[ChatCompletionChunk] | None = []
 
     def add(self, chunk: ChatCompletionChunk) -> None:
         super().add(chunk)
@@ -289,7 +289,7 @@ class CachedStream:
         return self._final
 
     @property
-    def route(self) -> Optional[Route]:
+    def route(self) -> Route | None:
         return self._final.route
 
     def close(self) -> None:
@@ -322,7 +322,7 @@ class AsyncCachedStream(CachedStream):
         return self._final
 
 
-def open_cache(config: Any, *, backend: Optional[Backend] = None, clock: Any = None) -> ResponseCache:
+def open_cache(config: Any, *, backend: Backend | None = None, clock: Any = None) -> ResponseCache:
     """The `ResponseCache` a `Config` asks for (`[cache]`, the tiers' `cache`, `[cache.semantic]`)."""
     import time
 

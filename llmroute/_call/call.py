@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
@@ -81,7 +81,7 @@ class AttemptContext:
     trace: Any = None
     streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
     continuation: bool = False  # continues the partial answer of a cut attempt
-    replay_of: Optional[str] = None  # a replay: the text the caller saw, to be repeated before anything is delivered
+    replay_of: str | None = None  # a replay: the text the caller saw, to be repeated before anything is delivered
     resume_offset: int = 0  # a continuation: where its text begins in the answer
     partial: Any = None  # the attempt's StreamState, when read as a stream
     unsent: bool = False  # the request could not be built: nothing reached the platform
@@ -91,7 +91,7 @@ class AttemptContext:
         """The transport refused the request before sending it: nothing reached the platform."""
         self.unsent = True
 
-    def connected(self, connect_s: Optional[float]) -> None:
+    def connected(self, connect_s: float | None) -> None:
         """The transport's connect time for this attempt (None: a pooled connection was reused)."""
         self.record.connect_s = connect_s
 
@@ -270,7 +270,7 @@ class CallRun:
         return ctx
 
     def failed(self, ctx: AttemptContext, error: BaseException, now: float, *, content_started: bool = False,
-               partial: Optional["StreamState"] = None, recover: bool = True) -> None:
+               partial: "StreamState" | None = None, recover: bool = True) -> None:
         """Record a failed attempt; the plan decides what happens next (`next_step`).
 
         After content started, `recover` lets the plan finish the answer on another deployment
@@ -340,7 +340,7 @@ class CallRun:
             raise
         return completion, reported
 
-    def recovery_mode(self, ctx: AttemptContext, partial: Optional["StreamState"]) -> Optional[str]:
+    def recovery_mode(self, ctx: AttemptContext, partial: "StreamState" | None) -> str | None:
         """How a cut answer may be finished: streams continue it ("continue": `stream_recovery =
         "continue"`; "continue_or_replay": the cut deployment may continue it too, and a replay may
         follow, see `replay_scope`) or raise (None); plain calls continue it or answer again
@@ -354,7 +354,7 @@ class CallRun:
             return "continue" if setting == "continue" else "continue_or_replay"
         return "continue_or_restart" if continuable else "restart"
 
-    def replay_scope(self, ctx: AttemptContext) -> Optional[str]:
+    def replay_scope(self, ctx: AttemptContext) -> str | None:
         """May a stream cut at `ctx` be replayed where no deployment continues it, and on which
         backups: "family" (the default, for greedy or seeded requests: `temperature = 0` or a
         `seed`), "any" (`stream_recovery = "replay"`: sampled requests too), or None (a sampled
@@ -385,7 +385,7 @@ class CallRun:
         self.route.resumed_at.append(offset)
 
     def succeeded(self, ctx: AttemptContext, completion: ChatCompletion, usage_reported: bool, now: float,
-                  ttft_s: Optional[float], attempt_usage: Optional[Usage] = None) -> ChatCompletion:
+                  ttft_s: float | None, attempt_usage: Usage | None = None) -> ChatCompletion:
         """The attempt answered. `attempt_usage` is this attempt's own usage when the completion joins
         several attempts (a recovered answer): its usage is then the sum of theirs."""
         rec = ctx.record
@@ -428,9 +428,9 @@ class CallRun:
         self._end(completion, None, now)
         return completion
 
-    def cancelled(self, ctx: AttemptContext, now: float, partial: Optional["StreamState"] = None,
+    def cancelled(self, ctx: AttemptContext, now: float, partial: "StreamState" | None = None,
                   why: str = "another attempt answered first", *, status: ExitStatus = "cancelled",
-                  error: Optional[BaseException] = None) -> None:
+                  error: BaseException | None = None) -> None:
         """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
         says how). Its prompt was sent, so it may be billed: recorded."""
         rec = ctx.record
@@ -479,7 +479,7 @@ class CallRun:
         sent), gives back their breaker permits and limit slots, and ends the call. Idempotent."""
         end_call(self, exit_status(error), error, now)
 
-    def end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+    def end(self, completion: ChatCompletion | None, error: BaseException | None, now: float) -> None:
         """End the call's span (once; later calls do nothing)."""
         self._end(completion, error, now)
 
@@ -497,7 +497,7 @@ class CallRun:
             recent_ttft_s=engine.breakers.breaker(ctx.deployment.id).recent_ttft(),
         )
 
-    def hedge(self, now: float) -> Optional[AttemptContext]:
+    def hedge(self, now: float) -> AttemptContext | None:
         """Start the hedge attempt now, if the plan has a candidate for it."""
         step = self.plan.hedge_step(now)
         self._sync_skips()
@@ -518,7 +518,7 @@ class CallRun:
                 self.recorder.attempt_skipped(self, record, self.engine.provider_kind(record.deployment))
         self._synced_plan_attempts = len(planned)
 
-    def _attempt_ended(self, ctx: AttemptContext, error: Optional[BaseException], now: float) -> None:
+    def _attempt_ended(self, ctx: AttemptContext, error: BaseException | None, now: float) -> None:
         """Price the ended attempt (its record keeps the cost) and tell the recorder."""
         rec = ctx.record
         # Thinking is billed when the usage reports reasoning tokens (compute_cost sees them); a request that
@@ -533,7 +533,7 @@ class CallRun:
             self.costs.append(rec.cost)
         self.recorder.attempt_ended(self, ctx, error, now)
 
-    def _end(self, completion: Optional[ChatCompletion], error: Optional[BaseException], now: float) -> None:
+    def _end(self, completion: ChatCompletion | None, error: BaseException | None, now: float) -> None:
         if self._ended:
             return
         self._ended = True
@@ -596,11 +596,11 @@ class StreamState:
         self.assembler = StreamAssembler() if run.prepared.cache is None else run.prepared.cache.assembler()
         self.held: List[ChatCompletionChunk] = []
         self.content_started = False
-        self.ttft_s: Optional[float] = None
-        self.last_content_at: Optional[float] = None
+        self.ttft_s: float | None = None
+        self.last_content_at: float | None = None
         self.ended = False
         # A replay: the text the caller saw, and how much of it the replay has repeated so far.
-        self.replay_of: Optional[str] = ctx.replay_of
+        self.replay_of: str | None = ctx.replay_of
         self.replayed = 0
         # The usage-only chunk reaches the caller only when it asked (`stream_options.include_usage`).
         self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
@@ -707,7 +707,7 @@ class StreamState:
             self.held = []
         return out
 
-    def _replay(self, chunk: ChatCompletionChunk, has_content: bool) -> Optional[ChatCompletionChunk]:
+    def _replay(self, chunk: ChatCompletionChunk, has_content: bool) -> ChatCompletionChunk | None:
         """A replay's chunk, checked against the text the caller saw (`replay_of`), character for
         character: None while it repeats that text (nothing is delivered), the chunk carrying only
         the new text once it has caught up, `ReplayDivergedError` when it differs. Chunks without

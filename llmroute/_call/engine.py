@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Protocol
 
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
@@ -45,14 +45,14 @@ class Admission:
     """What `Engine.admit` decided for one call, before anything is sent."""
 
     target: Target  # the routed target, or the tier a budget downgraded it to
-    max_tokens: Optional[int] = None  # a guard's output cap, for a call that asked none
+    max_tokens: int | None = None  # a guard's output cap, for a call that asked none
     reservation: Any = None  # the budget's reservation, given back by `Engine.settle`
     pre_admitted: Any = None  # limits admitted together with the reservation (shared state)
-    plan_rng: Optional[random.Random] = None  # the plan's own random order, predicted by `admit`
+    plan_rng: random.Random | None = None  # the plan's own random order, predicted by `admit`
     order: Any = None  # (candidates, fallback, BalanceChoice, Target): the plan's order, drawn once by `admit`
 
 
-def key_fingerprint(secret: Any) -> Optional[str]:
+def key_fingerprint(secret: Any) -> str | None:
     """A short hash of a provider's key (a `SecretStr`), to tell whether it changed; never the key."""
     return hashlib.sha256(secret.get().encode("utf-8")).hexdigest()[:16] if secret else None
 
@@ -232,7 +232,7 @@ class Engine:
         """The failover plan's arguments that depend on the call and its target."""
         candidate = self._candidate
 
-        def candidates(deps: List[Deployment], tier: Optional[str]) -> List[Any]:
+        def candidates(deps: List[Deployment], tier: str | None) -> List[Any]:
             return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
 
         tier = self.config.tiers.get(target.tier) if target.tier else None
@@ -319,7 +319,7 @@ class Engine:
         )
         return plan
 
-    def continue_style(self, dep: Deployment) -> Optional[str]:
+    def continue_style(self, dep: Deployment) -> str | None:
         """How `dep` continues a cut answer (providers/prefill.py), or None when it cannot. An explicit
         `continue_prefill` wins; else what its server turned out to be (`identify`), when it was
         identified; else its kind's documented default."""
@@ -327,7 +327,7 @@ class Engine:
         if self.identities is not None and self._identifiable(dep):
             identity = self.identities.known(dep.provider.name)
             if identity is not None and identity.server is not None:
-                style: Optional[str] = identity.style
+                style: str | None = identity.style
                 return style
         return continue_style(dep.provider.kind, dep.provider.protocol, policy.continue_prefill)
 
@@ -373,7 +373,7 @@ class Engine:
     def deployment(self, deployment_id: str) -> Deployment:
         return self._deployments[deployment_id]
 
-    def provider_kind(self, deployment_id: str) -> Optional[str]:
+    def provider_kind(self, deployment_id: str) -> str | None:
         dep = self._deployments.get(deployment_id)
         return dep.provider.kind if dep is not None else None
 
@@ -382,7 +382,7 @@ class Engine:
         p = dep.provider
         return self.prices.lookup(p.name, p.kind, p.region, dep.model)
 
-    def price(self, dep: Deployment, usage: Optional[Usage], *, estimated: bool, thinking: bool = False) -> "Cost":
+    def price(self, dep: Deployment, usage: Usage | None, *, estimated: bool, thinking: bool = False) -> "Cost":
         """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). Reported reasoning
         tokens bill the output at the thinking rate; `thinking=True` does so without them (the call
         decides: a thinking request whose usage cannot tell, docs/pricing.md)."""
@@ -398,7 +398,7 @@ class Engine:
             thinking=thinking and usage is not None,
         )
 
-    def total_cost(self, costs: List["Cost"]) -> Optional["Cost"]:
+    def total_cost(self, costs: List["Cost"]) -> "Cost" | None:
         """A call's cost: the sum of its billed attempts' (None when none was billed)."""
         return self._sum_costs(costs, rates=self.sections.pricing.rates()) if costs else None
 
@@ -429,7 +429,7 @@ class Engine:
             self.fleet.close()
 
 
-def _policies_for(policy: Callable[[str], Any], max_retries: Optional[int]) -> Callable[[str], Any]:
+def _policies_for(policy: Callable[[str], Any], max_retries: int | None) -> Callable[[str], Any]:
     """The policies of one call: the config's, or with the client's `max_retries` (openai-python's
     option, `with_options`) when it set one."""
     if max_retries is None:

@@ -21,7 +21,7 @@ cancellation), `abandoned` (a stream garbage-collected unclosed).
 from __future__ import annotations
 
 import logging
-from typing import Any, Literal, Mapping, Optional, Protocol
+from typing import Any, Literal, Mapping, Protocol
 
 ExitStatus = Literal["ok", "error", "interrupted", "cancelled", "abandoned"]  # EXIT_STATUSES, as a type
 
@@ -35,9 +35,9 @@ class SettlingRun(Protocol):
     def plan(self) -> Any: ...
 
     def cancelled(self, ctx: Any, now: float, partial: Any = None, why: str = ..., *, status: ExitStatus = ...,
-                  error: Optional[BaseException] = None) -> None: ...
+                  error: BaseException | None = None) -> None: ...
 
-    def end(self, completion: Any, error: Optional[BaseException], now: float) -> None: ...
+    def end(self, completion: Any, error: BaseException | None, now: float) -> None: ...
 
 __all__ = ["end_call", "exit_status", "EXIT_STATUSES", "ExitStatus"]
 
@@ -46,7 +46,7 @@ log = logging.getLogger("llmroute")
 EXIT_STATUSES = ("ok", "error", "interrupted", "cancelled", "abandoned")
 
 
-def exit_status(exc: Optional[BaseException]) -> ExitStatus:
+def exit_status(exc: BaseException | None) -> ExitStatus:
     """How a call that ended with `exc` ended: None is a stream dropped unclosed ("abandoned")."""
     if exc is None:
         return "abandoned"
@@ -55,7 +55,7 @@ def exit_status(exc: Optional[BaseException]) -> ExitStatus:
     return "error"
 
 
-def end_call(run: SettlingRun, status: ExitStatus, error: Optional[BaseException], now: float) -> None:
+def end_call(run: SettlingRun, status: ExitStatus, error: BaseException | None, now: float) -> None:
     """End every attempt of `run` still in flight as `status`, give back what the plan holds, end the call."""
     what = type(error).__name__ if error is not None else "garbage-collected unclosed"
     for ctx in list(run.in_flight.values()):

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 from urllib.parse import urlsplit
 
 from llmroute._http.bounded import ReadLimits
@@ -97,7 +97,7 @@ class GaugeScraper:
         """Read one target now (the thread's step; tests call it directly)."""
         now = self._clock()
         timeout = min(2.0, max(0.05, target.interval_s / 2))
-        reason: Optional[str] = None
+        reason: str | None = None
         request = HttpRequest("GET", target.url, {}, None, False)
         limits = Timeouts(connect_s=timeout, ttft_s=timeout, total_s=timeout, read_s=timeout, read_kind="total")
         ex = Exchange(request, limits, METRICS_LIMITS, provider="llmroute-gauges", deployment=target.url,
@@ -143,7 +143,7 @@ class GaugeScraper:
         self._transport.close()
 
 
-def start_gauge_scraper(config: Any, balancer: Any) -> Optional[GaugeScraper]:
+def start_gauge_scraper(config: Any, balancer: Any) -> GaugeScraper | None:
     """A running scraper, or None when no deployment has gauges to read."""
     targets = metrics_targets(config)
     return GaugeScraper(targets, balancer) if targets else None

@@ -19,7 +19,7 @@ with one of its steps.
 from __future__ import annotations
 
 import threading
-from typing import TYPE_CHECKING, Any, Callable, Dict, Optional, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, TypeVar
 
 if TYPE_CHECKING:
     import concurrent.futures
@@ -49,8 +49,8 @@ class Offload:
     def __init__(self, *, inline: bool, workers: int = WORKERS) -> None:
         self.inline = inline
         self._workers = workers
-        self._pool: "Optional[concurrent.futures.ThreadPoolExecutor]" = None
-        self._serial: "Optional[concurrent.futures.ThreadPoolExecutor]" = None  # `submit`'s one thread, in order
+        self._pool: "concurrent.futures.ThreadPoolExecutor | None" = None
+        self._serial: "concurrent.futures.ThreadPoolExecutor | None" = None  # `submit`'s one thread, in order
         self._lock = threading.Lock()
         self._closed = False
         self._queued: Dict[Any, "concurrent.futures.Future[Any]"] = {}  # a keyed `submit`'s key -> its latest run
@@ -72,7 +72,7 @@ class Offload:
                 self._serial = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="llmroute-offload-later")
             return self._serial
 
-    async def run(self, fn: Callable[..., T], *args: Any, undo: Optional[Callable[[T], None]] = None) -> T:
+    async def run(self, fn: Callable[..., T], *args: Any, undo: Callable[[T], None] | None = None) -> T:
         """`fn(*args)`, in a worker thread unless `inline`. When the awaiting task is cancelled, the
         step is waited for (it cannot be stopped mid-way), `undo(result)` gives back what it took,
         and the cancellation goes on."""
@@ -121,7 +121,7 @@ class Offload:
         with self._lock:
             return self._keyed_done
 
-    async def wait_queued(self, key: Any, since: Optional[int] = None) -> bool:
+    async def wait_queued(self, key: Any, since: int | None = None) -> bool:
         """Wait (without holding the loop) for the queued `submit` of `key`, if there is one: a
         cache lookup that missed then looks again, so a call made after another one returned finds
         its answer, as when the store was made inline. Also True, without waiting, when a keyed

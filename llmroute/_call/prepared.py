@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Mapping, Optional
+from typing import Any, Dict, List, Mapping
 
 from llmroute.config import Config, Deployment
 from llmroute.providers.base import CallInput
@@ -19,12 +19,12 @@ class Target:
     """Where a call may go: the tier (if any), its candidate deployments in order, and why."""
 
     deployments: List[Deployment]
-    tier: Optional[str]
+    tier: str | None
     reason: str
-    score: Optional[float] = None
-    pool: Optional[str] = None
+    score: float | None = None
+    pool: str | None = None
     fallback: List[Deployment] = field(default_factory=list)
-    fallback_tier: Optional[str] = None
+    fallback_tier: str | None = None
 
 
 @dataclass
@@ -32,16 +32,16 @@ class PreparedCall:
     model: str
     call: CallInput
     stream: bool
-    feature: Optional[str]
+    feature: str | None
     metadata: Dict[str, str]
     pool: str
-    timeout_s: Optional[float]
+    timeout_s: float | None
     request_id: str
-    target: Optional[Target] = None
-    input_tokens: Optional[int] = None
+    target: Target | None = None
+    input_tokens: int | None = None
     cache: Any = None  # the call's `CacheCall` (llmroute/_call/cache_step.py), when the cache is in play
     operation: str = "chat"  # "embeddings" for `embeddings.PreparedEmbedding`
-    max_retries: Optional[int] = None  # the client's `max_retries` option: overrides the policies' for this call
+    max_retries: int | None = None  # the client's `max_retries` option: overrides the policies' for this call
 
     @property
     def messages(self) -> List[Dict[str, Any]]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from decimal import Decimal
 from functools import lru_cache
-from typing import TYPE_CHECKING, Any, Optional, Protocol, Tuple
+from typing import TYPE_CHECKING, Any, Protocol, Tuple
 from urllib.parse import urlsplit
 
 from llmroute._call.prepared import PreparedCall, Target
@@ -49,7 +49,7 @@ LEDGER_STATUSES = {"ok": "ok", "interrupted": "interrupted", "cancelled": "cance
 
 
 @lru_cache(maxsize=256)
-def _server(url: str) -> Tuple[Optional[str], Optional[int]]:
+def _server(url: str) -> Tuple[str | None, int | None]:
     """A request URL's host and port, for the spans (a deployment's URLs repeat: split once)."""
     parts = urlsplit(url)
     return parts.hostname, parts.port
@@ -88,12 +88,12 @@ class CallRecorder:
             operation=prepared.operation,
         )
 
-    def cache_outcome(self, run: "CallRun", outcome: str, similarity: Optional[float]) -> None:
+    def cache_outcome(self, run: "CallRun", outcome: str, similarity: float | None) -> None:
         """The response cache was in play and missed (or was bypassed): the call's span says so."""
         if hasattr(run.trace, "set_cache"):
             run.trace.set_cache(outcome, similarity)
 
-    def attempt_skipped(self, run: "CallRun", attempt: "Attempt", provider_kind: Optional[str]) -> None:
+    def attempt_skipped(self, run: "CallRun", attempt: "Attempt", provider_kind: str | None) -> None:
         run.trace.skip(deployment=attempt.deployment, reason=attempt.note or "skipped", provider_name=provider_kind,
                        breaker_state=self.breakers.breaker(attempt.deployment).state)
 
@@ -110,7 +110,7 @@ class CallRecorder:
         if ctx.trace is not None:
             ctx.trace.first_chunk(now)
 
-    def attempt_ended(self, run: "CallRun", ctx: "AttemptContext", error: Optional[BaseException], now: float) -> None:
+    def attempt_ended(self, run: "CallRun", ctx: "AttemptContext", error: BaseException | None, now: float) -> None:
         """The attempt's ledger record (priced: `ctx.record.cost`), its budget spend, its span's end."""
         rec = ctx.record
         usage = rec.usage if rec.billed else None
@@ -148,8 +148,8 @@ class CallRecorder:
                           output_tokens=usage.completion_tokens if usage else None, error=error,
                           cancelled=rec.status in ("cancelled", "abandoned"))
 
-    def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: Optional[str],
-                  similarity: Optional[float], started_at: float, now: float) -> None:
+    def cache_hit(self, prepared: "PreparedCall", route: "Route", completion: Any, entry: Any, *, outcome: str | None,
+                  similarity: float | None, started_at: float, now: float) -> None:
         """A call answered from the response cache: one ledger row (cost 0, `cost_saved`) and one span."""
         latency_s = now - started_at
         priced = entry.cost is not None
@@ -175,7 +175,7 @@ class CallRecorder:
                   currency=entry.currency, finish_reasons=[c.finish_reason for c in completion.choices if c.finish_reason],
                   response_id=completion.id, output_messages=[c.message for c in completion.choices])
 
-    def call_ended(self, run: "CallRun", completion: Any, total: Optional["Cost"], error: Optional[BaseException],
+    def call_ended(self, run: "CallRun", completion: Any, total: "Cost" | None, error: BaseException | None,
                    now: float) -> None:
         """End the call's span with what the call produced and cost."""
         usage = completion.usage if completion is not None else None

@@ -22,7 +22,7 @@ import os
 import threading
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable, Optional
+from typing import TYPE_CHECKING, Any, Deque, Dict, Iterable
 
 from llmroute.providers.server_identity import Identity, identify, probe_paths, probe_request
 
@@ -51,7 +51,7 @@ class _Registry:
         self.known: Dict[str, Identity] = {}
         self.pending: Dict[str, "Provider"] = {}
         self.queue: Deque[str] = deque()
-        self.thread: Optional[threading.Thread] = None
+        self.thread: threading.Thread | None = None
         self.pid = os.getpid()
 
     def after_fork(self) -> None:
@@ -137,7 +137,7 @@ class ServerIdentities:
         self._keys: Dict[str, str] = {}  # provider name -> server key
         self._closed = False
 
-    def known(self, provider: str) -> Optional[Identity]:
+    def known(self, provider: str) -> Identity | None:
         """The identity found for `provider` (None: not asked, or still under way)."""
         key = self._keys.get(provider)
         return _REGISTRY.known.get(key) if key is not None else None

@@ -3,7 +3,7 @@ choice for "auto". Plain functions over the config; no state, no I/O."""
 
 from __future__ import annotations
 
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping
 
 from llmroute import errors as E
 from llmroute._runtime.suggest import did_you_mean
@@ -51,7 +51,7 @@ def bare_candidates(config: Config, model: str, kind: str = "chat") -> List[Depl
             and (dep.tier is None or config.tiers[dep.tier].kind == kind)]
 
 
-def bare_deployment(config: Config, model: str) -> Optional[Deployment]:
+def bare_deployment(config: Config, model: str) -> Deployment | None:
     """A model named by the platform's own id: the one configured deployment that serves it, or the
     default provider's (a `Client(base_url=...)`); None when neither; RoutingError when several
     providers serve it (the call must say which)."""
@@ -67,8 +67,8 @@ def bare_deployment(config: Config, model: str) -> Optional[Deployment]:
     return None
 
 
-def tier_target(config: Config, name: str, reason: str, call_pool: str, score: Optional[float] = None,
-                pool: Optional[str] = None) -> Target:
+def tier_target(config: Config, name: str, reason: str, call_pool: str, score: float | None = None,
+                pool: str | None = None) -> Target:
     """A tier's deployments for the call's pool (a rule's pool wins over the call's)."""
     tier = config.tiers[name]
     effective = pool or call_pool

@@ -32,7 +32,7 @@ import math
 import re
 from dataclasses import dataclass
 from collections.abc import Mapping
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from llmroute import errors as E
 
@@ -75,10 +75,10 @@ class CheckedArgs:
     messages: List[Dict[str, Any]]
     stream: bool
     params: Dict[str, Any]
-    feature: Optional[str]
+    feature: str | None
     metadata: Dict[str, str]
     pool: str
-    timeout_s: Optional[float]
+    timeout_s: float | None
     extra_body: Dict[str, Any]
     extra_headers: Dict[str, str]
     extra_query: Dict[str, str]
@@ -153,7 +153,7 @@ def _number(value: Any, field: str, low: float, high: float) -> float:
     return value
 
 
-def _integer(value: Any, field: str, low: int, high: Optional[int] = None) -> int:
+def _integer(value: Any, field: str, low: int, high: int | None = None) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise _bad(field, f"must be an integer, got {type(value).__name__}")
     if value < low or (high is not None and value > high):
@@ -390,7 +390,7 @@ def check_query(query: Any) -> Dict[str, str]:
     return out
 
 
-def check_timeout(timeout: Any) -> Optional[float]:
+def check_timeout(timeout: Any) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):

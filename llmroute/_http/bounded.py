@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
-from typing import Optional
 
 from llmroute import errors as E
 
@@ -67,8 +66,8 @@ class ReadLimits:
 DEFAULT_READ_LIMITS = ReadLimits()
 
 
-def _too_large(limit: str, max_bytes: int, what: str, provider: Optional[str],
-               deployment: Optional[str]) -> E.ResponseTooLargeError:
+def _too_large(limit: str, max_bytes: int, what: str, provider: str | None,
+               deployment: str | None) -> E.ResponseTooLargeError:
     return E.ResponseTooLargeError(
         f"{what} passed {max_bytes} bytes ({limit} cap): attempt ended", limit=limit, max_bytes=max_bytes,
         provider=provider, deployment=deployment, retryable=False,
@@ -80,8 +79,8 @@ class BodyReader:
 
     __slots__ = ("limits", "provider", "deployment", "raw_bytes", "decoded_bytes", "_inflate")
 
-    def __init__(self, limits: ReadLimits, content_encoding: Optional[str], *, provider: Optional[str] = None,
-                 deployment: Optional[str] = None) -> None:
+    def __init__(self, limits: ReadLimits, content_encoding: str | None, *, provider: str | None = None,
+                 deployment: str | None = None) -> None:
         self.limits = limits
         self.provider = provider
         self.deployment = deployment

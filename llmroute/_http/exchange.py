@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Optional, Tuple
+from typing import Any, AsyncIterator, Callable, Iterator, Mapping, Tuple
 from urllib.parse import urljoin, urlsplit
 
 from llmroute import errors as E
@@ -54,7 +54,7 @@ class Exchange:
                  "connect_s", "sent", "status", "_timer")
 
     def __init__(self, request: HttpRequest, timeouts: Timeouts, limits: ReadLimits, *, provider: str,
-                 deployment: str, max_connections: int, deadline: Optional[float] = None) -> None:
+                 deployment: str, max_connections: int, deadline: float | None = None) -> None:
         self.request = request
         self.timeouts = timeouts
         self.limits = limits
@@ -63,10 +63,10 @@ class Exchange:
         self.max_connections = max_connections
         # monotonic; reads stop here. A call passes its attempt's deadline; otherwise the total from now.
         self.deadline = deadline if deadline is not None else time.monotonic() + timeouts.total_s
-        self.connect_s: Optional[float] = None
+        self.connect_s: float | None = None
         self.sent = True
-        self.status: Optional[int] = None
-        self._timer: Optional[ConnectTimer] = None
+        self.status: int | None = None
+        self._timer: ConnectTimer | None = None
 
     def sending(self, timer: ConnectTimer) -> Exchange:
         """`with ex.sending(timer): transport.open(...)`: on the way out, the connect time is recorded,
@@ -77,12 +77,12 @@ class Exchange:
     def __enter__(self) -> None:
         return None
 
-    def __exit__(self, kind: Optional[type], exc: Optional[BaseException], tb: Any) -> None:
+    def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> None:
         self.connect_s = self._timer.connect_s if self._timer is not None else None
         if kind is not None and issubclass(kind, E.InvalidRequestError):
             self.sent = False
 
-    def opened(self, response: Any, on_error: Optional[ErrorFromResponse]) -> bool:
+    def opened(self, response: Any, on_error: ErrorFromResponse | None) -> bool:
         """Note the response's status; True if its body is an error for `on_error` to read."""
         self.status = response.status_code
         return on_error is not None and response.status_code >= 300
@@ -118,8 +118,8 @@ def at_deadline(error: E.ProviderError, timeouts: Timeouts, deadline: float) -> 
     return error
 
 
-_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
-_ASYNC_NETWORK_ERRORS: Optional[Tuple[Any, ...]] = None
+_NETWORK_ERRORS: Tuple[Any, ...] | None = None
+_ASYNC_NETWORK_ERRORS: Tuple[Any, ...] | None = None
 
 
 def sync_network_errors() -> Tuple[Any, ...]:
@@ -145,7 +145,7 @@ def network_errors() -> Tuple[Any, ...]:
     return _ASYNC_NETWORK_ERRORS
 
 
-def redirected(request: HttpRequest, status: int, headers: Mapping[str, str]) -> Optional[HttpRequest]:
+def redirected(request: HttpRequest, status: int, headers: Mapping[str, str]) -> HttpRequest | None:
     """The request to send after a redirect, as browsers and httpx do it, or None if `status` is not one.
     303 (and 301/302 after a POST) becomes a GET without a body; credentials (`Authorization`,
     `*-Api-Key`, cookies ...) are dropped when the redirect leaves the origin (a signed download URL
@@ -173,7 +173,7 @@ def _origin(url: str) -> Tuple[str, str]:
 # ---- sync -------------------------------------------------------------------------------------------
 
 
-def send(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None) -> SyncResponse:
+def send(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> SyncResponse:
     """Send `ex.request`; the response with its body unread. A non-2xx status with `on_error` given:
     the error body is read within the caps and `on_error`'s error raised. Transport exceptions pass
     through (the caller maps them: `typed_error`, or the call core's `transport_error`)."""
@@ -199,7 +199,7 @@ def chunks(response: SyncResponse, ex: Exchange) -> Iterator[bytes]:
     return iter_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
 
 
-def fetch(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None, *,
+def fetch(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None, *,
           follow_redirects: bool = False) -> Reply:
     """Send and read whole: a `Reply`, or a typed error (`ProviderError`) for whatever went wrong."""
     hop = 0
@@ -215,14 +215,14 @@ def fetch(transport: SyncTransport, ex: Exchange, on_error: Optional[ErrorFromRe
         raise typed_error(exc, ex) from None
 
 
-def _error(on_error: Optional[ErrorFromResponse], response: Any, body: bytes) -> Exception:
+def _error(on_error: ErrorFromResponse | None, response: Any, body: bytes) -> Exception:
     """`on_error`'s error for a non-2xx answer. The body (which may echo a key) is only this frame's
     argument, gone before the error is raised: no traceback's locals hold it (error trackers)."""
     assert on_error is not None  # called only when there is one (`Exchange.opened`, `_reply`)
     return on_error(response.status_code, response.headers, body)
 
 
-def _reply(response: Any, body: bytes, on_error: Optional[ErrorFromResponse]) -> Reply:
+def _reply(response: Any, body: bytes, on_error: ErrorFromResponse | None) -> Reply:
     if on_error is not None and response.status_code >= 300:
         error = _error(on_error, response, body)
         del body  # out of this frame's locals before the raise
@@ -230,7 +230,7 @@ def _reply(response: Any, body: bytes, on_error: Optional[ErrorFromResponse]) ->
     return Reply(response.status_code, response.headers, body)
 
 
-def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> Optional[HttpRequest]:
+def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> HttpRequest | None:
     """The request a redirect asks for, when redirects are followed and fewer than MAX_REDIRECTS were."""
     if not follow_redirects or hop >= MAX_REDIRECTS:
         return None
@@ -240,7 +240,7 @@ def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> 
 # ---- async ------------------------------------------------------------------------------------------
 
 
-async def asend(transport: AsyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None) -> Any:
+async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> Any:
     """`send` for `AsyncTransport`: an `httpx.Response` or an `AiohttpResponse`, body unread."""
     timer = AsyncConnectTimer()
     with ex.sending(timer):
@@ -264,7 +264,7 @@ def achunks(response: Any, ex: Exchange) -> AsyncIterator[bytes]:
     return aiter_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
 
 
-async def afetch(transport: AsyncTransport, ex: Exchange, on_error: Optional[ErrorFromResponse] = None, *,
+async def afetch(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None, *,
                  follow_redirects: bool = False) -> Reply:
     """`fetch` for `AsyncTransport`."""
     hop = 0

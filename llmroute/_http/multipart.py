@@ -7,7 +7,7 @@ it at random), so the output is reproducible in tests. Never reads a file or tou
 
 from __future__ import annotations
 
-from typing import List, Mapping, Optional, Tuple
+from typing import List, Mapping, Tuple
 
 __all__ = ["encode_multipart"]
 
@@ -17,7 +17,7 @@ def _quoted(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', "%22").replace("\r", "%0D").replace("\n", "%0A")
 
 
-def encode_multipart(data: Optional[Mapping[str, str]], files: Optional[Mapping[str, Tuple[str, bytes, str]]],
+def encode_multipart(data: Mapping[str, str] | None, files: Mapping[str, Tuple[str, bytes, str]] | None,
                      boundary: str) -> Tuple[str, bytes]:
     """(the Content-Type header value, the body) for form fields `data` and `files` ({field: (filename,
     content, content type)}). Raises ValueError for a boundary found in a part (pick another)."""

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Optional
+from typing import Any, Dict
 
 __all__ = ["HttpRequest"]
 
@@ -13,9 +13,9 @@ class HttpRequest:
     method: str
     url: str
     headers: Dict[str, Any]  # str values, and keys as `SecretStr` until the transport writes them
-    json: Optional[Dict[str, Any]]  # None: no body (a GET)
+    json: Dict[str, Any] | None  # None: no body (a GET)
     stream: bool
-    content: Optional[bytes] = None  # `json` encoded once, checked before sending (providers.sendable)
+    content: bytes | None = None  # `json` encoded once, checked before sending (providers.sendable)
 
     def __repr__(self) -> str:  # headers hold the key: never show them
         return f"HttpRequest({self.method} {self.url}, stream={self.stream})"

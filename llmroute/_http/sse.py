@@ -13,7 +13,7 @@ costs time linear in the bytes whatever the line length.
 from __future__ import annotations
 
 import codecs
-from typing import List, NamedTuple, Optional
+from typing import List, NamedTuple
 
 from llmroute import errors as E
 
@@ -27,8 +27,8 @@ class SSEEvent(NamedTuple):
     frozen dataclass)."""
 
     data: str
-    event: Optional[str] = None
-    id: Optional[str] = None
+    event: str | None = None
+    id: str | None = None
     comments: tuple[str, ...] = ()
 
 
@@ -46,8 +46,8 @@ class SSEDecoder:
         self._data_chars = 0  # characters in the event's data lines so far
         self.max_line = max_line
         self._data: List[str] = []
-        self._event: Optional[str] = None
-        self._id: Optional[str] = None
+        self._event: str | None = None
+        self._id: str | None = None
         self._comments: List[str] = []
         self._has_field = False
         self._pending_cr = False
@@ -155,7 +155,7 @@ class SSEDecoder:
         self._has_field = False
         return event
 
-    def _line(self, line: str) -> Optional[SSEEvent]:
+    def _line(self, line: str) -> SSEEvent | None:
         if not line:
             return self._emit() if self._has_field else None
         if line[0] == ":":

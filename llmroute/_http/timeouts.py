@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
 
 __all__ = ["Timeouts"]
 
@@ -18,4 +17,4 @@ class Timeouts:
     total_s: float
     read_s: float
     read_kind: str  # "ttft", "total" or "read" (file transfers: each wait, no first token): what a read timeout means
-    stall_s: Optional[float] = None  # streams: no content for this long after content started
+    stall_s: float | None = None  # streams: no content for this long after content started

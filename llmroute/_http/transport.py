@@ -25,7 +25,7 @@ import errno
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Tuple
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
@@ -75,7 +75,7 @@ DROPPED_BEFORE_REPLY = "connection_dropped_before_reply"
 BROKEN_AFTER_SEND = "connection_broken_after_send"
 
 
-def _peer(url: Optional[str], provider: str) -> str:
+def _peer(url: str | None, provider: str) -> str:
     """' to host:port (provider p)' for a connection error's message; '' without a URL."""
     if not url:
         return ""
@@ -88,7 +88,7 @@ def _peer(url: Optional[str], provider: str) -> str:
 
 
 def map_transport_error(exc: Exception, *, provider: str, deployment: str, timeouts: Timeouts,
-                        url: Optional[str] = None) -> E.ProviderError:
+                        url: str | None = None) -> E.ProviderError:
     """httpx and aiohttp exceptions -> typed errors that say which limit fired; connection failures
     name the host and port (`url`: the request's) and the provider."""
     kw: Dict[str, Any] = dict(provider=provider, deployment=deployment)
@@ -176,7 +176,7 @@ class _UntilDeadline(Dict[str, Any]):
 
 
 # The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
-_DEADLINE: contextvars.ContextVar[Optional[float]] = contextvars.ContextVar("llmroute_deadline", default=None)
+_DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("llmroute_deadline", default=None)
 
 
 class _DeadlineStream:
@@ -188,17 +188,17 @@ class _DeadlineStream:
         self._inner = inner
 
     @staticmethod
-    def _cut(timeout: Optional[float]) -> Optional[float]:
+    def _cut(timeout: float | None) -> float | None:
         deadline = _DEADLINE.get()
         if deadline is None:
             return timeout
         left = max(0.001, deadline - time.monotonic())
         return left if timeout is None else min(timeout, left)
 
-    def read(self, max_bytes: int, timeout: Optional[float] = None) -> bytes:
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, self._cut(timeout))
 
-    def write(self, buffer: bytes, timeout: Optional[float] = None) -> None:
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._cut(timeout))
 
     def close(self) -> None:
@@ -227,7 +227,7 @@ class _DeadlineBackend:
         self._inner.sleep(seconds)
 
 
-def _build(client: httpx.AsyncClient, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> httpx.Request:
+def _build(client: httpx.AsyncClient, request: HttpRequest, timeouts: Timeouts, timer: ConnectTimer | None) -> httpx.Request:
     """The httpx request, bounded: per-read timeouts cut to the deadline, only encodings we decode.
     A request that cannot be built (a header or body value httpx refuses) is an InvalidRequestError,
     raised before anything is sent."""
@@ -296,7 +296,7 @@ async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, prov
         yield tail
 
 
-def _content(request: HttpRequest) -> Optional[bytes]:
+def _content(request: HttpRequest) -> bytes | None:
     """The body to send: the adapter's pre-encoded JSON, as is; None for a request without one (a GET)."""
     if request.content is not None:
         return request.content
@@ -341,8 +341,8 @@ class ConnectTimer:
     __slots__ = ("_started", "connect_s")
 
     def __init__(self) -> None:
-        self._started: Optional[float] = None
-        self.connect_s: Optional[float] = None
+        self._started: float | None = None
+        self.connect_s: float | None = None
 
     def event(self, name: str) -> None:
         if name == "connection.connect_tcp.started":
@@ -399,7 +399,7 @@ class AiohttpResponse:
 
     __slots__ = ("_response", "status_code", "headers", "read_s")
 
-    def __init__(self, response: aiohttp.ClientResponse, read_s: Optional[float] = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse, read_s: float | None = None) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
@@ -422,7 +422,7 @@ def _stale_connection(exc: BaseException) -> bool:
     request on it fails before any byte of a response. httpx says "Server disconnected without
     sending a response"; aiohttp raises ServerDisconnectedError, or ClientOSError "Cannot write to
     closing transport" when the close raced the write."""
-    err: Optional[BaseException] = exc
+    err: BaseException | None = exc
     for _ in range(3):  # the exception and its causes
         if err is None:
             break
@@ -585,7 +585,7 @@ class _SyncPool:
                 self.targets[url] = target
         return target
 
-    def build(self, request: HttpRequest, timeouts: Timeouts, timer: Optional[ConnectTimer]) -> Any:
+    def build(self, request: HttpRequest, timeouts: Timeouts, timer: ConnectTimer | None) -> Any:
         """httpcore's request, with the headers and body httpx would send. A request that cannot be
         built (a header value httpx could not encode, an unparsable URL) is an InvalidRequestError,
         raised before anything is sent."""
@@ -663,7 +663,7 @@ class SyncTransport:
         return client
 
     def open(self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-             timer: Optional[ConnectTimer] = None) -> SyncResponse:
+             timer: ConnectTimer | None = None) -> SyncResponse:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
         req = client.build(request, timeouts, timer)
@@ -761,7 +761,7 @@ class AsyncTransport:
 
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-        timer: Optional[AsyncConnectTimer] = None,
+        timer: AsyncConnectTimer | None = None,
     ) -> Any:
         """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
         client = await self._client(provider, max_connections)

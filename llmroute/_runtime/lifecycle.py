@@ -26,7 +26,7 @@ import os
 import threading
 import warnings
 import weakref
-from typing import Any, Optional
+from typing import Any
 
 from llmroute import errors as E
 
@@ -44,7 +44,7 @@ class ClientLife:
         self.closed = False
         self.loop: Any = None
 
-    def check(self, loop: Optional[Any] = None) -> bool:
+    def check(self, loop: Any | None = None) -> bool:
         """Raise if the client may not make a call now; True if this is a forked child's first call."""
         if self.closed:
             raise E.ClientClosedError(f"this {self.name} is closed: create a new one to make more calls")
@@ -56,7 +56,7 @@ class ClientLife:
         return forked
 
 
-def start_daemon(target: Any, name: str) -> Optional[threading.Thread]:
+def start_daemon(target: Any, name: str) -> threading.Thread | None:
     """A started daemon thread running `target`, or None when the interpreter is exiting: a thread
     started during finalisation never runs (and `start()` waits for it for ever), and Python 3.12+
     refuses to start one at exit. Callers that get None do the work in place, within a bound."""

@@ -7,12 +7,12 @@ the p-th percentile sits at rank p/100 * (n - 1). A pure function, no dependenci
 from __future__ import annotations
 
 import math
-from typing import Iterable, Optional
+from typing import Iterable
 
 __all__ = ["percentile"]
 
 
-def percentile(values: Iterable[float], p: float) -> Optional[float]:
+def percentile(values: Iterable[float], p: float) -> float | None:
     """The p-th percentile (0..100) of `values` (any order) by linear interpolation; None when empty."""
     if not 0 <= p <= 100:
         raise ValueError(f"percentile {p} is outside 0..100")

@@ -43,7 +43,7 @@ import os
 import sys
 import threading
 from decimal import Decimal
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -221,7 +221,7 @@ def _load_gauges(meter: Any, source: Callable[[], Mapping[str, Mapping[str, Any]
 class _Instruments:
     """The four instruments, created once per meter provider (and the load gauges, given a source)."""
 
-    def __init__(self, meter: Any, load_source: Optional[Callable[[], Any]] = None) -> None:
+    def __init__(self, meter: Any, load_source: Callable[[], Any] | None = None) -> None:
         self.duration = _histogram(
             meter, "gen_ai.client.operation.duration", "s", "GenAI operation duration.", DURATION_BUCKETS_S
         )
@@ -270,7 +270,7 @@ class Telemetry:
         self._tracer: Any = None
         self._instruments: _Instruments | None = None
         # Every deployment's load estimate (`LoadBalancer.snapshot`), observed as gauges; set by the engine.
-        self.load_source: Optional[Callable[[], Any]] = None
+        self.load_source: Callable[[], Any] | None = None
         self._bind_lock = threading.Lock()
         renew_at_fork(self, "_bind_lock")
         # Without these variables (read once: the API reads them when first asked) a global provider can only

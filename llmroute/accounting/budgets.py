@@ -47,7 +47,7 @@ import threading
 import time
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Optional, Sequence, Union
+from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -112,11 +112,11 @@ class BudgetConfig(BaseModel):
     # Dimensions that split the budget into one counter per value: "feature", "metadata.<key>".
     per: list[str] = Field(default_factory=list)
     period: Literal["daily", "monthly"] = "daily"
-    max_cost: Optional[Decimal] = None
+    max_cost: Decimal | None = None
     currency: Literal["USD", "CNY"] = "USD"
-    max_tokens: Optional[int] = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
     action: Literal["refuse", "downgrade"] = "refuse"
-    downgrade_tier: Optional[str] = None
+    downgrade_tier: str | None = None
 
     @field_validator("per", mode="before")
     @classmethod
@@ -178,8 +178,8 @@ class GuardConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    max_input_tokens: Optional[int] = Field(default=None, gt=0)
-    max_tokens: Optional[int] = Field(default=None, gt=0)
+    max_input_tokens: int | None = Field(default=None, gt=0)
+    max_tokens: int | None = Field(default=None, gt=0)
 
 
 def check_budget_config(

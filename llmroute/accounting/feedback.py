@@ -28,7 +28,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from llmroute.errors import ConfigError, InvalidRequestError
 from llmroute._runtime.forksafe import hold_at_fork
@@ -53,11 +53,11 @@ class FeedbackRecord:
     ts: float
     request_id: str
     score: float
-    label: Optional[str] = None
-    comment: Optional[str] = None
-    tier: Optional[str] = None
+    label: str | None = None
+    comment: str | None = None
+    tier: str | None = None
     source: str = "user"
-    messages: Optional[str] = None
+    messages: str | None = None
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), ensure_ascii=False, separators=(",", ":"))

@@ -88,7 +88,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping, Optional, Protocol
+from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmroute.errors import ConfigError
@@ -143,7 +143,7 @@ class LedgerHealth:
     waiting: int = 0
     lost: int = 0
     write_errors: int = 0
-    last_error: Optional[str] = None  # the last storage error, scrubbed; None once a write succeeds
+    last_error: str | None = None  # the last storage error, scrubbed; None once a write succeeds
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -175,35 +175,35 @@ class LedgerRecord:
     ts: float
     request_id: str
     attempt: int = 1
-    feature: Optional[str] = None
+    feature: str | None = None
     metadata: Mapping[str, Any] = field(default_factory=dict)
-    tier: Optional[str] = None
-    pool: Optional[str] = None
-    provider: Optional[str] = None
-    provider_kind: Optional[str] = None
-    deployment: Optional[str] = None
-    model: Optional[str] = None
+    tier: str | None = None
+    pool: str | None = None
+    provider: str | None = None
+    provider_kind: str | None = None
+    deployment: str | None = None
+    model: str | None = None
     input_tokens: int = 0
     output_tokens: int = 0
     cached_tokens: int = 0
     reasoning_tokens: int = 0
-    cost: Optional[Decimal] = None
-    currency: Optional[str] = None
+    cost: Decimal | None = None
+    currency: str | None = None
     estimated: bool = False
     priced: bool = False
-    price_version: Optional[str] = None
+    price_version: str | None = None
     status: Status = "ok"
-    error_type: Optional[str] = None
-    ttft_ms: Optional[float] = None
-    latency_ms: Optional[float] = None
-    router_score: Optional[float] = None
+    error_type: str | None = None
+    ttft_ms: float | None = None
+    latency_ms: float | None = None
+    router_score: float | None = None
     usage_estimated: bool = False
-    cache: Optional[str] = None
-    cost_saved: Optional[Decimal] = None
-    recovery: Optional[str] = None  # continued | replayed | restarted (types.Attempt.recovery)
-    queued_ms: Optional[float] = None  # the call's wait in the client-side queue (every deployment full)
+    cache: str | None = None
+    cost_saved: Decimal | None = None
+    recovery: str | None = None  # continued | replayed | restarted (types.Attempt.recovery)
+    queued_ms: float | None = None  # the call's wait in the client-side queue (every deployment full)
     cache_write_tokens: int = 0
-    price_detail: Optional[str] = None
+    price_detail: str | None = None
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
@@ -318,7 +318,7 @@ def shutting_down() -> bool:
 
 
 @contextmanager
-def _acquired(lock: Any, timeout_s: Optional[float]) -> Iterator[bool]:
+def _acquired(lock: Any, timeout_s: float | None) -> Iterator[bool]:
     """`with lock`, waiting at most `timeout_s` (None: for ever); yields whether it was taken."""
     held = lock.acquire(timeout=-1 if timeout_s is None else timeout_s)
     try:
@@ -364,7 +364,7 @@ class _BatchingSink:
         self.records_written = 0
         self.write_errors = 0
         self.records_lost = 0
-        self.last_error: Optional[str] = None
+        self.last_error: str | None = None
         self._failing = False  # a failure streak is on: logged once when it starts, once when it ends
         self._overflow_logged = False
         self._lost_reported = 0
@@ -410,7 +410,7 @@ class _BatchingSink:
         """The store could not take the spool at exit: a sink with a local spool of its own puts it
         there (`PostgresSink`); others leave it to be counted lost by `close()`."""
 
-    def flush(self, timeout_s: Optional[float] = None) -> bool:
+    def flush(self, timeout_s: float | None = None) -> bool:
         """Write the spool; True if it is empty afterwards. A failure keeps the records for the next try.
         `timeout_s`: wait at most that long for a write in progress (False when it did not end)."""
         with _acquired(self._io_lock, timeout_s) as held:
@@ -691,7 +691,7 @@ class LedgerConfig(BaseModel):
     # postgres: a shared PostgreSQL database at `url` (ledger_postgres.py), spooling to `spool_path`.
     sink: Literal["sqlite", "jsonl", "memory", "none", "postgres"] = "sqlite"
     path: str = "llmroute-ledger.db"
-    url: Optional[str] = None  # postgres only; ${VAR} is expanded at load
+    url: str | None = None  # postgres only; ${VAR} is expanded at load
     spool_path: str = "llmroute-spool.db"
     # A crash loses at most the records of the last interval.
     flush_interval_s: float = Field(default=1.0, gt=0, le=3600)

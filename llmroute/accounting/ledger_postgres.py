@@ -29,7 +29,7 @@ import os
 import sqlite3
 import zlib
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, Iterator
 
 from llmroute.accounting.ledger import COLUMNS, LedgerRecord, _BatchingSink, open_wal_sqlite, select_sql
 
@@ -110,7 +110,7 @@ class _Spool:
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self._conn: Optional[sqlite3.Connection] = None
+        self._conn: sqlite3.Connection | None = None
 
     def _connect(self) -> sqlite3.Connection:
         if self._conn is None:

@@ -7,7 +7,7 @@ then prices tiktoken's estimate instead, marked estimated, and the attempt's not
 
 from __future__ import annotations
 
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["implausible_usage", "MAX_TOKENS_WITHOUT_WINDOW", "WINDOW_FACTOR"]
 
@@ -15,7 +15,7 @@ MAX_TOKENS_WITHOUT_WINDOW = 100_000_000  # no deployment today reads or writes 1
 WINDOW_FACTOR = 100  # "orders of magnitude" past a known context window
 
 
-def implausible_usage(usage: Any, context_window: Optional[int]) -> Optional[str]:
+def implausible_usage(usage: Any, context_window: int | None) -> str | None:
     """Why `usage` cannot be true (None if it can): a negative count, or a count past the bound."""
     bound = context_window * WINDOW_FACTOR if context_window else MAX_TOKENS_WITHOUT_WINDOW
     counts = {

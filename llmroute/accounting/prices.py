@@ -32,7 +32,7 @@ from decimal import Decimal, InvalidOperation
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Any, Iterable, Literal, Mapping, NamedTuple, Optional, Sequence
+from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -141,16 +141,16 @@ class PriceTier:
     above: int
     input_per_million: Decimal
     output_per_million: Decimal
-    cached_input_per_million: Optional[Decimal] = None
-    explicit_cached_input_per_million: Optional[Decimal] = None
-    cache_write_per_million: Optional[Decimal] = None
-    thinking_output_per_million: Optional[Decimal] = None
-    batch_input_per_million: Optional[Decimal] = None
-    batch_output_per_million: Optional[Decimal] = None
+    cached_input_per_million: Decimal | None = None
+    explicit_cached_input_per_million: Decimal | None = None
+    cache_write_per_million: Decimal | None = None
+    thinking_output_per_million: Decimal | None = None
+    batch_input_per_million: Decimal | None = None
+    batch_output_per_million: Decimal | None = None
 
     def scaled(self, factor: Decimal) -> "PriceTier":
         """Every rate times `factor` (a batch discount)."""
-        def times(value: Optional[Decimal]) -> Optional[Decimal]:
+        def times(value: Decimal | None) -> Decimal | None:
             return None if value is None else value * factor
 
         return PriceTier(
@@ -167,7 +167,7 @@ class Price:
     input_per_million: Decimal
     output_per_million: Decimal
     # None: cached input tokens cost the input price (the platform has no discount, or we do not know it).
-    cached_input_per_million: Optional[Decimal]
+    cached_input_per_million: Decimal | None
     currency: str
     version: str
     source: str = ""
@@ -184,20 +184,20 @@ class Price:
     # "chat" or "embedding" (billed on input tokens only).
     mode: str = "chat"
     # The platform's asynchronous batch API rates; None: not known or not offered.
-    batch_input_per_million: Optional[Decimal] = None
-    batch_output_per_million: Optional[Decimal] = None
+    batch_input_per_million: Decimal | None = None
+    batch_output_per_million: Decimal | None = None
     # Explicit (requested) context-cache hits, where they differ from implicit ones (Bailian: 10% of
     # input against 20%); None: the cached rate.
-    explicit_cached_input_per_million: Optional[Decimal] = None
+    explicit_cached_input_per_million: Decimal | None = None
     # Tokens written to an explicit context cache (Bailian: 125% of input); None: the input rate.
-    cache_write_per_million: Optional[Decimal] = None
+    cache_write_per_million: Decimal | None = None
     # Output when thinking is on (the usage reports reasoning tokens or the request enabled thinking);
     # None: the output rate.
-    thinking_output_per_million: Optional[Decimal] = None
+    thinking_output_per_million: Decimal | None = None
     # Higher input-length tiers, ascending by `above`; the rates above are the first tier.
     tiers: tuple[PriceTier, ...] = ()
     # The `above` of the tier these rates are (set on the Price `for_prompt` returns); None: first tier.
-    tier_above: Optional[int] = None
+    tier_above: int | None = None
     # The file the entry came from (the shipped table, or a team catalogue) and the entry's line in it.
     origin_file: str = ""
     line: int = 0
@@ -515,14 +515,14 @@ class PriceOverride(BaseModel):
     input_per_million: Decimal
     output_per_million: Decimal
     # Absent: cached input tokens cost the input price.
-    cached_input_per_million: Optional[Decimal] = None
+    cached_input_per_million: Decimal | None = None
     # Optional, as in the price table (docs/pricing.md); input-length tiers go in a team catalogue.
-    explicit_cached_input_per_million: Optional[Decimal] = None
-    cache_write_per_million: Optional[Decimal] = None
-    thinking_output_per_million: Optional[Decimal] = None
+    explicit_cached_input_per_million: Decimal | None = None
+    cache_write_per_million: Decimal | None = None
+    thinking_output_per_million: Decimal | None = None
     currency: Currency = "USD"
     # Model class for `llmroute report --reprice` ("7b", "70b"); optional.
-    model_class: Optional[str] = Field(default=None, alias="class")
+    model_class: str | None = Field(default=None, alias="class")
 
     @field_validator("input_per_million", "output_per_million", "cached_input_per_million",
                      "explicit_cached_input_per_million", "cache_write_per_million", "thinking_output_per_million",
@@ -546,7 +546,7 @@ class PricingConfig(BaseModel):
     # Team price files laid over the shipped table, in order (same format as prices.toml); relative
     # paths are read from the config file's folder. `llmroute prices check FILE` lints one.
     catalogue: list[str] = Field(default_factory=list)
-    reporting_currency: Optional[Currency] = None
+    reporting_currency: Currency | None = None
     # Value of one unit of the keyed currency in `reporting_currency` (CNY = 0.14: 1 CNY = 0.14 USD).
     exchange_rates: dict[str, Decimal] = Field(default_factory=dict)
     prices: dict[str, PriceOverride] = Field(default_factory=dict)

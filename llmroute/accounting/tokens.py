@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections import abc
-from typing import Any, Iterable, Mapping, Optional, TypeGuard
+from typing import Any, Iterable, Mapping, TypeGuard
 
 from llmroute._runtime.forksafe import renew_module_locks
 from llmroute.types import CompletionTokensDetails, Usage
@@ -88,7 +88,7 @@ def count_message_tokens(messages: Iterable[Mapping[str, Any]]) -> int:
     return total
 
 
-def _int(value: Any) -> Optional[int]:
+def _int(value: Any) -> int | None:
     if type(value) is int:  # what every platform sends: the common case first
         return value
     if value is None or isinstance(value, bool):
@@ -103,7 +103,7 @@ def _mapping(value: Any) -> TypeGuard[Mapping[str, Any]]:
     return type(value) is dict or isinstance(value, abc.Mapping)
 
 
-def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]] = None) -> Usage:
+def normalize_usage(raw: Mapping[str, Any], *, extra: Mapping[str, Any] | None = None) -> Usage:
     """Any platform's usage object -> OpenAI `Usage`, cached and reasoning tokens from wherever they are.
 
     `extra` is the rest of the response or chunk, for the fields some platforms put beside `usage`
@@ -145,7 +145,7 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Optional[Mapping[str, Any]
     # nested as `cache_creation.ephemeral_5m_input_tokens`; Anthropic-shaped gateways: flat on `usage`)
     # and the cache's type ("ephemeral": an explicit cache). Kept only when reported, so a plain
     # OpenAI usage dumps as before. docs/pricing.md.
-    written: Optional[int] = None
+    written: int | None = None
     if details is not None and _mapping(details):
         pd: Mapping[str, Any] = details
         written = _int(pd.get("cache_creation_input_tokens"))

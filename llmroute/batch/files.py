@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence, Union
+from typing import Any, Dict, Iterable, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.batch.platforms import Limits
@@ -37,7 +37,7 @@ _OURS = frozenset({"custom_id", "feature", "metadata"})
 class BatchRequest:
     custom_id: str
     body: Dict[str, Any]  # the chat request without `model`
-    model: Optional[str] = None  # a per-request tier / deployment, else the job's
+    model: str | None = None  # a per-request tier / deployment, else the job's
 
 
 def _line_requests(source: Union[str, os.PathLike[str], Iterable[Mapping[str, Any]]]) -> List[Any]:

@@ -13,7 +13,7 @@ import time
 import uuid
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Sequence
 
 from llmroute import errors as E
 from llmroute.accounting.cost import Cost, compute_cost
@@ -64,11 +64,11 @@ class BatchResult:
     """One request's outcome: a `completion` (chat) or an `embedding` response, else an `error`."""
 
     custom_id: str
-    completion: Optional[ChatCompletion] = None
-    error: Optional[Dict[str, Any]] = None
-    served_by: Optional[str] = None  # "batch", "online" (the online failover) or "local" ([batch] mode local)
-    embedding: Optional[Dict[str, Any]] = None  # the embeddings response (data, usage), for embedding requests
-    cost: Optional[Cost] = None  # what the result cost; for chat it is also `completion.cost`
+    completion: ChatCompletion | None = None
+    error: Dict[str, Any] | None = None
+    served_by: str | None = None  # "batch", "online" (the online failover) or "local" ([batch] mode local)
+    embedding: Dict[str, Any] | None = None  # the embeddings response (data, usage), for embedding requests
+    cost: Cost | None = None  # what the result cost; for chat it is also `completion.cost`
 
     @property
     def ok(self) -> bool:
@@ -82,14 +82,14 @@ class JobView:
     id: str
     state: str  # running | done | cancelled
     model: str
-    feature: Optional[str]
+    feature: str | None
     total: int
     done: int
     failed: int
     running: int
     elapsed_s: float
     parts: List[Dict[str, Any]] = field(default_factory=list)
-    next_action_at: Optional[float] = None  # wall-clock time of the next useful poll; None when finished
+    next_action_at: float | None = None  # wall-clock time of the next useful poll; None when finished
     events: List[Dict[str, Any]] = field(default_factory=list)
 
     @property
@@ -120,7 +120,7 @@ class BatchJobs:
         self.store = store
 
     # -- targets ---------------------------------------------------------------------------------
-    def candidates(self, model: str, body: Optional[Mapping[str, Any]] = None, feature: Optional[str] = None,
+    def candidates(self, model: str, body: Mapping[str, Any] | None = None, feature: str | None = None,
                    metadata: Mapping[str, Any] = {}) -> List[Any]:
         """The batch-capable deployments for `model`, in failover order."""
         config = self.config
@@ -181,8 +181,8 @@ class BatchJobs:
                            provider_name=dep.provider.name, overrides=self.settings.price_factors)
 
     # -- creation --------------------------------------------------------------------------------
-    def create_job(self, requests: Any, *, model: str, feature: Optional[str], metadata: Mapping[str, Any],
-                   on_failure: Optional[str], completion_window: Optional[str], now: float) -> str:
+    def create_job(self, requests: Any, *, model: str, feature: str | None, metadata: Mapping[str, Any],
+                   on_failure: str | None, completion_window: str | None, now: float) -> str:
         """Check everything, store the job; nothing is sent until `advance`."""
         on_failure = on_failure or self.settings.on_failure
         if on_failure not in FAILURE_POLICIES:
@@ -245,7 +245,7 @@ class BatchJobs:
                     totals[name][cost.currency] = totals[name].get(cost.currency, Decimal(0)) + cost.amount
         return totals
 
-    def check_budget(self, rows: Sequence[Mapping[str, Any]], feature: Optional[str], metadata: Mapping[str, Any],
+    def check_budget(self, rows: Sequence[Mapping[str, Any]], feature: str | None, metadata: Mapping[str, Any],
                      model: str) -> None:
         """Budgets apply at submission, on the job's estimated batch cost (one check per currency)."""
         book = self.engine.budget_book
@@ -595,7 +595,7 @@ class BatchJobs:
         job = self._job(job_id)
         counts = self.store.counts(job_id)
         parts = []
-        next_at: Optional[float] = None
+        next_at: float | None = None
         sizes = self.store.part_sizes(job_id)
         for p in self.store.parts(job_id):
             status = p.get("status") or {}

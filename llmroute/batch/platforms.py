@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Generator, List, Mapping, Tuple
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
@@ -34,9 +34,9 @@ TERMINAL_STATES = frozenset({"completed", "failed", "expired", "cancelled"})
 class Limits:
     """What one platform job may hold (docs/batch.md §1)."""
 
-    max_lines: Optional[int]
+    max_lines: int | None
     max_bytes: int
-    max_line_bytes: Optional[int] = None
+    max_line_bytes: int | None = None
     completion_windows: Tuple[str, ...] = ("24h",)
     endpoints: Tuple[str, ...] = ("/v1/chat/completions",)
 
@@ -58,8 +58,8 @@ class Req:
     url: str
     headers: Dict[str, str]
     json: Any = None
-    files: Optional[Dict[str, Tuple[str, bytes, str]]] = None
-    data: Optional[Dict[str, str]] = None
+    files: Dict[str, Tuple[str, bytes, str]] | None = None
+    data: Dict[str, str] | None = None
 
     def __repr__(self) -> str:  # headers hold the key: never show them
         return f"Req({self.method} {self.url})"
@@ -84,14 +84,14 @@ class JobStatus:
 
     state: str
     raw_state: str
-    total: Optional[int] = None
-    completed: Optional[int] = None
-    failed: Optional[int] = None
-    percent: Optional[float] = None
-    output_file_id: Optional[str] = None
-    error_file_id: Optional[str] = None
-    deadline: Optional[str] = None  # the platform's expiry / deadline, as it gave it
-    message: Optional[str] = None
+    total: int | None = None
+    completed: int | None = None
+    failed: int | None = None
+    percent: float | None = None
+    output_file_id: str | None = None
+    error_file_id: str | None = None
+    deadline: str | None = None  # the platform's expiry / deadline, as it gave it
+    message: str | None = None
     extra: Dict[str, Any] = field(default_factory=dict)
 
     def to_dict(self) -> Dict[str, Any]:
@@ -105,7 +105,7 @@ class JobStatus:
 Step = Generator[Req, Resp, Any]
 
 
-def _int(value: Any) -> Optional[int]:
+def _int(value: Any) -> int | None:
     try:
         return None if value is None else int(value)
     except (TypeError, ValueError):
@@ -309,8 +309,8 @@ class FireworksBatch(BatchProtocol):
         "JOB_STATE_DELETING": "cancelling", "JOB_STATE_DELETING_CLEANING_UP": "cancelling",
     }
 
-    def __init__(self, provider: Any, deployment_id: str, *, account_id: Optional[str] = None,
-                 control_url: Optional[str] = None) -> None:
+    def __init__(self, provider: Any, deployment_id: str, *, account_id: str | None = None,
+                 control_url: str | None = None) -> None:
         super().__init__(provider, deployment_id)
         if not account_id:
             raise E.ConfigError(

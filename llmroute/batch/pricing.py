@@ -11,7 +11,7 @@ from dataclasses import dataclass, replace
 from decimal import Decimal
 from functools import lru_cache
 from importlib import resources
-from typing import Mapping, Optional, Tuple
+from typing import Mapping, Tuple
 
 from llmroute.accounting.prices import Price, to_decimal
 from llmroute.errors import ConfigError
@@ -30,7 +30,7 @@ class Discount:
     factor: Decimal
     models: Tuple[str, ...] = ()
     other_factor: Decimal = Decimal(1)
-    cached_factor: Optional[Decimal] = None
+    cached_factor: Decimal | None = None
     source: str = ""
     confirmed: bool = False
     version: str = ""
@@ -58,7 +58,7 @@ def load_discounts() -> Mapping[str, Discount]:
 
 
 def batch_factor(kind: str, model: str, provider_name: str = "",
-                 overrides: Mapping[str, object] = {}) -> Tuple[Decimal, Optional[Decimal], str]:
+                 overrides: Mapping[str, object] = {}) -> Tuple[Decimal, Decimal | None, str]:
     """(factor, cached_factor, source) for a model on a platform; overrides: "provider:model" then "provider"."""
     for key in (f"{provider_name}:{model}", provider_name):
         if key in overrides:
@@ -71,14 +71,14 @@ def batch_factor(kind: str, model: str, provider_name: str = "",
     return discount.factor, discount.cached_factor, discount.source
 
 
-def batch_price(online: Optional[Price], *, kind: str, model: str, provider_name: str = "",
-                overrides: Mapping[str, object] = {}) -> Optional[Price]:
+def batch_price(online: Price | None, *, kind: str, model: str, provider_name: str = "",
+                overrides: Mapping[str, object] = {}) -> Price | None:
     """The batch price for an online `Price` (None stays None: unpriced is never 0)."""
     if online is None:
         return None
     factor, cached_factor, source = batch_factor(kind, model, provider_name, overrides)
     batch_input = online.input_per_million * factor
-    cached: Optional[Decimal]
+    cached: Decimal | None
     if cached_factor is not None:
         cached = batch_input * cached_factor
     else:

@@ -9,7 +9,7 @@ shape unconfirmed) a completion beside `custom_id`. An error line carries `error
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 from llmroute.accounting.tokens import normalize_usage
 from llmroute.types import ChatCompletion
@@ -21,11 +21,11 @@ __all__ = ["LineOutcome", "read_outcomes", "completion_from_body"]
 @dataclass
 class LineOutcome:
     custom_id: str
-    body: Optional[Dict[str, Any]] = None  # the completion, when the request succeeded
-    error: Optional[Dict[str, Any]] = None  # {"code", "message", "status"} when it failed
+    body: Dict[str, Any] | None = None  # the completion, when the request succeeded
+    error: Dict[str, Any] | None = None  # {"code", "message", "status"} when it failed
 
 
-def _error_of(line: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+def _error_of(line: Mapping[str, Any]) -> Dict[str, Any] | None:
     error = line.get("error")
     response = line.get("response") if isinstance(line.get("response"), Mapping) else None
     if error:
@@ -50,7 +50,7 @@ def _is_answer(body: Any) -> bool:
     return isinstance(body, Mapping) and ("choices" in body or isinstance(body.get("data"), list))
 
 
-def _body_of(line: Mapping[str, Any]) -> Optional[Dict[str, Any]]:
+def _body_of(line: Mapping[str, Any]) -> Dict[str, Any] | None:
     response = line.get("response")
     if isinstance(response, Mapping):
         body = response.get("body", response)

@@ -23,7 +23,7 @@ sf = 0.5
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Dict, Literal, Optional
+from typing import TYPE_CHECKING, Any, Dict, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -54,7 +54,7 @@ class BatchSettings(BaseModel):
     price_factors: Dict[str, float] = Field(default_factory=dict)
 
     @classmethod
-    def from_config(cls, config: Config, *, ledger: Optional[LedgerConfig] = None, **overrides: Any) -> "BatchSettings":
+    def from_config(cls, config: Config, *, ledger: LedgerConfig | None = None, **overrides: Any) -> "BatchSettings":
         """`ledger` (the `[ledger]` section): with `sink = "postgres"` and no `[batch] store`, the job
         store is the ledger's PostgreSQL database."""
         raw = dict(getattr(config.raw, "batch", None) or {})

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Optional, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Protocol
 
 from llmroute import errors as E
 from llmroute.accounting.ledger_postgres import is_postgres_url
@@ -94,19 +94,19 @@ def open_job_store(where: str) -> JobStore:
     return JobStore(where)
 
 
-def _jobs(client: BatchClient, settings: Optional[BatchSettings], store: Optional[JobStore]) -> BatchJobs:
+def _jobs(client: BatchClient, settings: BatchSettings | None, store: JobStore | None) -> BatchJobs:
     settings = settings or BatchSettings.from_config(client.config, ledger=client._engine.sections.ledger)
     store = store or open_job_store(settings.store)
     return BatchJobs(client.config, client._engine, settings, store)
 
 
-def _create_args(requests: Any, model: str, feature: Optional[str], metadata: Optional[Mapping[str, str]],
-                 on_failure: Optional[str], completion_window: Optional[str]) -> Dict[str, Any]:
+def _create_args(requests: Any, model: str, feature: str | None, metadata: Mapping[str, str] | None,
+                 on_failure: str | None, completion_window: str | None) -> Dict[str, Any]:
     return dict(requests=requests, model=model, feature=feature, metadata=dict(metadata or {}),
                 on_failure=on_failure, completion_window=completion_window)
 
 
-def _resume(step: Any, value: Any, error: Optional[BaseException]) -> tuple[bool, Any]:
+def _resume(step: Any, value: Any, error: BaseException | None) -> tuple[bool, Any]:
     """Send a step its last answer (or error): (True, its return value) or (False, its next effect)."""
     try:
         return False, (step.throw(error) if error is not None else step.send(value))
@@ -114,7 +114,7 @@ def _resume(step: Any, value: Any, error: Optional[BaseException]) -> tuple[bool
         return True, stop.value
 
 
-def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]) -> Optional[float]:
+def _pause(view: JobView, started: float, now: float, timeout_s: float | None) -> float | None:
     """Seconds to sleep before the next poll, or None when `wait` should return."""
     if view.finished or (timeout_s is not None and now - started >= timeout_s):
         return None
@@ -125,9 +125,9 @@ def _pause(view: JobView, started: float, now: float, timeout_s: Optional[float]
 class Batches:
     """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
 
-    def __init__(self, client: SyncBatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
+    def __init__(self, client: SyncBatchClient, *, settings: BatchSettings | None = None, store: JobStore | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
-                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
+                 read_limits: ReadLimits | None = None, timeouts: Timeouts | None = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
@@ -155,7 +155,7 @@ class Batches:
 
     def _drive(self, step: Any) -> Any:
         value: Any = None
-        error: Optional[BaseException] = None
+        error: BaseException | None = None
         while True:
             done, effect = _resume(step, value, error)
             if done:
@@ -173,9 +173,9 @@ class Batches:
             except E.LLMRouteError as exc:
                 error = exc
 
-    def create(self, requests: Any, *, model: str, feature: Optional[str] = None,
-               metadata: Optional[Mapping[str, str]] = None, on_failure: Optional[str] = None,
-               completion_window: Optional[str] = None, submit: bool = True) -> JobView:
+    def create(self, requests: Any, *, model: str, feature: str | None = None,
+               metadata: Mapping[str, str] | None = None, on_failure: str | None = None,
+               completion_window: str | None = None, submit: bool = True) -> JobView:
         """Store a job (checked before any I/O) and, with `submit=True`, upload and create its platform jobs."""
         job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
                                                                          on_failure, completion_window))
@@ -190,8 +190,8 @@ class Batches:
         view: JobView = self._drive(self.jobs.advance(job_id, self._clock()))
         return view
 
-    def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
-             on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
+    def wait(self, job_id: str, *, timeout_s: float | None = None,
+             on_progress: Callable[[JobView], None] | None = None) -> JobView:
         """Poll until the job finishes (resuming a job a previous process started)."""
         started = self._clock()
         while True:
@@ -224,9 +224,9 @@ class Batches:
 class AsyncBatches:
     """Batch jobs for `AsyncClient`: the same methods as `Batches`, awaited."""
 
-    def __init__(self, client: AsyncBatchClient, *, settings: Optional[BatchSettings] = None, store: Optional[JobStore] = None,
-                 clock: Callable[[], float] = time.time, sleep: Optional[Callable[[float], Any]] = None,
-                 read_limits: Optional[ReadLimits] = None, timeouts: Optional[Timeouts] = None) -> None:
+    def __init__(self, client: AsyncBatchClient, *, settings: BatchSettings | None = None, store: JobStore | None = None,
+                 clock: Callable[[], float] = time.time, sleep: Callable[[float], Any] | None = None,
+                 read_limits: ReadLimits | None = None, timeouts: Timeouts | None = None) -> None:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
@@ -255,7 +255,7 @@ class AsyncBatches:
 
     async def _drive(self, step: Any) -> Any:
         value: Any = None
-        error: Optional[BaseException] = None
+        error: BaseException | None = None
         while True:
             done, effect = _resume(step, value, error)
             if done:
@@ -273,9 +273,9 @@ class AsyncBatches:
             except E.LLMRouteError as exc:
                 error = exc
 
-    async def create(self, requests: Any, *, model: str, feature: Optional[str] = None,
-                     metadata: Optional[Mapping[str, str]] = None, on_failure: Optional[str] = None,
-                     completion_window: Optional[str] = None, submit: bool = True) -> JobView:
+    async def create(self, requests: Any, *, model: str, feature: str | None = None,
+                     metadata: Mapping[str, str] | None = None, on_failure: str | None = None,
+                     completion_window: str | None = None, submit: bool = True) -> JobView:
         job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
                                                                          on_failure, completion_window))
         return await self.poll(job_id) if submit else self.retrieve(job_id)
@@ -287,8 +287,8 @@ class AsyncBatches:
         view: JobView = await self._drive(self.jobs.advance(job_id, self._clock()))
         return view
 
-    async def wait(self, job_id: str, *, timeout_s: Optional[float] = None,
-                   on_progress: Optional[Callable[[JobView], None]] = None) -> JobView:
+    async def wait(self, job_id: str, *, timeout_s: float | None = None,
+                   on_progress: Callable[[JobView], None] | None = None) -> JobView:
         import asyncio
 
         sleep = self._sleep or asyncio.sleep

@@ -24,7 +24,7 @@ import os
 import sqlite3
 import threading
 from pathlib import Path
-from typing import Any, Dict, Iterable, List, Mapping, Optional, Sequence
+from typing import Any, Dict, Iterable, List, Mapping, Sequence
 
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited
 
@@ -60,7 +60,7 @@ def _row(row: Any) -> Dict[str, Any]:
     return d
 
 
-def _dump(value: Any) -> Optional[str]:
+def _dump(value: Any) -> str | None:
     return None if value is None else json.dumps(value, ensure_ascii=False, default=str, separators=(",", ":"))
 
 
@@ -70,7 +70,7 @@ class JobStore:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         self._lock = threading.RLock()
-        self._conn: Optional[sqlite3.Connection] = None
+        self._conn: sqlite3.Connection | None = None
         hold_at_fork(self, "_lock")  # no thread of ours is inside SQLite at a fork
 
     def _after_fork_in_child(self) -> None:
@@ -147,7 +147,7 @@ class JobStore:
                            (job["job_id"], now, "created", f"{len(requests)} requests")))
         self._many(statements)
 
-    def job(self, job_id: str) -> Optional[Dict[str, Any]]:
+    def job(self, job_id: str) -> Dict[str, Any] | None:
         rows = self._all("SELECT * FROM batch_jobs WHERE job_id = ?", (job_id,))
         return rows[0] if rows else None
 
@@ -198,7 +198,7 @@ class JobStore:
         self._write(f"UPDATE batch_parts SET {names} WHERE part_id = ?", (*fields.values(), part_id))
 
     # -- requests --------------------------------------------------------------------------------
-    def requests(self, job_id: str, *, state: Optional[str] = None, part_id: Optional[str] = None
+    def requests(self, job_id: str, *, state: str | None = None, part_id: str | None = None
                  ) -> List[Dict[str, Any]]:
         sql, args = "SELECT * FROM batch_requests WHERE job_id = ?", [job_id]
         if state is not None:

@@ -22,7 +22,7 @@ import random
 import sys
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, Optional, Sequence, TextIO
+from typing import TYPE_CHECKING, Any, Awaitable, Callable, Iterator, Mapping, Sequence, TextIO
 
 from llmroute.errors import AllDeploymentsFailedError, ConfigError, InvalidRequestError, LLMRouteError, RoutingError
 from llmroute.bench.stats import RequestRecord, StreamTiming, percentile
@@ -459,8 +459,8 @@ def _token_fields(response: Any, text: str, prompt: Prompt) -> dict[str, Any]:
     return {"output_tokens": completion, "input_tokens": prompt_tokens, "tokens_source": source}
 
 
-def client_send(client: AsyncClient, *, stream: bool = True, feature: Optional[str] = "bench", keep_text: bool = False,
-                clock: Clock = time.perf_counter, metadata: Optional[Mapping[str, str]] = None) -> SendFn:
+def client_send(client: AsyncClient, *, stream: bool = True, feature: str | None = "bench", keep_text: bool = False,
+                clock: Clock = time.perf_counter, metadata: Mapping[str, str] | None = None) -> SendFn:
     """A `SendFn` over llmroute's `AsyncClient`: one chat completion, timed as stats.py defines.
 
     `keep_text` stores each answer in its record (for smoke checks; a load run would hold them all).

@@ -21,7 +21,7 @@ import hashlib
 import os
 import threading
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Optional, Protocol, Tuple, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Protocol, Tuple, TypeVar
 
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork
 
@@ -36,11 +36,11 @@ _T = TypeVar("_T")
 class Backend(Protocol):
     name: str
 
-    def get(self, namespace: str, key: str, now: float) -> Optional[bytes]: ...
+    def get(self, namespace: str, key: str, now: float) -> bytes | None: ...
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None, record: Optional[bytes] = None) -> None: ...
+            group: str | None = None, record: bytes | None = None) -> None: ...
     def group(self, namespace: str, group: str, now: float, limit: int) -> List[Tuple[str, bytes]]: ...
-    def clear(self, namespace: Optional[str] = None) -> int: ...
+    def clear(self, namespace: str | None = None) -> int: ...
     def stats(self, now: float) -> Dict[str, Any]: ...
     def close(self) -> None: ...
 
@@ -58,9 +58,9 @@ class MemoryBackend:
         self._lru: Any = LRUCache(maxsize=max_bytes, getsizeof=lambda v: len(v[0]) or 1)
         self._groups: Dict[Tuple[str, str], Dict[str, bytes]] = {}  # key -> index record
 
-    def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
+    def get(self, namespace: str, key: str, now: float) -> bytes | None:
         with self._lock:
-            item: Optional[Tuple[bytes, float]] = self._lru.get((namespace, key))
+            item: Tuple[bytes, float] | None = self._lru.get((namespace, key))
             if item is None:
                 return None
             if item[1] <= now:
@@ -69,7 +69,7 @@ class MemoryBackend:
             return item[0]
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
+            group: str | None = None, record: bytes | None = None) -> None:
         with self._lock:
             if len(value) > self._lru.maxsize:
                 return
@@ -100,7 +100,7 @@ class MemoryBackend:
                     break
             return out
 
-    def clear(self, namespace: Optional[str] = None) -> int:
+    def clear(self, namespace: str | None = None) -> int:
         with self._lock:
             if namespace is None:
                 n = len(self._lru)
@@ -144,7 +144,7 @@ class SQLiteBackend:
         self.max_entries = max_entries
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
-        self._conn: "Optional[sqlite3.Connection]" = None
+        self._conn: "sqlite3.Connection | None" = None
         self._lock = threading.Lock()
         self._writes = 0
         hold_at_fork(self, "_lock")  # no thread of ours is inside SQLite at a fork
@@ -191,14 +191,14 @@ class SQLiteBackend:
                 self._reset()  # reopen next time: the file may have been replaced or repaired
                 raise
 
-    def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
+    def get(self, namespace: str, key: str, now: float) -> bytes | None:
         row = self._run(lambda db: db.execute(
             "SELECT value FROM cache_entries WHERE ns = ? AND key = ? AND expires_at > ?",
             (namespace, key, now)).fetchone())
         return None if row is None else bytes(row[0])
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
+            group: str | None = None, record: bytes | None = None) -> None:
         def write(db: sqlite3.Connection) -> None:
             db.execute("INSERT OR REPLACE INTO cache_entries (ns, key, grp, value, record, expires_at, created_at, size) "
                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
@@ -224,7 +224,7 @@ class SQLiteBackend:
             "ORDER BY created_at DESC LIMIT ?", (namespace, group, now, limit)).fetchall())
         return [(r[0], bytes(r[1])) for r in rows]
 
-    def clear(self, namespace: Optional[str] = None) -> int:
+    def clear(self, namespace: str | None = None) -> int:
         if namespace is None:
             return self._run(lambda db: db.execute("DELETE FROM cache_entries").rowcount)
         return self._run(lambda db: db.execute("DELETE FROM cache_entries WHERE ns = ?", (namespace,)).rowcount)
@@ -251,7 +251,7 @@ class RedisBackend:
 
     name = "redis"
 
-    def __init__(self, *, url: Optional[str] = None, client: Any = None, prefix: str = "llmroute:cache",
+    def __init__(self, *, url: str | None = None, client: Any = None, prefix: str = "llmroute:cache",
                  timeout_s: float = 0.25) -> None:
         if client is None and not url:
             raise ValueError("RedisBackend needs url= or client=")
@@ -278,12 +278,12 @@ class RedisBackend:
     def _group_key(self, namespace: str, group: str) -> str:
         return f"{self.prefix}:{_ns_id(namespace)}:g:{group}"
 
-    def get(self, namespace: str, key: str, now: float) -> Optional[bytes]:
-        value: Optional[bytes] = self._redis().get(self._entry_key(namespace, key))
+    def get(self, namespace: str, key: str, now: float) -> bytes | None:
+        value: bytes | None = self._redis().get(self._entry_key(namespace, key))
         return value
 
     def set(self, namespace: str, key: str, value: bytes, *, expires_at: float, now: float,
-            group: Optional[str] = None, record: Optional[bytes] = None) -> None:
+            group: str | None = None, record: bytes | None = None) -> None:
         ttl_ms = max(1, int((expires_at - now) * 1000))
         pipe = self._redis().pipeline(transaction=False)
         pipe.set(self._entry_key(namespace, key), value, px=ttl_ms)
@@ -327,7 +327,7 @@ class RedisBackend:
             n += r.unlink(*batch)
         return n
 
-    def clear(self, namespace: Optional[str] = None) -> int:
+    def clear(self, namespace: str | None = None) -> int:
         if namespace is None:
             return self._scan_delete(f"{self.prefix}:*")
         self._redis().hdel(f"{self.prefix}:namespaces", _ns_id(namespace))

@@ -12,7 +12,7 @@ once per (tier, reason) at WARNING (`cache_step.begin`).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Literal, Mapping, Optional, Union
+from typing import Any, Dict, List, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -32,9 +32,9 @@ class SemanticConfig(_Section):
     """`[cache.semantic]`: serve a paraphrase of a cached question from the cache (opt-in)."""
 
     enabled: bool = False
-    base_url: Optional[str] = None  # an OpenAI-compatible server: POST {base_url}/embeddings
+    base_url: str | None = None  # an OpenAI-compatible server: POST {base_url}/embeddings
     model: str = "embedding"
-    api_key: Optional[str] = None
+    api_key: str | None = None
     # Cosine similarity a hit needs. Chosen from benchmarks/cache_semantic.py (see docs/cache.md).
     threshold: float = Field(default=0.95, gt=0, le=1)
     timeout_s: float = Field(default=2.0, gt=0)
@@ -50,7 +50,7 @@ class CacheConfig(_Section):
     enabled: bool = False
     backend: Literal["memory", "sqlite", "redis"] = "memory"
     path: str = "llmroute-cache.db"  # sqlite: relative to the config file's folder
-    url: Optional[str] = None  # redis: redis://host:port/db
+    url: str | None = None  # redis: redis://host:port/db
     key_prefix: str = "llmroute:cache"
     ttl_s: float = Field(default=3600.0, gt=0)
     max_entries: int = Field(default=10_000, ge=1)
@@ -67,9 +67,9 @@ class TierCacheConfig(_Section):
     """`[tiers.X] cache = { ttl_s = 3600 }`: the cache for calls that go to this tier."""
 
     enabled: bool = True
-    ttl_s: Optional[float] = Field(default=None, gt=0)
-    reproducible_only: Optional[bool] = None
-    semantic: Optional[bool] = None
+    ttl_s: float | None = Field(default=None, gt=0)
+    reproducible_only: bool | None = None
+    semantic: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -88,8 +88,8 @@ class CacheSettings:
 class CallCache:
     """What a call asked of the cache: `cache=` (None, True, False or "always") and `cache_ttl_s=`."""
 
-    mode: Optional[Union[bool, str]] = None
-    ttl_s: Optional[float] = None
+    mode: Union[bool, str] | None = None
+    ttl_s: float | None = None
 
 
 def pop_cache_args(kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], CallCache]:
@@ -119,7 +119,7 @@ class Decision:
     """`use`: look up and store; `outcome`: "bypass" when the cache is on but skipped, else None."""
 
     use: bool
-    outcome: Optional[str]
+    outcome: str | None
     ttl_s: float = 0.0
     semantic: bool = False
     reason: str = ""
@@ -128,7 +128,7 @@ class Decision:
 _OFF = Decision(False, None)
 
 
-def decide(settings: CacheSettings, call: CallCache, tier: Optional[str], params: Mapping[str, Any]) -> Decision:
+def decide(settings: CacheSettings, call: CallCache, tier: str | None, params: Mapping[str, Any]) -> Decision:
     """Whether this call uses the cache, and with what TTL. Without a `[cache]` section, `cache=True`
     uses the defaults (in-process backend)."""
     cfg = settings.config

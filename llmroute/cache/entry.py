@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from decimal import Decimal
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from llmroute.types import ChatCompletion, ChatCompletionChunk
 
@@ -30,14 +30,14 @@ STORABLE_FINISH_REASONS = frozenset({"stop", "length", "tool_calls", "function_c
 @dataclass
 class Entry:
     completion: Dict[str, Any]
-    chunks: Optional[List[Dict[str, Any]]]
-    deployment: Optional[str]
-    provider: Optional[str]
-    provider_kind: Optional[str]
-    model: Optional[str]
-    tier: Optional[str]
-    cost: Optional[Decimal]  # what the answering attempt cost: what a hit saves
-    currency: Optional[str]
+    chunks: List[Dict[str, Any]] | None
+    deployment: str | None
+    provider: str | None
+    provider_kind: str | None
+    model: str | None
+    tier: str | None
+    cost: Decimal | None  # what the answering attempt cost: what a hit saves
+    currency: str | None
     created_at: float
     expires_at: float
     query: str = ""
@@ -51,7 +51,7 @@ class Entry:
         return chunks_from_completion(self.completion_model())
 
 
-def storable(completion: ChatCompletion, route: Any) -> Optional[str]:
+def storable(completion: ChatCompletion, route: Any) -> str | None:
     """None when the answer may be stored, else why not."""
     if route is not None and any(a.status == "interrupted" for a in route.attempts):
         return "an attempt was interrupted"

@@ -16,7 +16,7 @@ import hashlib
 import json
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import Any, Iterable, Mapping, Sequence
 
 __all__ = ["KeyParts", "key_parts", "namespace_for", "target_id", "NOT_IN_KEY", "UnkeyableError", "numbers_of"]
 
@@ -47,7 +47,7 @@ def _digest(value: Any) -> str:
     return hashlib.sha256(_canonical(value)).hexdigest()
 
 
-def target_id(tier: Optional[str], deployments: Iterable[Any]) -> list[Any]:
+def target_id(tier: str | None, deployments: Iterable[Any]) -> list[Any]:
     """The resolved target, as keyed: the tier (or None) and its deployments with their `extra_body`."""
     deps = sorted([d.id, dict(d.extra_body)] for d in deployments)
     return [tier, deps]
@@ -102,7 +102,7 @@ def numbers_of(text: str) -> frozenset[str]:
     return frozenset(m.group(0).rstrip("._-").lower() for m in _NUMBER_OR_CODE.finditer(text))
 
 
-def namespace_for(feature: Optional[str], metadata: Mapping[str, str], keys: Sequence[str]) -> str:
+def namespace_for(feature: str | None, metadata: Mapping[str, str], keys: Sequence[str]) -> str:
     """`feature=<f>` then `;<key>=<value>` per configured metadata key (empty when absent)."""
     parts = [f"feature={feature or ''}"]
     parts += [f"{k}={metadata.get(k, '')}" for k in keys]

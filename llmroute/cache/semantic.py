@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from llmroute._http.bounded import DEFAULT_READ_LIMITS
 from llmroute._http.exchange import Exchange, afetch, fetch
@@ -28,7 +28,7 @@ log = logging.getLogger("llmroute.cache")
 class Embedder:
     """`Embedder(base_url, model)`: `embed(text, transport)` -> the vector, or None on failure."""
 
-    def __init__(self, base_url: str, model: str, *, api_key: Optional[str] = None, timeout_s: float = 2.0) -> None:
+    def __init__(self, base_url: str, model: str, *, api_key: str | None = None, timeout_s: float = 2.0) -> None:
         self.base_url = base_url.rstrip("/")
         self.model = model
         self._api_key = api_key
@@ -74,7 +74,7 @@ class Embedder:
         return Exchange(self.request(text), self.timeouts(), DEFAULT_READ_LIMITS, provider="llmroute-embeddings",
                         deployment="llmroute-embeddings", max_connections=8)
 
-    def embed(self, text: str, transport: SyncTransport) -> Optional[List[float]]:
+    def embed(self, text: str, transport: SyncTransport) -> List[float] | None:
         try:
             reply = fetch(transport, self.exchange(text))
             return self.parse(reply.status, reply.body)
@@ -82,7 +82,7 @@ class Embedder:
             self._failed(exc)
             return None
 
-    async def aembed(self, text: str, transport: AsyncTransport) -> Optional[List[float]]:
+    async def aembed(self, text: str, transport: AsyncTransport) -> List[float] | None:
         try:
             reply = await afetch(transport, self.exchange(text))
             return self.parse(reply.status, reply.body)

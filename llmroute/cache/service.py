@@ -14,7 +14,7 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Tuple
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.cache.backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
@@ -29,7 +29,7 @@ log = logging.getLogger("llmroute.cache")
 WARN_EVERY_S = 60.0
 
 
-def open_backend(config: CacheConfig, *, base_dir: Optional[Path] = None, redis_client: Any = None) -> Backend:
+def open_backend(config: CacheConfig, *, base_dir: Path | None = None, redis_client: Any = None) -> Backend:
     """The backend `[cache]` names. Opens nothing yet: files and sockets are opened on first use."""
     if config.backend == "sqlite":
         path = Path(config.path).expanduser()
@@ -45,8 +45,8 @@ def open_backend(config: CacheConfig, *, base_dir: Optional[Path] = None, redis_
 class ResponseCache:
     """`client.cache`: `clear(namespace=...)`, `stats()`, and the lookups and stores of calls."""
 
-    def __init__(self, settings: Optional[CacheSettings] = None, *, base_dir: Optional[Path] = None,
-                 clock: Callable[[], float] = time.time, backend: Optional[Backend] = None,
+    def __init__(self, settings: CacheSettings | None = None, *, base_dir: Path | None = None,
+                 clock: Callable[[], float] = time.time, backend: Backend | None = None,
                  embedder: Any = None) -> None:
         self.settings = settings or CacheSettings(CacheConfig())
         self.config = self.settings.config
@@ -99,7 +99,7 @@ class ResponseCache:
             self._warn(what, exc)
             return default
 
-    def _decode(self, data: bytes, now: float) -> Optional[Entry]:
+    def _decode(self, data: bytes, now: float) -> Entry | None:
         try:
             entry = decode(data)
         except Exception as exc:  # noqa: BLE001
@@ -109,17 +109,17 @@ class ResponseCache:
         return entry if entry.expires_at > now else None
 
     # -- entries -------------------------------------------------------------------------------------
-    def namespace(self, feature: Optional[str] = None, metadata: Optional[Mapping[str, str]] = None) -> str:
+    def namespace(self, feature: str | None = None, metadata: Mapping[str, str] | None = None) -> str:
         """The namespace a call with this feature and metadata uses."""
         return namespace_for(feature, metadata or {}, self.config.namespace_keys)
 
-    def get(self, namespace: str, key: str) -> Optional[Entry]:
+    def get(self, namespace: str, key: str) -> Entry | None:
         now = self.clock()
         data = self._safe("a lookup", lambda: self.backend.get(namespace, key, now), None)
         return None if data is None else self._decode(data, now)
 
     def similar(self, namespace: str, group: str, embedding: List[float], threshold: float,
-                query: Optional[str] = None) -> Tuple[Optional[Entry], Optional[float]]:
+                query: str | None = None) -> Tuple[Entry | None, float | None]:
         """The most similar live entry of a group, if its cosine similarity reaches `threshold`;
         also the best similarity seen (None when the group is empty). With `query` (and
         `match_numbers` on), only entries whose question has the same numbers and codes compete."""
@@ -128,8 +128,8 @@ class ResponseCache:
         limit = self.config.semantic.max_candidates
         records = self._safe("a semantic lookup", lambda: self.backend.group(namespace, group, now, limit), [])
         unit = normalize(embedding)
-        best_key: Optional[str] = None
-        best_sim: Optional[float] = None
+        best_key: str | None = None
+        best_sim: float | None = None
         for key, record in records:
             try:
                 question, vector = unpack(record)
@@ -148,8 +148,8 @@ class ResponseCache:
                 return entry, best_sim
         return None, best_sim
 
-    def put(self, namespace: str, key: str, entry: Entry, *, group: Optional[str] = None,
-            embedding: Optional[List[float]] = None) -> bool:
+    def put(self, namespace: str, key: str, entry: Entry, *, group: str | None = None,
+            embedding: List[float] | None = None) -> bool:
         """Store an entry; with `group` and `embedding`, also its semantic index record."""
         record = pack(entry.query, embedding) if group is not None and embedding else None
         data = encode(entry)
@@ -168,8 +168,8 @@ class ResponseCache:
         return bool(ok)
 
     # -- controls ------------------------------------------------------------------------------------
-    def clear(self, namespace: Optional[str] = None, *, feature: Optional[str] = None,
-              metadata: Optional[Mapping[str, str]] = None) -> int:
+    def clear(self, namespace: str | None = None, *, feature: str | None = None,
+              metadata: Mapping[str, str] | None = None) -> int:
         """Drop entries: all, one namespace, or the namespace of `feature` + `metadata`. Returns how
         many were dropped (Redis: keys). Unlike lookups, a backend error here is raised."""
         if namespace is None and (feature is not None or metadata is not None):

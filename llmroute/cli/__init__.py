@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import sys
-from typing import List, Optional
+from typing import List
 from llmroute.errors import LLMRouteError
 
 __all__ = ["main", "COMMANDS", "CLOSED_PIPE_STATUS"]
@@ -54,7 +54,7 @@ def _usage() -> str:
     return "\n".join(lines)
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     """Run one command; a reader that closed the pipe (`llmroute ... | head`) ends it quietly, with
     `CLOSED_PIPE_STATUS`, whether it went away during the command, its `--help` or its last flush."""
     try:

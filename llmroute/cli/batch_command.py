@@ -14,7 +14,7 @@ import argparse
 import json
 import sys
 from decimal import Decimal
-from typing import Any, List, Mapping, Optional
+from typing import Any, List, Mapping
 from llmroute.client import Client
 from llmroute._runtime.cli_help import with_defaults
 
@@ -108,7 +108,7 @@ def _print_status(view: Any, out: Any, events: bool = True) -> None:
             print(f"  event {e['kind']}: {e['detail']}", file=out)
 
 
-def main(argv: Optional[List[str]] = None, out: Any = None, err: Any = None) -> int:
+def main(argv: List[str] | None = None, out: Any = None, err: Any = None) -> int:
     out = out or sys.stdout
     err = err or sys.stderr
     args = with_defaults(_parser()).parse_args(argv)

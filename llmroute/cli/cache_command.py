@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
-from typing import Optional, Sequence
+from typing import Sequence
 from llmroute.config import load_config
 from llmroute._runtime.cli_help import with_defaults
 
@@ -29,7 +29,7 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
     from llmroute._call.cache_step import open_cache  # loaded when the command runs, not at import
 
     args = with_defaults(_parser()).parse_args(list(argv) if argv is not None else None)
@@ -50,7 +50,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             if not sep:
                 raise SystemExit(f"llmroute cache: --meta takes KEY=VALUE, not {item!r}")
             metadata[key] = value
-        namespace: Optional[str] = args.namespace
+        namespace: str | None = args.namespace
         if namespace is None and (args.feature is not None or metadata):
             namespace = cache.namespace(args.feature, metadata)
         dropped = cache.clear(namespace)

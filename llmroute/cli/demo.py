@@ -14,7 +14,7 @@ import os
 import sys
 import tempfile
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 from llmroute.client import AsyncClient, Client
 from llmroute.errors import LLMRouteError
@@ -47,7 +47,7 @@ NOTE = (
 )
 
 
-def demo_config(small_url: str, large_url: str, ledger_path: Optional[str] = None) -> Dict[str, Any]:
+def demo_config(small_url: str, large_url: str, ledger_path: str | None = None) -> Dict[str, Any]:
     config: Dict[str, Any] = {
         "providers": {
             "local-small": {"kind": "llamacpp", "base_url": small_url},
@@ -105,7 +105,7 @@ async def _async_part(config: Dict[str, Any]) -> None:
             _show("async call", q, r.choices[0].message.content or "", r)
 
 
-def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
+def run(small_url: str, large_url: str, ledger_path: str | None) -> int:
     config = demo_config(small_url, large_url, ledger_path)
     print(NOTE)
     with Client(config=config) as client:
@@ -157,7 +157,7 @@ def run(small_url: str, large_url: str, ledger_path: Optional[str]) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmroute demo", description=__doc__.split("\n\n")[0])
     parser.add_argument("--small-url", help="use a running server for the small tier instead of starting one")
     parser.add_argument("--large-url", help="use a running server for the large tier instead of starting one")

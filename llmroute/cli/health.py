@@ -21,7 +21,7 @@ import argparse
 import json
 import sys
 import time
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 from llmroute.client import Client
 from llmroute.errors import LLMRouteError
 from llmroute._runtime.secrets import scrub
@@ -43,7 +43,7 @@ def probe_deployments(client: Client, rounds: int = 1) -> Dict[str, Any]:
         embedding = dep.tier is not None and tiers[dep.tier].kind == "embedding"
         tally = tallies[dep.id] = ProbeTally()
         for _ in range(max(1, rounds)):
-            error: Optional[BaseException] = None
+            error: BaseException | None = None
             try:
                 if embedding:
                     client.embeddings.create(model=dep.id, input="ping", metadata=PROBE_METADATA)
@@ -57,7 +57,7 @@ def probe_deployments(client: Client, rounds: int = 1) -> Dict[str, Any]:
     return tallies
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     from llmroute.resilience.deployment_health import format_health, health_status  # loaded when the command runs, not at import
 
     parser = argparse.ArgumentParser(prog="llmroute health", description=__doc__.split("\n\n")[0])

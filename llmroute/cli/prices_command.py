@@ -18,7 +18,7 @@ import json
 import sys
 import textwrap
 from decimal import Decimal
-from typing import Any, Iterable, List, Optional, Sequence
+from typing import Any, Iterable, List, Sequence
 
 from llmroute.accounting.prices import Price, load_price_table
 from llmroute.config import Config, load_config
@@ -27,7 +27,7 @@ from llmroute._runtime.cli_help import with_defaults
 __all__ = ["main", "check_main", "diff_main", "price_rows", "config_rows", "format_rate"]
 
 
-def format_rate(value: Optional[Decimal]) -> str:
+def format_rate(value: Decimal | None) -> str:
     """A per-million rate as the page shows it: no exponent, no trailing zeros; '-' for none."""
     if value is None:
         return "-"
@@ -170,7 +170,7 @@ def diff_main(argv: Sequence[str]) -> int:
     return 0
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: List[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "check":
         return check_main(argv[1:])

@@ -18,7 +18,7 @@ import threading
 import warnings
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Dict, Mapping, Optional, Union
+from typing import Any, Dict, Mapping, Union
 
 from llmroute.config import Config, load_config, redact_url
 from llmroute.errors import ConfigError, InvalidRequestError
@@ -44,11 +44,11 @@ class CallOptions:
     deployment (overrides `[resilience] max_retries`); `headers`: sent with every call (a call's
     `extra_headers` win)."""
 
-    timeout_s: Optional[float] = None
-    max_retries: Optional[int] = None
+    timeout_s: float | None = None
+    max_retries: int | None = None
     headers: Mapping[str, str] = field(default_factory=dict)
     # A `Client(base_url=..., timeout=...)`: each attempt's limit, held in its config (not a call budget).
-    attempt_timeout_s: Optional[float] = None
+    attempt_timeout_s: float | None = None
 
     def merged(self, other: "CallOptions") -> "CallOptions":
         return CallOptions(
@@ -65,7 +65,7 @@ class CallOptions:
             return self
         return replace(self, timeout_s=None, attempt_timeout_s=self.timeout_s)
 
-    def apply(self, kwargs: Dict[str, Any]) -> Optional[int]:
+    def apply(self, kwargs: Dict[str, Any]) -> int | None:
         """Fill a call's arguments with these defaults (in place); returns the call's max_retries."""
         if self.timeout_s is not None and kwargs.get("timeout") is None:
             kwargs["timeout"] = self.timeout_s
@@ -74,7 +74,7 @@ class CallOptions:
         return self.max_retries
 
 
-def timeout_seconds(timeout: Any, *, name: str = "timeout") -> Optional[float]:
+def timeout_seconds(timeout: Any, *, name: str = "timeout") -> float | None:
     """A timeout as openai-python takes it: seconds (int or float), an `httpx.Timeout` (its largest set
     part: llmroute's timeout is the whole call's), or None. Anything else is a ConfigError naming it."""
     if timeout is None:
@@ -107,13 +107,13 @@ def per_call_timeout(timeout: Any) -> Any:
         raise InvalidRequestError(exc.detail, field="timeout") from None
 
 
-def _connect_seconds(timeout: Any) -> Optional[float]:
+def _connect_seconds(timeout: Any) -> float | None:
     connect = getattr(timeout, "connect", None)
     return float(connect) if isinstance(connect, (int, float)) and connect > 0 else None
 
 
 def call_options(*, timeout: Any = None, max_retries: Any = None,
-                 default_headers: Optional[Mapping[str, str]] = None) -> CallOptions:
+                 default_headers: Mapping[str, str] | None = None) -> CallOptions:
     """Check and hold `timeout`, `max_retries` and `default_headers` (ConfigError naming the argument)."""
     if max_retries is not None and (isinstance(max_retries, bool) or not isinstance(max_retries, int)
                                     or max_retries < 0):
@@ -126,9 +126,9 @@ def call_options(*, timeout: Any = None, max_retries: Any = None,
     return CallOptions(timeout_seconds(timeout), max_retries, headers)
 
 
-def build_config(config: ConfigLike, *, api_key: Optional[str], base_url: Optional[str], timeout: Any,
-                 max_retries: Optional[int], prices: Optional[Mapping[str, Mapping[str, Any]]],
-                 organization: Optional[str] = None, project: Optional[str] = None) -> Config:
+def build_config(config: ConfigLike, *, api_key: str | None, base_url: str | None, timeout: Any,
+                 max_retries: int | None, prices: Mapping[str, Mapping[str, Any]] | None,
+                 organization: str | None = None, project: str | None = None) -> Config:
     """The client's Config from what its constructor was given (see the module docstring)."""
     direct = api_key is not None or base_url is not None
     if config is not None and direct:
@@ -177,9 +177,9 @@ def find_config_file() -> Path:
         "or OPENAI_BASE_URL")
 
 
-def _direct_config(*, api_key: Optional[str], base_url: Optional[str], timeout: Any, max_retries: Optional[int],
-                   prices: Optional[Mapping[str, Mapping[str, Any]]], organization: Optional[str],
-                   project: Optional[str]) -> Config:
+def _direct_config(*, api_key: str | None, base_url: str | None, timeout: Any, max_retries: int | None,
+                   prices: Mapping[str, Mapping[str, Any]] | None, organization: str | None,
+                   project: str | None) -> Config:
     if base_url is None:
         base_url = os.environ.get("OPENAI_BASE_URL")  # openai-python's variable, read as it reads it
     if not base_url:

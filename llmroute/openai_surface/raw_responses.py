@@ -13,7 +13,7 @@ This module wraps finished calls; it never sends anything itself and never logs 
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator, Optional
+from typing import TYPE_CHECKING, Any, AsyncIterator, Awaitable, Callable, Dict, Iterator
 
 from llmroute._http.httpx_values import headers_value
 
@@ -24,7 +24,7 @@ __all__ = ["APIResponse", "AsyncAPIResponse", "RawResponses", "AsyncRawResponses
            "AsyncStreamingResponses"]
 
 
-def _answering_attempt(result: Any) -> Optional["Attempt"]:
+def _answering_attempt(result: Any) -> "Attempt" | None:
     """The attempt whose answer `result` (a ChatCompletion or a stream) is."""
     state = getattr(result, "_state", None)
     if state is not None:  # a stream: the attempt being read
@@ -60,7 +60,7 @@ class APIResponse:
         return timedelta(seconds=self._duration_s)
 
     @property
-    def request_id(self) -> Optional[str]:
+    def request_id(self) -> str | None:
         """The platform's request id (`x-request-id`), as openai-python's `_request_id`."""
         found = self.headers.get("x-request-id") or self.headers.get("request-id")
         return str(found) if found is not None else None
@@ -172,7 +172,7 @@ class AsyncRawResponses:
 class _SyncManager:
     def __init__(self, call: Callable[[], Any]) -> None:
         self._call = call
-        self._response: Optional[APIResponse] = None
+        self._response: APIResponse | None = None
 
     def __enter__(self) -> APIResponse:
         self._response = APIResponse(self._call())
@@ -186,7 +186,7 @@ class _SyncManager:
 class _AsyncManager:
     def __init__(self, call: Callable[[], Awaitable[Any]]) -> None:
         self._call = call
-        self._response: Optional[AsyncAPIResponse] = None
+        self._response: AsyncAPIResponse | None = None
 
     async def __aenter__(self) -> AsyncAPIResponse:
         self._response = AsyncAPIResponse(await self._call())

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import inspect
 import json
-from typing import Any, AsyncIterator, Dict, Iterator, List, Optional
+from typing import Any, AsyncIterator, Dict, Iterator, List
 
 from pydantic import BaseModel, Field
 
@@ -138,17 +138,17 @@ class StreamEvent(BaseModel):
     "tool_calls.function.arguments.done"; the other fields as openai-python's events of that type."""
 
     type: str
-    chunk: Optional[ChatCompletionChunk] = None
-    delta: Optional[str] = None
-    snapshot: Optional[str] = None
-    content: Optional[str] = None
-    refusal: Optional[str] = None
+    chunk: ChatCompletionChunk | None = None
+    delta: str | None = None
+    snapshot: str | None = None
+    content: str | None = None
+    refusal: str | None = None
     parsed: Any = None
     # tool-call argument events
-    name: Optional[str] = None
-    index: Optional[int] = None
-    arguments: Optional[str] = None
-    arguments_delta: Optional[str] = None
+    name: str | None = None
+    index: int | None = None
+    arguments: str | None = None
+    arguments_delta: str | None = None
     parsed_arguments: Any = None
 
 
@@ -250,7 +250,7 @@ class ChatCompletionStreamManager:
     def __init__(self, completions: Any, kwargs: Dict[str, Any]) -> None:
         self._completions = completions
         self._kwargs, self._response_format = _stream_args(kwargs)
-        self._stream: Optional[ChatCompletionStream] = None
+        self._stream: ChatCompletionStream | None = None
 
     def __enter__(self) -> ChatCompletionStream:
         self._stream = ChatCompletionStream(self._completions.create(**self._kwargs), self._response_format)
@@ -299,7 +299,7 @@ class AsyncChatCompletionStreamManager:
     def __init__(self, completions: Any, kwargs: Dict[str, Any]) -> None:
         self._completions = completions
         self._kwargs, self._response_format = _stream_args(kwargs)
-        self._stream: Optional[AsyncChatCompletionStream] = None
+        self._stream: AsyncChatCompletionStream | None = None
 
     async def __aenter__(self) -> AsyncChatCompletionStream:
         self._stream = AsyncChatCompletionStream(await self._completions.create(**self._kwargs),

@@ -12,7 +12,7 @@ import json
 import time
 from urllib.parse import urlencode
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Dict, Iterable, Iterator, List, Mapping, Sequence
 
 from llmroute import errors as E
 from llmroute._runtime.secrets import SecretHeader, SecretStr
@@ -63,7 +63,7 @@ def bearer(api_key: SecretStr) -> SecretHeader:
     return SecretHeader(api_key, "Bearer ")
 
 
-def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> Optional[str]:
+def normalize_finish_reason(value: Any, *, provider: str, deployment: str) -> str | None:
     if value is None:
         return None
     value = str(value)
@@ -154,7 +154,7 @@ class OpenAICompatAdapter:
             url += ("&" if "?" in url else "?") + urlencode(call.extra_query)
         return HttpRequest("POST", url, headers, self.body(call, stream), stream)
 
-    def request_after_error(self, error: E.ProviderError, request: HttpRequest) -> Optional[HttpRequest]:
+    def request_after_error(self, error: E.ProviderError, request: HttpRequest) -> HttpRequest | None:
         """A corrected request to send once more when the platform refused a field we chose (not the
         caller's), or None. The base adapter never corrects anything."""
         return None
@@ -166,7 +166,7 @@ class OpenAICompatAdapter:
         )
 
     def error_from_event(self, payload: Any, headers: Mapping[str, str] | None = None,
-                         status: Optional[int] = None) -> E.ProviderError:
+                         status: int | None = None) -> E.ProviderError:
         return error_from_payload(
             payload, status=status, headers=headers or {}, provider=self.provider.name,
             deployment=self.deployment.id, kind=self.kind,
@@ -258,7 +258,7 @@ class OpenAICompatAdapter:
     def stream_decoder(self, call: CallInput) -> "StreamDecoder":
         return StreamDecoder(self)
 
-    def normalize_chunk(self, data: Dict[str, Any], decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+    def normalize_chunk(self, data: Dict[str, Any], decoder: "StreamDecoder") -> ChatCompletionChunk | None:
         if is_error_payload(data):
             raise self.error_from_event(data)
         raw_usage = data.get("usage")
@@ -309,7 +309,7 @@ class OpenAICompatAdapter:
         chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_python(out)
         return chunk
 
-    def decode_event(self, event: SSEEvent, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+    def decode_event(self, event: SSEEvent, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
         data = event.data
         if not data:
             return None
@@ -334,7 +334,7 @@ class OpenAICompatAdapter:
         return self.normalize_chunk(payload, decoder)
 
 
-    def _chunk_from_json(self, data: str, decoder: "StreamDecoder") -> Optional[ChatCompletionChunk]:
+    def _chunk_from_json(self, data: str, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
         """The common chunk (choices, no usage, no reasoning under another name) validated straight
         from its JSON, then normalised as `normalize_chunk` does (finish reasons, `<think>` tags): the
         chunk it builds, without parsing to dicts, copying and validating them again. None: anything
@@ -397,14 +397,14 @@ class StreamDecoder:
     def __init__(self, adapter: OpenAICompatAdapter) -> None:
         self.adapter = adapter
         self.sse = SSEDecoder()
-        self.usage: Optional[Usage] = None
+        self.usage: Usage | None = None
         self.done = False  # the platform's end marker ([DONE]) was seen
         self.finished = False  # a finish_reason was seen
         self.think_splitters: Dict[int, ThinkSplitter] = {}
         self.skipped: List[str] = []  # malformed events skipped, one line each
         # An error event that came in the same read as chunks before it: those chunks are handed
         # out first (they are part of what the caller saw and was billed for), the error next time.
-        self.pending_error: Optional[E.ProviderError] = None
+        self.pending_error: E.ProviderError | None = None
 
     @property
     def complete(self) -> bool:
@@ -503,7 +503,7 @@ class StreamAssembler:
         self.id = ""
         self.model = ""
         self.created = 0
-        self.system_fingerprint: Optional[str] = None
+        self.system_fingerprint: str | None = None
         self._choices: Dict[int, Dict[str, Any]] = {}
         # Top-level fields of the platform's own (llama.cpp `timings`): kept on the assembled answer.
         self.extras: Dict[str, Any] = {}

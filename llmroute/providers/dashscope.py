@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import re
 import time
-from typing import Any, Dict, Mapping, Optional
+from typing import Any, Dict, Mapping
 
 from llmroute.providers.base import CallInput, OpenAICompatAdapter, StreamDecoder, normalize_finish_reason
 from llmroute.providers.logprobs import logprobs_from_wire
@@ -44,7 +44,7 @@ _FIELD_REFUSED_RE = re.compile(
 )
 
 
-def _event_status(comments: tuple[str, ...]) -> Optional[int]:
+def _event_status(comments: tuple[str, ...]) -> int | None:
     for comment in comments:
         if comment.startswith("HTTP_STATUS/") and comment[12:15].isdigit():
             return int(comment[12:15])
@@ -174,7 +174,7 @@ class BailianNativeAdapter(OpenAICompatAdapter):
         )
         return completion, reported
 
-    def decode_event(self, event: SSEEvent, decoder: StreamDecoder) -> Optional[ChatCompletionChunk]:
+    def decode_event(self, event: SSEEvent, decoder: StreamDecoder) -> ChatCompletionChunk | None:
         if not event.data:
             return None
         try:

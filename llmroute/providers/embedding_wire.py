@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Optional, Type, Union
+from typing import TYPE_CHECKING, Any, Dict, List, Mapping, Type, Union
 
 from llmroute import errors as E
 from llmroute.providers.base import OpenAICompatAdapter, bearer
@@ -53,7 +53,7 @@ class EmbeddingInput:
             return 1
         return len(value)
 
-    def texts(self) -> Optional[List[str]]:
+    def texts(self) -> List[str] | None:
         """The input as a list of strings, or None when it is token ids."""
         if isinstance(self.input, str):
             return [self.input]
@@ -67,7 +67,7 @@ class EmbeddingAdapter(OpenAICompatAdapter):
 
     embeddings_path = "/embeddings"
 
-    def max_inputs(self) -> Optional[int]:
+    def max_inputs(self) -> int | None:
         """The most inputs one request may carry on this platform (None: no documented cap)."""
         return None
 
@@ -94,7 +94,7 @@ class EmbeddingAdapter(OpenAICompatAdapter):
         return body
 
     def parse_embeddings(self, headers: Mapping[str, str], content: bytes,
-                         call: EmbeddingInput) -> tuple[Dict[str, Any], Optional["Usage"]]:
+                         call: EmbeddingInput) -> tuple[Dict[str, Any], "Usage" | None]:
         """A 2xx body -> (OpenAI-shaped response dict, the usage the platform reported or None)."""
         data = self.json_body(headers, content)
         items = data.get("data")
@@ -124,7 +124,7 @@ class BailianEmbeddingAdapter(EmbeddingAdapter):
     """Compatible mode: at most 10 texts per request for text-embedding-v3/v4, 25 for v1/v2
     (docs/embeddings.md); a longer input is sent as several requests of one attempt."""
 
-    def max_inputs(self) -> Optional[int]:
+    def max_inputs(self) -> int | None:
         return 25 if self.deployment.model in ("text-embedding-v1", "text-embedding-v2") else 10
 
 
@@ -162,7 +162,7 @@ class DashScopeNativeEmbeddingAdapter(BailianEmbeddingAdapter):
         return body
 
     def parse_embeddings(self, headers: Mapping[str, str], content: bytes,
-                         call: EmbeddingInput) -> tuple[Dict[str, Any], Optional["Usage"]]:
+                         call: EmbeddingInput) -> tuple[Dict[str, Any], "Usage" | None]:
         data = self.json_body(headers, content)
         output = data.get("output")
         if not isinstance(output, dict):
@@ -189,7 +189,7 @@ class DashScopeNativeEmbeddingAdapter(BailianEmbeddingAdapter):
         return out, usage
 
 
-def _usage(raw: Any) -> Optional["Usage"]:
+def _usage(raw: Any) -> "Usage" | None:
     if not isinstance(raw, dict):
         return None
     prompt = raw.get("prompt_tokens")

@@ -13,7 +13,7 @@ import json
 import re
 import time
 from dataclasses import dataclass
-from typing import Any, Mapping, Optional, Type
+from typing import Any, Mapping, Type
 
 from llmroute import errors as E
 
@@ -23,19 +23,19 @@ __all__ = ["ErrorBody", "parse_error_body", "error_from_response", "error_from_p
 @dataclass(frozen=True)
 class ErrorBody:
     message: str
-    type: Optional[str] = None
-    code: Optional[str] = None
-    param: Optional[str] = None
-    request_id: Optional[str] = None
+    type: str | None = None
+    code: str | None = None
+    param: str | None = None
+    request_id: str | None = None
 
 
-def _s(value: Any) -> Optional[str]:
+def _s(value: Any) -> str | None:
     if value is None:
         return None
     return str(value)
 
 
-def parse_error_body(body: Any) -> Optional[ErrorBody]:
+def parse_error_body(body: Any) -> ErrorBody | None:
     """Read any known error envelope from a decoded JSON value; None when it is not an error body."""
     if not isinstance(body, Mapping):
         return None
@@ -87,7 +87,7 @@ _RATE_LIMIT_TEXT_RE = re.compile(r"rate.?limit|too many requests", re.IGNORECASE
 _OVERLOAD_RE = re.compile(r"overload|capacity|busy|high load|try again later|queue is full", re.IGNORECASE)
 
 
-def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = None) -> Optional[float]:
+def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = None) -> float | None:
     """Seconds to wait, from `Retry-After`, `retry-after-ms` or the platform's rate-limit reset headers."""
     get = headers.get
     value = get("retry-after-ms")
@@ -123,7 +123,7 @@ def retry_after_from_headers(headers: Mapping[str, str], *, now: float | None = 
 _DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
 
 
-def _duration_s(value: str) -> Optional[float]:
+def _duration_s(value: str) -> float | None:
     value = value.strip()
     if not value:
         return None
@@ -142,7 +142,7 @@ def _duration_s(value: str) -> Optional[float]:
     return total if pos == len(value) and pos else None
 
 
-def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.ProviderError]:
+def _classify(status: int | None, body: ErrorBody, kind: str) -> Type[E.ProviderError]:
     if status is None and body.code is not None and body.code.isdigit() and 400 <= int(body.code) <= 599:
         # An in-band error whose code is an HTTP status (SGLang and older vLLM: "code": 429).
         status = int(body.code)
@@ -205,7 +205,7 @@ def _classify(status: Optional[int], body: ErrorBody, kind: str) -> Type[E.Provi
     return E.ServerError
 
 
-def _describe(cls: Type[E.ProviderError], body: ErrorBody, status: Optional[int]) -> str:
+def _describe(cls: Type[E.ProviderError], body: ErrorBody, status: int | None) -> str:
     what = {
         E.AuthenticationError: "authentication failed (check the key, and that it belongs to this region)",
         E.PermissionDeniedError: "permission denied",
@@ -227,7 +227,7 @@ def _describe(cls: Type[E.ProviderError], body: ErrorBody, status: Optional[int]
     return f"{what}: {detail}" if detail else what
 
 
-def _request_id(headers: Mapping[str, str]) -> Optional[str]:
+def _request_id(headers: Mapping[str, str]) -> str | None:
     for name in ("x-request-id", "x-siliconcloud-trace-id", "x-dashscope-request-id", "request-id", "x-together-traceid"):
         value = headers.get(name)
         if value:
@@ -267,7 +267,7 @@ _KEPT_TEXT = 64 * 1024  # of an error body, for `e.response.text` (the rest is d
 def error_from_payload(
     payload: Any,
     *,
-    status: Optional[int],
+    status: int | None,
     headers: Mapping[str, str],
     provider: str,
     deployment: str | None,

@@ -9,12 +9,12 @@ the chunk's token. Both are rewritten to OpenAI's shape; anything else is droppe
 
 from __future__ import annotations
 
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List
 
 __all__ = ["logprobs_from_wire"]
 
 
-def _legacy(value: Dict[str, Any]) -> Optional[Dict[str, Any]]:
+def _legacy(value: Dict[str, Any]) -> Dict[str, Any] | None:
     tokens = value.get("tokens")
     logprobs = value.get("token_logprobs")
     if not isinstance(tokens, list) or not isinstance(logprobs, list):
@@ -33,7 +33,7 @@ def _legacy(value: Dict[str, Any]) -> Optional[Dict[str, Any]]:
     return {"content": content, "refusal": None}
 
 
-def logprobs_from_wire(value: Any, token_text: Optional[str] = None) -> Optional[Dict[str, Any]]:
+def logprobs_from_wire(value: Any, token_text: str | None = None) -> Dict[str, Any] | None:
     """A choice's `logprobs` field as received -> OpenAI's shape (a dict), or None.
 
     `token_text` is the chunk's text, used when the value is a bare number (one token per chunk).

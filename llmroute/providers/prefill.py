@@ -20,7 +20,7 @@ Sans-I/O: plain functions over `CallInput`.
 
 from __future__ import annotations
 
-from typing import Dict, Optional
+from typing import Dict
 
 from llmroute.providers.base import CallInput
 
@@ -35,7 +35,7 @@ CONTINUE_STYLE_BY_KIND: Dict[str, str] = {
 }
 
 
-def continue_style(kind: str, protocol: str, configured: Optional[bool]) -> Optional[str]:
+def continue_style(kind: str, protocol: str, configured: bool | None) -> str | None:
     """How a deployment continues a partial answer, or None when it cannot.
 
     `configured` is the deployment's `continue_prefill` (None: the kind's documented default)."""

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Dict, Mapping, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, Mapping, Tuple
 
 from llmroute._http.request import HttpRequest
 from llmroute.providers.embedding_wire import models_request
@@ -44,7 +44,7 @@ IDENTIFIABLE_KINDS = frozenset({"openai-compatible"})
 NAMED_SELF_HOSTED = frozenset({"vllm", "sglang", "llamacpp", "tgi"})
 
 # server -> continuation style (None: the server documents no way to continue a prefill).
-SERVER_STYLE: Dict[str, Optional[str]] = {
+SERVER_STYLE: Dict[str, str | None] = {
     "vllm": CONTINUE_STYLE_BY_KIND["vllm"],
     "sglang": CONTINUE_STYLE_BY_KIND["sglang"],
     "llamacpp": CONTINUE_STYLE_BY_KIND["llamacpp"],
@@ -57,11 +57,11 @@ SERVER_STYLE: Dict[str, Optional[str]] = {
 class Identity:
     """What a deployment's server turned out to be. `server` None: not identified (behave as today)."""
 
-    server: Optional[str]
+    server: str | None
     evidence: str  # e.g. "GET /v1/models owned_by=vllm", or why identification failed
 
     @property
-    def style(self) -> Optional[str]:
+    def style(self) -> str | None:
         return SERVER_STYLE.get(self.server) if self.server else None
 
 
@@ -94,7 +94,7 @@ def _json(body: bytes) -> Any:
         return None
 
 
-def identify(path: str, status: int, headers: Mapping[str, str], body: bytes) -> Optional[Identity]:
+def identify(path: str, status: int, headers: Mapping[str, str], body: bytes) -> Identity | None:
     """The server that this answer to `GET path` shows, or None when it does not tell."""
     server_header = next((v for k, v in headers.items() if k.lower() == "server"), "")
     if "llama.cpp" in server_header.lower():

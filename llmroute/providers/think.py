@@ -9,7 +9,7 @@ could be the start of a tag.
 
 from __future__ import annotations
 
-from typing import Optional, Tuple
+from typing import Tuple
 
 __all__ = ["split_think", "ThinkSplitter"]
 
@@ -17,7 +17,7 @@ OPEN = "<think>"
 CLOSE = "</think>"
 
 
-def split_think(text: str) -> Tuple[Optional[str], str]:
+def split_think(text: str) -> Tuple[str | None, str]:
     """(reasoning, answer) for a whole message; (None, text) when it does not open with <think>."""
     stripped = text.lstrip()
     if not stripped.startswith(OPEN):

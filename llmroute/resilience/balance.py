@@ -44,7 +44,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import Mapping, Optional, Sequence, TypeVar
+from typing import Mapping, Sequence, TypeVar
 
 from llmroute._runtime.forksafe import renew_at_fork
 
@@ -73,9 +73,9 @@ C = TypeVar("C")
 class QueueGauges:
     """What a self-hosted server says about its own queue (Prometheus `/metrics`)."""
 
-    running: Optional[float] = None  # requests being decoded now
-    waiting: Optional[float] = None  # requests queued for a batch slot
-    kv_cache: Optional[float] = None  # KV-cache usage, 0..1
+    running: float | None = None  # requests being decoded now
+    waiting: float | None = None  # requests queued for a batch slot
+    kv_cache: float | None = None  # KV-cache usage, 0..1
 
 
 @dataclass
@@ -85,18 +85,18 @@ class DeploymentLoad:
     prior_capacity: float = 1.0
     capacity: float = 1.0
     in_flight: int = 0
-    service_s: Optional[float] = None
-    fastest_s: Optional[float] = None
-    latency_s: Optional[float] = None  # peak-EWMA of raw latencies (display)
+    service_s: float | None = None
+    fastest_s: float | None = None
+    latency_s: float | None = None  # peak-EWMA of raw latencies (display)
     updated_at: float = 0.0
     errors: float = 0.0
     completed: int = 0
     remote_in_flight: int = 0
     remote_at: float = -math.inf
-    gauges: Optional[QueueGauges] = None
+    gauges: QueueGauges | None = None
     gauges_at: float = -math.inf
     gauge_others: float = 0.0  # the server's running + waiting beyond this process's in flight, at the scrape
-    gauge_error: Optional[str] = None  # the last scrape's failure (health line), None once one succeeds
+    gauge_error: str | None = None  # the last scrape's failure (health line), None once one succeeds
 
 
 @dataclass(frozen=True)
@@ -105,7 +105,7 @@ class BalanceChoice:
 
     deployment_id: str
     estimates: tuple[tuple[str, float, int, float], ...]  # (deployment, delay_s, in flight, capacity), ranked
-    sticky_overridden: Optional[str] = None  # the sticky deployment load moved the call away from
+    sticky_overridden: str | None = None  # the sticky deployment load moved the call away from
 
     @property
     def text(self) -> str:
@@ -143,7 +143,7 @@ class LoadBalancer:
             load = self._loads[deployment_id] = DeploymentLoad()
         return load
 
-    def set_prior(self, weights: Mapping[str, Optional[float]]) -> None:
+    def set_prior(self, weights: Mapping[str, float | None]) -> None:
         """Weights of one tier's deployments as capacity hints: each one's weight over the smallest."""
         given = [w for w in weights.values() if w is not None and w > 0]
         smallest = min(given) if given else 1.0
@@ -189,7 +189,7 @@ class LoadBalancer:
         return delay, n, capacity, utilization
 
     def rank(self, candidates: Sequence[C], ids: Sequence[str], now: float, *, rng: random.Random,
-             sticky: Optional[int] = None) -> tuple[list[C], Optional[BalanceChoice]]:
+             sticky: int | None = None) -> tuple[list[C], BalanceChoice | None]:
         """`candidates` (with their deployment `ids`) ordered by expected delay, lowest first.
 
         `sticky`: the index of the candidate a sticky value chose; it stays first unless its delay
@@ -211,7 +211,7 @@ class LoadBalancer:
         if len(near) > 1:
             near.sort(key=lambda s: (s[1], s[2]))
             scored = near + [s for s in scored if s[0] > best[0] * TIE]
-        overridden: Optional[str] = None
+        overridden: str | None = None
         if sticky is not None:
             pos = next(k for k, s in enumerate(scored) if s[3] == sticky)
             if scored[pos][0] <= STICKY_SLACK * scored[0][0]:
@@ -274,7 +274,7 @@ class LoadBalancer:
             self._queues.setdefault(key, {})[self._tickets] = expires_at
             return self._tickets
 
-    def dequeue(self, key: str, ticket: Optional[int]) -> None:
+    def dequeue(self, key: str, ticket: int | None) -> None:
         if ticket is None:
             return
         with self._lock:
@@ -282,7 +282,7 @@ class LoadBalancer:
             if queue is not None:
                 queue.pop(ticket, None)
 
-    def ahead(self, key: str, ticket: Optional[int], now: float) -> int:
+    def ahead(self, key: str, ticket: int | None, now: float) -> int:
         """Calls queued ahead of `ticket` (all of them for None: a call that has not queued)."""
         with self._lock:
             queue = self._queues.get(key)

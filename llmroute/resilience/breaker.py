@@ -38,7 +38,7 @@ import random
 import threading
 from collections import deque
 from dataclasses import asdict, dataclass
-from typing import Any, Literal, Optional
+from typing import Any, Literal
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.percentile import percentile  # one definition for health, hedging, reports and bench
@@ -72,7 +72,7 @@ class Transition:
     to_state: BreakerState
     reason: str
     at: float
-    open_until: Optional[float]
+    open_until: float | None
     disabled: bool = False
 
 
@@ -88,20 +88,20 @@ class BreakerSnapshot:
     failures_in_window: int
     slow_in_window: int
     consecutive_failures: int
-    open_until: Optional[float]
+    open_until: float | None
     trips: int
-    reason: Optional[str]
-    changed_at: Optional[float]
-    last_error: Optional[str]
-    last_error_at: Optional[float]
-    disabled_reason: Optional[str]
+    reason: str | None
+    changed_at: float | None
+    last_error: str | None
+    last_error_at: float | None
+    disabled_reason: str | None
     probes_in_flight: int
-    p50_ttft_s: Optional[float]
-    p95_ttft_s: Optional[float]
-    p50_latency_s: Optional[float]
-    p95_latency_s: Optional[float]
+    p50_ttft_s: float | None
+    p95_ttft_s: float | None
+    p50_latency_s: float | None
+    p95_latency_s: float | None
     # The load estimate (resilience/balance.py: in flight, latency, capacity, queue gauges); set by `client.health()`.
-    load: Optional[dict[str, Any]] = None
+    load: dict[str, Any] | None = None
 
     @property
     def disabled(self) -> bool:
@@ -117,19 +117,19 @@ class BreakerSnapshot:
 class CircuitBreaker:
     """Breaker for one deployment. Thread-safe; every method takes `now` (monotonic seconds)."""
 
-    def __init__(self, policy: ResiliencePolicy, deployment_id: str, *, rng: Optional[random.Random] = None) -> None:
+    def __init__(self, policy: ResiliencePolicy, deployment_id: str, *, rng: random.Random | None = None) -> None:
         self.policy = policy
         self.deployment_id = deployment_id
         self._rng = rng  # None: open periods are exact (no jitter)
         self._lock = threading.Lock()
         self._state: BreakerState = "closed"
-        self._open_until: Optional[float] = None
-        self._reason: Optional[str] = None
-        self._changed_at: Optional[float] = None
-        self._disabled_reason: Optional[str] = None
+        self._open_until: float | None = None
+        self._reason: str | None = None
+        self._changed_at: float | None = None
+        self._disabled_reason: str | None = None
         self._trips = 0
         self._trips_in_row = 0
-        self._closed_at: Optional[float] = None
+        self._closed_at: float | None = None
         self._epoch = 0  # half-open episode; a probe permit is only valid in its own episode
         self._probes: dict[int, float] = {}  # probe permit seq -> when it was granted (the lease)
         self._probe_seq = itertools.count(1)
@@ -138,11 +138,11 @@ class CircuitBreaker:
         self._window: deque[tuple[float, bool, bool]] = deque()  # (time, failed, slow)
         self._failures = 0
         self._slow = 0
-        self._last_error: Optional[str] = None
-        self._last_error_at: Optional[float] = None
-        self._cause: Optional[BaseException] = None  # the error that opened the breaker (detached)
-        self._key: Optional[str] = None  # fingerprint of the key calls use now (`note_key`)
-        self._refused_key: Optional[str] = None  # fingerprint of the key a 401 refused
+        self._last_error: str | None = None
+        self._last_error_at: float | None = None
+        self._cause: BaseException | None = None  # the error that opened the breaker (detached)
+        self._key: str | None = None  # fingerprint of the key calls use now (`note_key`)
+        self._refused_key: str | None = None  # fingerprint of the key a 401 refused
         self._ttft: deque[float] = deque(maxlen=SAMPLES_KEPT)
         self._latency: deque[float] = deque(maxlen=SAMPLES_KEPT)
         renew_at_fork(self, "_lock")
@@ -164,7 +164,7 @@ class CircuitBreaker:
                 return len(self._probes) < self.policy.half_open_probes
             return False
 
-    def acquire(self, now: float) -> Optional[Permit]:
+    def acquire(self, now: float) -> Permit | None:
         """Admit one call, or return None. A half-open admission holds a probe slot until recorded."""
         with self._lock:
             self._advance(now)
@@ -180,7 +180,7 @@ class CircuitBreaker:
         """`acquire` for callers that keep no permit; the next `record` without a permit ends the probe."""
         return self.acquire(now) is not None
 
-    def release(self, permit: Optional[Permit]) -> None:
+    def release(self, permit: Permit | None) -> None:
         """Give back a permit whose call ended without an outcome (cancelled, never sent)."""
         with self._lock:
             self._end_probe(permit)
@@ -192,11 +192,11 @@ class CircuitBreaker:
         now: float,
         outcome: str,
         *,
-        ttft_s: Optional[float] = None,
-        latency_s: Optional[float] = None,
-        error: Optional[BaseException] = None,
-        permit: Optional[Permit] = None,
-    ) -> Optional[Transition]:
+        ttft_s: float | None = None,
+        latency_s: float | None = None,
+        error: BaseException | None = None,
+        permit: Permit | None = None,
+    ) -> Transition | None:
         """Record how a call ended ("success", "failure", "caller", "fatal"); return the transition, if any."""
         if outcome not in ("success", "failure", "caller", "fatal"):
             raise ValueError(f"unknown outcome {outcome!r}")
@@ -252,14 +252,14 @@ class CircuitBreaker:
             self._advance(now)
             self._hold(now, until, reason)
 
-    def held_by(self, now: float) -> Optional[BaseException]:
+    def held_by(self, now: float) -> BaseException | None:
         """The error that holds the breaker open (or half-open), detached; None when closed or when no
         error opened it (a slow-call trip, a hold adopted from another process)."""
         with self._lock:
             self._advance(now)
             return None if self._state == "closed" else self._cause
 
-    def note_key(self, fingerprint: Optional[str], now: float) -> bool:
+    def note_key(self, fingerprint: str | None, now: float) -> bool:
         """The deployment's key as calls use it now (a fingerprint, never the key). A breaker disabled
         by a 401 of another key closes: True when it did."""
         with self._lock:
@@ -286,7 +286,7 @@ class CircuitBreaker:
         """The state as of the last call that passed a clock; `snapshot(now)` is exact."""
         return self._state
 
-    def open_until(self, now: float) -> Optional[float]:
+    def open_until(self, now: float) -> float | None:
         with self._lock:
             self._advance(now)
             return self._open_until if self._state == "open" else None
@@ -341,7 +341,7 @@ class CircuitBreaker:
             for seq in [seq for seq, granted in self._probes.items() if granted <= horizon]:
                 del self._probes[seq]
 
-    def _end_probe(self, permit: Optional[Permit]) -> bool:
+    def _end_probe(self, permit: Permit | None) -> bool:
         """Free the probe slot a call held; True when the call was a probe of the current episode."""
         if self._state != "half_open" or not self._probes:
             return False
@@ -375,7 +375,7 @@ class CircuitBreaker:
         self._slow += slow
         self._evict(now)
 
-    def _transition_on(self, now: float, failed: bool, was_probe: bool, retry_after: Optional[float],
+    def _transition_on(self, now: float, failed: bool, was_probe: bool, retry_after: float | None,
                        rate_limited: bool = False) -> None:
         p = self.policy
         if rate_limited and retry_after is not None and self._state != "open":
@@ -402,7 +402,7 @@ class CircuitBreaker:
         elif retry_after is not None:  # open: a late failure's Retry-After can only push the deadline out
             self._hold(now, now + min(retry_after, p.open_max_s), f"platform asked to wait {retry_after:g}s")
 
-    def _trip_reason(self) -> Optional[str]:
+    def _trip_reason(self) -> str | None:
         p = self.policy
         if self._consecutive_failures >= p.consecutive_failures:
             return f"{self._consecutive_failures} consecutive failures (limit {p.consecutive_failures})"
@@ -415,7 +415,7 @@ class CircuitBreaker:
             return f"slow-call rate {self._slow}/{n} >= {p.slow_rate:g} (TTFT > {p.slow_ttft_s:g}s)"
         return None
 
-    def _trip(self, now: float, reason: str, retry_after: Optional[float]) -> None:
+    def _trip(self, now: float, reason: str, retry_after: float | None) -> None:
         p = self.policy
         if self._state == "closed" and self._closed_at is not None and now - self._closed_at >= p.trip_memory_s:
             self._trips_in_row = 0
@@ -465,7 +465,7 @@ class CircuitBreaker:
         self._probes.clear()
         self._probe_successes = 0
 
-    def _disable(self, now: float, error: Optional[BaseException]) -> None:
+    def _disable(self, now: float, error: BaseException | None) -> None:
         what = describe_error(error) or "fatal error"
         hint = _FATAL_HINTS.get(type(error), "a configuration fault") if error is not None else "a configuration fault"
         open_s = self.policy.fatal_open_s
@@ -506,6 +506,6 @@ def detached(error: BaseException) -> BaseException:
     return copy
 
 
-def _retry_after(error: Optional[BaseException]) -> Optional[float]:
+def _retry_after(error: BaseException | None) -> float | None:
     value = retry_after_of(error) if isinstance(error, E.ProviderError) else None
     return value if value else None  # a zero Retry-After asks for no pause

@@ -17,7 +17,7 @@ import math
 import random
 import threading
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Mapping, Union
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import BreakerSnapshot, CircuitBreaker, Permit, Transition
@@ -41,8 +41,8 @@ class BreakerRegistry:
         self,
         policies: PolicySource = None,
         *,
-        on_transition: Optional[Callable[[Transition], None]] = None,
-        rng: Optional[random.Random] = None,
+        on_transition: Callable[[Transition], None] | None = None,
+        rng: random.Random | None = None,
         breaker_factory: Callable[..., CircuitBreaker] = CircuitBreaker,
     ) -> None:
         self._policy_of = _policy_resolver(policies)
@@ -73,12 +73,12 @@ class BreakerRegistry:
         self,
         deployment_id: str,
         now: float,
-        error: Optional[BaseException],
+        error: BaseException | None,
         *,
-        ttft_s: Optional[float] = None,
-        latency_s: Optional[float] = None,
-        permit: Optional[Permit] = None,
-    ) -> Optional[Transition]:
+        ttft_s: float | None = None,
+        latency_s: float | None = None,
+        permit: Permit | None = None,
+    ) -> Transition | None:
         """Classify `error` (None = success), feed the breaker, report any transition."""
         transition = self.breaker(deployment_id).record(
             now, classify_failure(error), ttft_s=ttft_s, latency_s=latency_s, error=error, permit=permit
@@ -126,9 +126,9 @@ class ProbeTally:
 
     sent: int = 0
     failed: int = 0
-    last_error: Optional[str] = None
+    last_error: str | None = None
 
-    def add(self, error: Optional[BaseException]) -> None:
+    def add(self, error: BaseException | None) -> None:
         self.sent += 1
         if error is not None:
             self.failed += 1
@@ -142,7 +142,7 @@ class ProbeTally:
         return {"sent": self.sent, "failed": self.failed, "last_error": self.last_error}
 
 
-def health_status(snapshot: BreakerSnapshot, probe: Optional[ProbeTally] = None) -> str:
+def health_status(snapshot: BreakerSnapshot, probe: ProbeTally | None = None) -> str:
     """The breaker's state (closed, open, half_open), except that a deployment whose probes all failed
     is "failing" while its breaker is not open (one failure seldom opens a breaker)."""
     if probe is not None and probe.all_failed and snapshot.state != "open":
@@ -150,7 +150,7 @@ def health_status(snapshot: BreakerSnapshot, probe: Optional[ProbeTally] = None)
     return snapshot.state
 
 
-def _seconds(value: Optional[float]) -> str:
+def _seconds(value: float | None) -> str:
     if value is None:
         return "-"
     if value < 10:
@@ -175,8 +175,8 @@ def load_line(load: Mapping[str, Any]) -> str:
     return "; ".join(parts)
 
 
-def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: Optional[float] = None,
-                  probes: Optional[Mapping[str, ProbeTally]] = None) -> str:
+def format_health(snapshots: Mapping[str, BreakerSnapshot], *, now: float | None = None,
+                  probes: Mapping[str, ProbeTally] | None = None) -> str:
     """A plain-text table of breaker snapshots; with `now`, open deadlines are shown as time left.
     With `probes`, a "probes" column (ok/sent) and the state a failed probe run makes "failing"."""
     header: tuple[str, ...] = ("deployment", "state", "fail", "slow", "calls", "open for", "trips", "ttft p50/p95", "latency p50/p95", "last error")
@@ -235,7 +235,7 @@ class HealthReport(dict[str, BreakerSnapshot]):
     ledger sink's `LedgerHealth` (records written, waiting in the spool, lost), or None without one,
     and `.shared_state` (with `[state] backend = "redis"`: whether Redis answers; else None)."""
 
-    def __init__(self, snapshots: Mapping[str, BreakerSnapshot], *, ledger: Optional[LedgerHealth] = None,
+    def __init__(self, snapshots: Mapping[str, BreakerSnapshot], *, ledger: LedgerHealth | None = None,
                  shared_state: Any = None) -> None:
         super().__init__(snapshots)
         self.ledger = ledger

@@ -54,7 +54,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Optional, Sequence, Union
+from typing import Callable, Literal, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit, detached
@@ -84,8 +84,8 @@ __all__ = [
 class Candidate:
     deployment_id: str
     tier: str
-    weight: Optional[float] = None
-    context_window: Optional[int] = None
+    weight: float | None = None
+    context_window: int | None = None
 
 
 @dataclass(frozen=True)
@@ -140,15 +140,15 @@ class PlannedAttempt:
     tier: str
     status: AttemptStatus
     number: int = 1
-    error: Optional[BaseException] = None
-    started_at: Optional[float] = None
+    error: BaseException | None = None
+    started_at: float | None = None
     duration_s: float = 0.0
-    ttft_s: Optional[float] = None
+    ttft_s: float | None = None
     is_retry: bool = False
     is_fallback: bool = False
     is_hedge: bool = False
-    note: Optional[str] = None
-    held_by: Optional[BaseException] = None  # a skip for an open breaker: the error that opened it
+    note: str | None = None
+    held_by: BaseException | None = None  # a skip for an open breaker: the error that opened it
 
 
 @dataclass(frozen=True)
@@ -157,7 +157,7 @@ class _Held:
 
     candidate: Candidate
     is_fallback: bool
-    until: Optional[float]
+    until: float | None
 
 
 # Recovery modes that continue a cut answer on a deployment that can; the stream ones never restart it.
@@ -172,7 +172,7 @@ def sticky_point(sticky_value: str, salt: str = "") -> float:
 
 
 def order_candidates(
-    candidates: Sequence[Candidate], *, rng: random.Random, sticky_value: Optional[str] = None
+    candidates: Sequence[Candidate], *, rng: random.Random, sticky_value: str | None = None
 ) -> list[Candidate]:
     """Weighted entries share the first place by weight; everything else follows in list order."""
     weighted = [c for c in candidates if c.weight is not None and c.weight > 0]
@@ -213,9 +213,9 @@ def order_tier(
     mode: str,
     rng: random.Random,
     now: float,
-    sticky_value: Optional[str] = None,
-    balancer: Optional[LoadBalancer] = None,
-) -> tuple[list[Candidate], Optional[BalanceChoice]]:
+    sticky_value: str | None = None,
+    balancer: LoadBalancer | None = None,
+) -> tuple[list[Candidate], BalanceChoice | None]:
     """A tier's candidates in the order the plan tries them, by the tier's `balance` mode:
     "load" (the weighted entries, or all when none has a weight, by lowest expected delay first,
     `balance.LoadBalancer.rank`; unweighted entries of a weighted tier follow in list order, as
@@ -241,8 +241,8 @@ class _InFlight:
     is_hedge: bool
     number: int
     started_at: float
-    permit: Optional[Permit]
-    lease: Optional[Lease]
+    permit: Permit | None
+    lease: Lease | None
     is_continuation: bool = False
     is_replay: bool = False
     met: int = 0  # the in-flight count it met at the deployment (the balancer's, itself included)
@@ -257,7 +257,7 @@ class _Pending:
     is_retry: bool
     ready_at: float
     reason: str
-    queued_since: Optional[float] = None
+    queued_since: float | None = None
     free: bool = False  # a resend after a dropped keep-alive connection: not counted in max_retries
     # What the send was for, kept across the wait: a continuation or a replay retried (or queued
     # behind a limit) is still one; sent plain, a stream would deliver its answer from the start.
@@ -268,8 +268,8 @@ class _Pending:
 
 @dataclass
 class _ContextState:
-    error: Optional[E.ContextLengthError] = None
-    refused_window: Optional[int] = None  # the largest known window that refused the request
+    error: E.ContextLengthError | None = None
+    refused_window: int | None = None  # the largest known window that refused the request
     skipped: list[str] = field(default_factory=list)
     fitting_tried: bool = False  # a candidate was sent after the context-length error
 
@@ -287,18 +287,18 @@ class FailoverPlan:
         deadline_at: float,
         now: float,
         rng: random.Random,
-        sticky_value: Optional[str] = None,
-        required_context_tokens: Optional[int] = None,
+        sticky_value: str | None = None,
+        required_context_tokens: int | None = None,
         fallback: Sequence[Candidate] = (),
-        fallback_tier: Optional[str] = None,
-        limits: Optional[Limits] = None,
+        fallback_tier: str | None = None,
+        limits: Limits | None = None,
         pool: str = "interactive",
         request_tokens: int = 0,
-        can_continue: Optional[Callable[[str], bool]] = None,
-        can_replay: Optional[Callable[[str, str], bool]] = None,
-        balancer: Optional[LoadBalancer] = None,
+        can_continue: Callable[[str], bool] | None = None,
+        can_replay: Callable[[str, str], bool] | None = None,
+        balancer: LoadBalancer | None = None,
         ordered: bool = False,
-        choice: Optional[BalanceChoice] = None,
+        choice: BalanceChoice | None = None,
         queue_when_full: bool = False,
     ) -> None:
         if not candidates and not fallback:
@@ -322,8 +322,8 @@ class FailoverPlan:
         # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
         self._queue_when_full = queue_when_full and limits is not None and balancer is not None
         self._full: list[Candidate] = []  # candidates found full in this pass over the queue
-        self._ticket: Optional[int] = None
-        self._queued_since: Optional[float] = None
+        self._ticket: int | None = None
+        self._queued_since: float | None = None
         self.queued_s = 0.0  # time spent in the client-side queue
         if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
             candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
@@ -333,21 +333,21 @@ class FailoverPlan:
         self._sent = 0
         self._retries: dict[str, int] = {}
         self._in_flight: dict[str, _InFlight] = {}
-        self._pending: Optional[_Pending] = None
-        self._terminal: Optional[Union[Exhausted, Done]] = None
+        self._pending: _Pending | None = None
+        self._terminal: Union[Exhausted, Done] | None = None
         self._context = _ContextState()
-        self.used_fallback_tier: Optional[str] = None
+        self.used_fallback_tier: str | None = None
         self._can_continue = can_continue or (lambda deployment_id: False)
         # (candidate, cut deployment) -> may the candidate replay the cut stream? (same model family)
         self._can_replay = can_replay or (lambda deployment_id, cut: True)
         # Recovery after a cut: None, "continue", "continue_or_replay", "continue_or_restart", "restart",
         # or "restarted" (done).
-        self._recover: Optional[str] = None
-        self._cut: Optional[tuple[_InFlight, BaseException, str]] = None
+        self._recover: str | None = None
+        self._cut: tuple[_InFlight, BaseException, str] | None = None
         self._no_continue: set[str] = set()
         self._resent_after_drop: set[str] = set()
-        self._again: Optional[tuple[Candidate, bool]] = None  # the cut deployment, to continue there once
-        self._replay: Optional[str] = None  # after a cut: which candidates may replay it ("family", "any")
+        self._again: tuple[Candidate, bool] | None = None  # the cut deployment, to continue there once
+        self._replay: str | None = None  # after a cut: which candidates may replay it ("family", "any")
         self._held: list[_Held] = []  # candidates skipped for an open breaker, for a short wait
         self._waited: set[str] = set()  # candidates whose hold this call already waited out
 
@@ -424,12 +424,12 @@ class FailoverPlan:
             return wait
         return self._finish_exhausted("all_failed", now)
 
-    def _wait_out_hold(self, now: float) -> Optional[Wait]:
+    def _wait_out_hold(self, now: float) -> Wait | None:
         """Nothing could be sent and a candidate's hold ends soon (within its `wait_for_recovery_s`
         and the deadline): wait for it, then try it (a probe), once per candidate per call."""
         if any(a.status != "skipped" for a in self.attempts):
             return None  # something was sent: its error says more than waiting would
-        soonest: Optional[_Held] = None
+        soonest: _Held | None = None
         for held in self._held:
             dep = held.candidate.deployment_id
             if held.until is None or dep in self._waited:
@@ -446,7 +446,7 @@ class FailoverPlan:
                                  "waiting out a short hold")
         return Wait(max(0.0, soonest.until - now), dep, "waiting out a short hold")
 
-    def hedge_step(self, now: float) -> Optional[Send]:
+    def hedge_step(self, now: float) -> Send | None:
         """A Send for the next untried candidate, to race the attempt in flight; None if none can start now."""
         if self._terminal is not None or now >= self.deadline_at:
             return None
@@ -474,14 +474,14 @@ class FailoverPlan:
         self,
         deployment_id: str,
         now: float,
-        error: Optional[BaseException],
+        error: BaseException | None,
         *,
-        ttft_s: Optional[float] = None,
-        latency_s: Optional[float] = None,
+        ttft_s: float | None = None,
+        latency_s: float | None = None,
         content_started: bool = False,
         partial_text: str = "",
-        recover: Optional[str] = None,
-        replay: Optional[str] = None,
+        recover: str | None = None,
+        replay: str | None = None,
     ) -> None:
         """Record how the attempt at `deployment_id` ended (`error=None`: success).
 
@@ -509,7 +509,7 @@ class FailoverPlan:
             else:
                 self._balancer.finished(deployment_id, now, latency_s=now - flight.started_at, met=flight.met,
                                         ok=error is None)
-        note: Optional[str] = None
+        note: str | None = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
 
         if error is None:
@@ -648,13 +648,13 @@ class FailoverPlan:
         now: float,
         *,
         is_retry: bool,
-        queued_since: Optional[float],
+        queued_since: float | None,
         hedge: bool = False,
         continuation: bool = False,
         restart: bool = False,
         replay: bool = False,
         free: bool = False,
-    ) -> Optional[Union[Send, Wait]]:
+    ) -> Union[Send, Wait] | None:
         """Send to `candidate` if everything admits it, Wait if a limit asks to, None (skipped) otherwise."""
         dep = candidate.deployment_id
         if not is_retry and not self._fits_context(candidate, note=True, now=now):
@@ -666,7 +666,7 @@ class FailoverPlan:
         if is_retry and not free and not self._budgets.retry(dep).allowed(now):
             self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
             return None
-        lease: Optional[Lease] = None
+        lease: Lease | None = None
         queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
         if queues and self._queued_behind(now):
             self._full.append(candidate)  # calls queued before this one go first
@@ -769,7 +769,7 @@ class FailoverPlan:
     def _fits_context(self, candidate: Candidate, *, note: bool, now: float) -> bool:
         window = candidate.context_window
         required = self.required_context_tokens
-        reason: Optional[str] = None
+        reason: str | None = None
         if self._context.error is None:
             if (required is not None and window is not None and window < required
                     and self._policy(candidate.deployment_id).context_precheck):
@@ -797,7 +797,7 @@ class FailoverPlan:
         return f"skipped: circuit open{until} ({snap.reason})"
 
     def _skip(self, candidate: Candidate, is_fallback: bool, note: str, *, is_retry: bool = False,
-              held_by: Optional[BaseException] = None) -> None:
+              held_by: BaseException | None = None) -> None:
         self.attempts.append(
             PlannedAttempt(
                 deployment=candidate.deployment_id,
@@ -820,7 +820,7 @@ class FailoverPlan:
         self._skip(candidate, is_fallback, self._breaker_note(candidate.deployment_id, now), is_retry=is_retry,
                    held_by=breaker.held_by(now))
 
-    def _held_error(self, now: float) -> Optional[BaseException]:
+    def _held_error(self, now: float) -> BaseException | None:
         """Nothing was sent and every skip is a hold of one error class: a copy of that error, marked
         held, with the time left on the first hold as its `retry_after`. None otherwise."""
         skips = self.attempts

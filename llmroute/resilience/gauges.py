@@ -16,7 +16,6 @@ usage is the highest series. Never does I/O: `parse_gauges(text)` takes what a s
 
 from __future__ import annotations
 
-from typing import Optional
 
 from llmroute.resilience.balance import QueueGauges
 
@@ -42,7 +41,7 @@ GAUGE_NAMES: dict[str, str] = {
 GAUGE_KINDS = frozenset({"vllm", "sglang", "tgi"})
 
 
-def parse_gauges(text: str) -> Optional[QueueGauges]:
+def parse_gauges(text: str) -> QueueGauges | None:
     """The queue gauges in a Prometheus text exposition; None when it holds none of the known names."""
     found: dict[str, float] = {}
     for line in text.splitlines():

@@ -14,7 +14,7 @@ content first and `FailoverPlan.cancel`s the other. No I/O, no clock of its own.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional, Sequence
+from typing import Sequence
 
 from llmroute.resilience.breaker import percentile
 from llmroute.resilience.policy import ResiliencePolicy
@@ -23,7 +23,7 @@ from llmroute.resilience.retry import RatioBudget
 __all__ = ["hedge_delay_s", "HedgePlan"]
 
 
-def hedge_delay_s(policy: ResiliencePolicy, recent_ttft_s: Sequence[float] = ()) -> Optional[float]:
+def hedge_delay_s(policy: ResiliencePolicy, recent_ttft_s: Sequence[float] = ()) -> float | None:
     """Seconds to wait for a first token before hedging, or None when hedging is off."""
     if policy.hedge_after_ms is None:
         return None
@@ -39,9 +39,9 @@ def hedge_delay_s(policy: ResiliencePolicy, recent_ttft_s: Sequence[float] = ())
 class HedgePlan:
     """One call's hedging decision. Build it with `HedgePlan.start(...)` when the primary is sent."""
 
-    delay_s: Optional[float]
+    delay_s: float | None
     primary_started_at: float
-    budget: Optional[RatioBudget]
+    budget: RatioBudget | None
     hedged: bool = False
     refused_by_budget: bool = False
 
@@ -51,7 +51,7 @@ class HedgePlan:
         policy: ResiliencePolicy,
         *,
         now: float,
-        budget: Optional[RatioBudget],
+        budget: RatioBudget | None,
         recent_ttft_s: Sequence[float] = (),
     ) -> "HedgePlan":
         delay = hedge_delay_s(policy, recent_ttft_s)
@@ -60,7 +60,7 @@ class HedgePlan:
         return cls(delay, now, budget)
 
     @property
-    def hedge_at(self) -> Optional[float]:
+    def hedge_at(self) -> float | None:
         """When to check again (absolute time), or None if this call will never hedge."""
         if self.delay_s is None or self.hedged or self.refused_by_budget:
             return None

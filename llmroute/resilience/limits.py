@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 import threading
 from dataclasses import dataclass, field
-from typing import Callable, Optional, Protocol
+from typing import Callable, Protocol
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.policy import ResiliencePolicy
@@ -25,13 +25,13 @@ __all__ = ["TokenBucket", "Bulkhead", "Lease", "Admission", "DeploymentLimits", 
 class TokenBucket:
     """`rate_per_minute` tokens per minute, holding at most `capacity` (default: one minute's worth)."""
 
-    def __init__(self, rate_per_minute: float, *, capacity: Optional[float] = None) -> None:
+    def __init__(self, rate_per_minute: float, *, capacity: float | None = None) -> None:
         if rate_per_minute <= 0:
             raise ValueError("rate_per_minute must be positive")
         self.rate_per_s = rate_per_minute / 60.0
         self.capacity = float(capacity if capacity is not None else max(1.0, rate_per_minute))
         self._tokens = self.capacity
-        self._updated: Optional[float] = None  # starts full at the first `now` it sees
+        self._updated: float | None = None  # starts full at the first `now` it sees
 
     def _refill(self, now: float) -> None:
         if self._updated is not None and now > self._updated:
@@ -97,14 +97,14 @@ class Admission:
     granted: bool
     wait_s: float = 0.0
     reason: str = ""
-    lease: Optional[Lease] = None
+    lease: Lease | None = None
 
 
 @dataclass
 class _PoolLimits:
-    bulkhead: Optional[Bulkhead]
-    requests: Optional[TokenBucket]
-    tokens: Optional[TokenBucket]
+    bulkhead: Bulkhead | None
+    requests: TokenBucket | None
+    tokens: TokenBucket | None
     poll_s: float
 
 
@@ -114,7 +114,7 @@ class Limits(Protocol):
 
     def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy: ...
     def try_acquire(self, now: float, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Admission: ...
-    def release(self, lease: Optional[Lease]) -> None: ...
+    def release(self, lease: Lease | None) -> None: ...
 
 
 class DeploymentLimits:
@@ -176,7 +176,7 @@ class DeploymentLimits:
                 limits.bulkhead.try_acquire()
             return Admission(True, lease=Lease(pool, deployment_id, generation=self._generation))
 
-    def release(self, lease: Optional[Lease]) -> None:
+    def release(self, lease: Lease | None) -> None:
         if lease is None or lease.released:
             return
         with self._lock:

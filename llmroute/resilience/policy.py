@@ -9,7 +9,7 @@ or the environment.
 from __future__ import annotations
 
 import math
-from typing import Any, Literal, Mapping, Optional
+from typing import Any, Literal, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -43,12 +43,12 @@ class ResiliencePolicy(BaseModel):
     trip_memory_s: float = Field(default=300.0, ge=0)  # closed this long without a trip: growth resets
     open_on_retry_after: bool = True  # a failure carrying Retry-After opens the breaker until then
     half_open_probes: int = Field(default=3, ge=1)  # probe calls admitted at once while half-open
-    half_open_successes: Optional[int] = Field(default=None, ge=1)  # successes that close; None = probes
-    probe_lease_s: Optional[float] = Field(default=None, gt=0)  # an unreported probe frees its slot; None = deadline_s
-    fatal_open_s: Optional[float] = Field(default=None, gt=0)  # auth/billing disable; None = until reset
+    half_open_successes: int | None = Field(default=None, ge=1)  # successes that close; None = probes
+    probe_lease_s: float | None = Field(default=None, gt=0)  # an unreported probe frees its slot; None = deadline_s
+    fatal_open_s: float | None = Field(default=None, gt=0)  # auth/billing disable; None = until reset
     # A 401 disables the deployment until its key changes or this long passes (then one probe tries the
     # key again); None: until the key changes.
-    auth_recheck_s: Optional[float] = Field(default=300.0, gt=0)
+    auth_recheck_s: float | None = Field(default=300.0, gt=0)
     # A call that finds every deployment held by an open breaker whose hold ends within this many seconds
     # waits it out (then probes) instead of failing; 0 turns it off.
     wait_for_recovery_s: float = Field(default=3.0, ge=0)
@@ -79,19 +79,19 @@ class ResiliencePolicy(BaseModel):
     replay_max_chars: int = Field(default=8000, ge=0)  # a longer cut answer is not replayed (0: never replay)
     # Ask the server what it is (docs/failover.md, "Knowing what a server can do"): None, the default,
     # asks `openai-compatible` servers; true asks vllm, sglang, llamacpp and tgi deployments too; false never.
-    identify_server: Optional[bool] = None
-    continue_prefill: Optional[bool] = None  # can this deployment continue a partial answer? None: the kind's default
+    identify_server: bool | None = None
+    continue_prefill: bool | None = None  # can this deployment continue a partial answer? None: the kind's default
     context_precheck: bool = True  # skip deployments whose window is known to be too small
     # -- hedging (opt-in: off while hedge_after_ms is None)
-    hedge_after_ms: Optional[float] = Field(default=None, gt=0)
+    hedge_after_ms: float | None = Field(default=None, gt=0)
     hedge_delay: Literal["fixed", "p95"] = "fixed"  # "p95": the primary's recent p95 TTFT when known
     hedge_min_samples: int = Field(default=20, ge=1)  # TTFT samples needed before p95 is trusted
     hedge_budget: float = Field(default=0.05, ge=0, le=1)  # hedges at most this share of requests
     hedge_budget_min: int = Field(default=1, ge=0)
     # -- client-side limits (None = unlimited)
-    max_concurrency: Optional[int] = Field(default=None, ge=1)
-    rpm: Optional[float] = Field(default=None, gt=0)  # requests per minute
-    tpm: Optional[float] = Field(default=None, gt=0)  # tokens per minute (prompt + max_tokens)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    rpm: float | None = Field(default=None, gt=0)  # requests per minute
+    tpm: float | None = Field(default=None, gt=0)  # tokens per minute (prompt + max_tokens)
     queue_timeout_s: float = Field(default=5.0, ge=0)  # wait this long for a limit, else move on
     queue_poll_s: float = Field(default=0.05, gt=0)  # re-check a full bulkhead this often
 

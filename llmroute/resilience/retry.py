@@ -22,7 +22,7 @@ import random
 import threading
 from collections import deque
 from dataclasses import dataclass
-from typing import Callable, Optional
+from typing import Callable
 
 from llmroute import errors as E
 from llmroute._runtime.forksafe import renew_at_fork
@@ -71,7 +71,7 @@ def decide_retry(
     deadline_at: float,
     rng: random.Random,
     budget_ok: bool = True,
-    breaker_open_until: Optional[float] = None,
+    breaker_open_until: float | None = None,
     has_backup: bool = False,
 ) -> RetryDecision:
     """Should the same deployment be tried again after `error`, and after how long?

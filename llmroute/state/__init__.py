@@ -7,7 +7,7 @@ plugs in. Nothing here connects at import.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict
 
 from llmroute.state.backend import StateConfig
 
@@ -30,7 +30,7 @@ class Fleet:
         self.state = SharedState(config)
         self.budgets = SharedBudgetCounters(self.state)
         self.breakers = SharedBreakers(self.state)
-        self.limits: Optional[SharedLimits] = None
+        self.limits: SharedLimits | None = None
 
     def shared_limits(self, local: DeploymentLimits) -> SharedLimits:
         from llmroute.state.shared_limits import SharedLimits  # shared state only: loaded when [state] asks for it
@@ -51,7 +51,7 @@ class Fleet:
         self.state.close()
 
 
-def open_state(config: Optional[StateConfig]) -> Optional[Fleet]:
+def open_state(config: StateConfig | None) -> Fleet | None:
     if config is None or config.backend == "local":
         return None
     return Fleet(config)

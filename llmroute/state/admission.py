@@ -13,7 +13,6 @@ on the strict side).
 
 from __future__ import annotations
 
-from typing import Optional
 
 from llmroute.resilience.limits import Admission, Lease
 from llmroute.state.shared_limits import LimitRequest, SharedLimits
@@ -27,7 +26,7 @@ class PreAdmitted:
 
     def __init__(self, limits: SharedLimits, request: LimitRequest, admission: Admission) -> None:
         self.limits = limits
-        self._held: Optional[tuple[LimitRequest, Admission]] = (request, admission)
+        self._held: tuple[LimitRequest, Admission] | None = (request, admission)
 
     def policy(self, pool: str, deployment_id: str) -> ResiliencePolicy:
         return self.limits.policy(pool, deployment_id)
@@ -41,7 +40,7 @@ class PreAdmitted:
             self.limits.release(admission.lease)
         return self.limits.try_acquire(now, deployment_id, pool=pool, tokens=tokens)
 
-    def release(self, lease: Optional[Lease]) -> None:
+    def release(self, lease: Lease | None) -> None:
         self.limits.release(lease)
 
     def in_flight(self, deployment_id: str, *, pool: str = "interactive") -> int:

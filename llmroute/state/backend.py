@@ -9,7 +9,7 @@
 
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -20,7 +20,7 @@ class StateConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     backend: Literal["local", "redis"] = "local"
-    url: Optional[str] = None
+    url: str | None = None
     key_prefix: str = "llmroute:"
     on_unavailable: Literal["local", "refuse"] = "local"
     # Redis Cluster: connect with the cluster client (keys of one scope already share a hash tag).

@@ -29,7 +29,7 @@ import threading
 import time
 import uuid
 from dataclasses import replace
-from typing import Any, Callable, Iterable, Literal, Optional
+from typing import Any, Callable, Iterable, Literal
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
@@ -70,15 +70,15 @@ class SharedCircuitBreaker(CircuitBreaker):
     """A `CircuitBreaker` whose half-open probes also need a cluster-wide probe slot."""
 
     def __init__(self, policy: ResiliencePolicy, deployment_id: str, shared: "SharedBreakers", *,
-                 rng: Optional[random.Random] = None) -> None:
+                 rng: random.Random | None = None) -> None:
         super().__init__(policy, deployment_id, rng=rng)
         self._shared = shared
         self._probe_slots: dict[int, list[str]] = {}  # epoch -> slot ids held by this process
         self._slots_lock = threading.Lock()
         # Samples not yet published, and the fleet's recent ones as last read (None: not read yet).
         self.unpublished: list[tuple[str, float]] = []  # ("ttft" | "latency", seconds)
-        self.fleet_ttft: Optional[list[float]] = None
-        self.fleet_latency: Optional[list[float]] = None
+        self.fleet_ttft: list[float] | None = None
+        self.fleet_latency: list[float] | None = None
         renew_at_fork(self, "_slots_lock")
 
     def _after_fork_in_child(self) -> None:
@@ -101,7 +101,7 @@ class SharedCircuitBreaker(CircuitBreaker):
         return replace(snap, p50_ttft_s=percentile(ttft, 50), p95_ttft_s=percentile(ttft, 95),
                        p50_latency_s=percentile(latency, 50), p95_latency_s=percentile(latency, 95))
 
-    def acquire(self, now: float) -> Optional[Permit]:
+    def acquire(self, now: float) -> Permit | None:
         permit = super().acquire(now)
         if permit is None or not permit.probe:
             return permit
@@ -114,7 +114,7 @@ class SharedCircuitBreaker(CircuitBreaker):
                 self._probe_slots.setdefault(permit.epoch, []).append(slot)
         return permit
 
-    def _give_back(self, permit: Optional[Permit]) -> None:
+    def _give_back(self, permit: Permit | None) -> None:
         if permit is None or not permit.probe:
             return
         with self._slots_lock:
@@ -125,11 +125,11 @@ class SharedCircuitBreaker(CircuitBreaker):
         if slot:
             self._shared.give_probe(self.deployment_id, slot)
 
-    def release(self, permit: Optional[Permit]) -> None:
+    def release(self, permit: Permit | None) -> None:
         super().release(permit)
         self._give_back(permit)
 
-    def record(self, now: float, outcome: str, *, permit: Optional[Permit] = None, **kw: Any) -> Optional[Transition]:
+    def record(self, now: float, outcome: str, *, permit: Permit | None = None, **kw: Any) -> Transition | None:
         transition = super().record(now, outcome, permit=permit, **kw)
         self._give_back(permit)
         if outcome != "caller":
@@ -159,12 +159,12 @@ class SharedBreakers:
         self._registry: Any = None
         self._deployments: list[str] = []
         self._stop = threading.Event()
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
         self.fleet: dict[str, dict[str, Any]] = {}  # last read: deployment -> shared record
         self.adopted = 0  # open deadlines taken from another process
         # Runs a publish's or a probe slot's give-back round trip later, off the caller's thread
         # (`AsyncClient` sets its `Offload.submit`: in order, on one worker thread); None: at once.
-        self.later: Optional[Callable[..., None]] = None
+        self.later: Callable[..., None] | None = None
         # The client's `LoadBalancer`: each sync also publishes this process's in-flight count and
         # estimate per deployment and reads the others' (same round trip; docs/state.md, "Load").
         self.balancer: Any = None
@@ -183,7 +183,7 @@ class SharedBreakers:
         return self.state.key("breakers", deployment_id)
 
     def factory(self, policy: ResiliencePolicy, deployment_id: str, *,
-                rng: Optional[random.Random] = None) -> SharedCircuitBreaker:
+                rng: random.Random | None = None) -> SharedCircuitBreaker:
         if deployment_id not in self._deployments:
             self._deployments.append(deployment_id)
         return SharedCircuitBreaker(policy, deployment_id, self, rng=rng)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Optional, TypeVar
+from typing import Any, Callable, TypeVar
 
 from llmroute import errors as E
 from llmroute._runtime.forksafe import renew_at_fork
@@ -41,11 +41,11 @@ class SharedState:
         self._clock = clock
         self._lock = threading.Lock()
         self._client: Any = None
-        self._down_since: Optional[float] = None
+        self._down_since: float | None = None
         self._retry_at = 0.0
         self.outages = 0
         self.fallbacks = 0
-        self.last_error: Optional[str] = None
+        self.last_error: str | None = None
         self._scripts: dict[str, Any] = {}
         renew_at_fork(self, "_lock")  # redis-py gives a forked child new connections itself
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 from decimal import ROUND_CEILING, ROUND_HALF_UP, Decimal
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import start_daemon
@@ -107,7 +107,7 @@ class SharedBudgetCounters:
         self._lock = threading.Lock()
         self._pending: dict[str, tuple[int, int]] = {}  # key -> (units, ttl) not yet sent to Redis
         self._stop = threading.Event()
-        self._flusher: Optional[threading.Thread] = None
+        self._flusher: threading.Thread | None = None
         renew_at_fork(self, "_lock", "_stop")
 
     def _after_fork_in_child(self) -> None:
@@ -131,7 +131,7 @@ class SharedBudgetCounters:
         for _, limit, need, mode in items:
             args += [limit, need, mode]
         freed: list[str] = []
-        freed_from: Optional[tuple[Any, str]] = None  # (SharedLimits, slots key) `freed` goes back to if unsent
+        freed_from: tuple[Any, str] | None = None  # (SharedLimits, slots key) `freed` goes back to if unsent
         if admit is not None and not self.state.config.cluster:
             if admit.holds_slot and admit.limits is not None:
                 freed_from = (admit.limits, admit.keys[2])

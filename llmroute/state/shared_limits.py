@@ -18,7 +18,7 @@ import logging
 import threading
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Optional
+from typing import Any
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import start_daemon
@@ -115,9 +115,9 @@ class LimitRequest:
 class SharedLease(Lease):
     """A lease whose slot (if any) is held in Redis (`slots_key`), or locally when `local_lease` is set."""
 
-    slots_key: Optional[str] = None
-    slot_id: Optional[str] = None
-    local_lease: Optional[Lease] = None
+    slots_key: str | None = None
+    slot_id: str | None = None
+    local_lease: Lease | None = None
 
 
 class SharedLimits:
@@ -128,7 +128,7 @@ class SharedLimits:
         self.local = local
         self._held: dict[str, set[str]] = {}  # slots key -> slot ids this process holds
         self._lock = threading.Lock()
-        self._renewer: Optional[threading.Thread] = None
+        self._renewer: threading.Thread | None = None
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._to_release: list[tuple[str, str]] = []  # (slots key, slot id) to ZREM
@@ -150,7 +150,7 @@ class SharedLimits:
         scope = f"limits:{pool}:{deployment_id}"
         return [self.state.key(scope, "rpm"), self.state.key(scope, "tpm"), self.state.key(scope, "slots")]
 
-    def request(self, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> Optional["LimitRequest"]:
+    def request(self, deployment_id: str, *, pool: str = "interactive", tokens: int = 0) -> "LimitRequest" | None:
         """What `ADMIT_LUA` needs to admit one call to `deployment_id` in `pool`; None when no limit applies."""
         p = self.local.policy(pool, deployment_id)
         if not (p.rpm or p.tpm or p.max_concurrency):
@@ -209,7 +209,7 @@ class SharedLimits:
                     self._renewer = start_daemon(self._renew_loop, "llmroute-state-leases")
         return Admission(True, lease=lease)
 
-    def release(self, lease: Optional[Lease]) -> None:
+    def release(self, lease: Lease | None) -> None:
         if lease is None or lease.released:
             return
         lease.released = True

@@ -240,7 +240,6 @@ def test_to_dict_is_json_and_reads_back_to_the_same_amounts():
 
 
 def test_cost_is_the_typed_cost_of_responses():
-    import typing
 
     import llmroute
     from llmroute.embeddings import CreateEmbeddingResponse
@@ -248,7 +247,7 @@ def test_cost_is_the_typed_cost_of_responses():
 
     assert llmroute.Cost is Cost and "Cost" in llmroute.__all__
     for model in (ChatCompletion, Attempt, CreateEmbeddingResponse):
-        assert model.model_fields["cost"].annotation == typing.Optional[Cost]
+        assert model.model_fields["cost"].annotation == Cost | None
 
 
 @given(

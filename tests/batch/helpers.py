@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Dict, Iterator, List, Optional
+from typing import Any, Dict, Iterator, List
 
 import pytest
 
@@ -43,7 +43,7 @@ def provider_entry(kind: str, server: Any) -> Dict[str, Any]:
             **({"region": "cn"} if kind == "siliconflow" else {})}
 
 
-def config(servers: Dict[str, Any], tmp_path: Path, *, kinds: Optional[List[str]] = None, tier: str = "bulk",
+def config(servers: Dict[str, Any], tmp_path: Path, *, kinds: List[str] | None = None, tier: str = "bulk",
            batch: Dict[str, Any] | None = None) -> Dict[str, Any]:
     if kinds is None:
         kinds = list(MODELS)

@@ -19,7 +19,7 @@ import logging
 import threading
 import time
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import Any
 
 import pytest
 
@@ -60,9 +60,9 @@ class Done:
     index: int
     started: float
     ended: float
-    deployment: Optional[str] = None
+    deployment: str | None = None
     attempts: Any = None
-    error: Optional[BaseException] = None
+    error: BaseException | None = None
 
 
 class TransitionLog(logging.Handler):
@@ -77,7 +77,7 @@ class TransitionLog(logging.Handler):
         with self._lock_events:
             self.events.append((time.monotonic(), record.getMessage()))
 
-    def first(self, needle: str, after: float) -> Optional[float]:
+    def first(self, needle: str, after: float) -> float | None:
         with self._lock_events:
             return next((t for t, msg in self.events if t >= after and needle in msg and PRIMARY in msg), None)
 

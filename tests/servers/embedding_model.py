@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, List
 
 __all__ = ["EmbeddingServer", "use_model"]
 
@@ -38,10 +38,10 @@ def use_model() -> Callable[[List[str]], List[List[float]]]:
 
 
 class EmbeddingServer:
-    def __init__(self, embed: Optional[Callable[[List[str]], List[List[float]]]] = None) -> None:
+    def __init__(self, embed: Callable[[List[str]], List[List[float]]] | None = None) -> None:
         self.embed = embed or use_model()
         self.embed(["warm up"])  # the first encode is slow (seconds): not on a request's clock
-        self.fail_with: Optional[int] = None
+        self.fail_with: int | None = None
         self.requests = 0
         owner = self
 
@@ -76,7 +76,7 @@ class EmbeddingServer:
 
         self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
-        self._thread: Optional[threading.Thread] = None
+        self._thread: threading.Thread | None = None
 
     @property
     def base_url(self) -> str:

@@ -35,7 +35,7 @@ import socketserver
 import threading
 import time
 import zlib
-from typing import Any, Optional
+from typing import Any
 
 __all__ = ["HostileServer"]
 
@@ -43,7 +43,7 @@ MAX_SECONDS = 30.0
 CHUNK = 64 * 1024
 
 
-def _completion(text: str = "hello", usage: Optional[dict] = None, choices: bool = True) -> bytes:
+def _completion(text: str = "hello", usage: dict | None = None, choices: bool = True) -> bytes:
     body = {
         "id": "cmpl-h", "object": "chat.completion", "created": 1, "model": "m",
         "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}]
@@ -98,7 +98,7 @@ class _Handler(socketserver.BaseRequestHandler):
         except OSError:
             return False
 
-    def _headers(self, status: str = "200 OK", extra: str = "", length: Optional[int] = None,
+    def _headers(self, status: str = "200 OK", extra: str = "", length: int | None = None,
                  content_type: str = "application/json") -> bytes:
         size = f"Content-Length: {length}\r\n" if length is not None else "Transfer-Encoding: chunked\r\n"
         return (f"HTTP/1.1 {status}\r\nContent-Type: {content_type}\r\n{size}{extra}"
@@ -249,8 +249,8 @@ class HostileServer:
         self.bomb_bytes = 256 << 20
         self.requests = 0
         self.stopping = False
-        self._bomb: Optional[bytes] = None
-        self._server: Optional[_TCPServer] = None
+        self._bomb: bytes | None = None
+        self._server: _TCPServer | None = None
 
     def bomb(self) -> bytes:
         if self._bomb is None:

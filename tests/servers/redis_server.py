@@ -13,7 +13,6 @@ import shutil
 import socket
 import subprocess
 import time
-from typing import Optional
 
 __all__ = ["RedisServer", "free_port"]
 
@@ -25,12 +24,12 @@ def free_port() -> int:
 
 
 class RedisServer:
-    def __init__(self, port: Optional[int] = None) -> None:
+    def __init__(self, port: int | None = None) -> None:
         self.binary = shutil.which("redis-server")
         if self.binary is None:
             raise RuntimeError("redis-server is not installed: run scripts/services.sh (as root)")
         self.port = port or free_port()
-        self.process: Optional[subprocess.Popen] = None
+        self.process: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:

@@ -15,7 +15,6 @@ import subprocess
 import tempfile
 import time
 from pathlib import Path
-from typing import Optional
 
 
 def free_port() -> int:
@@ -24,7 +23,7 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _wait_port(port: int, timeout_s: float, proc: Optional[subprocess.Popen] = None) -> None:
+def _wait_port(port: int, timeout_s: float, proc: subprocess.Popen | None = None) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc is not None and proc.poll() is not None:
@@ -45,7 +44,7 @@ class RedisServer:
         self.exe = exe
         self.port = free_port()
         self.dir = tempfile.mkdtemp(prefix="llmroute-redis-")
-        self.proc: Optional[subprocess.Popen] = None
+        self.proc: subprocess.Popen | None = None
 
     @property
     def url(self) -> str:
@@ -131,7 +130,7 @@ class PostgresServer:
         self.dir = tempfile.mkdtemp(prefix="llmroute-pg-")
         self.data = os.path.join(self.dir, "data")
         self.log = os.path.join(self.dir, "log")
-        self._user: Optional[str] = None
+        self._user: str | None = None
         if os.geteuid() == 0:  # PostgreSQL refuses to run as root
             for name in ("postgres", "nobody"):
                 try:
