@@ -61,11 +61,27 @@ class _Ends:
     """What `Stream` and `AsyncStream` share that does no I/O: the attempt being read (`_switch`: the
     first, or the one that finishes a cut answer), and the stream's end, for `[routing.shadow]`:
     `_when_ended(callback)` calls it with the assembled response once the stream has ended (at once if
-    it already has); a stream closed early never ends."""
+    it already has); a stream closed early never ends. `abandon` (and the finaliser) end a stream left
+    open through the subclass's `_end`."""
 
     _run: CallRun
     _final: ChatCompletion | None = None
     _on_end: Callable[[ChatCompletion], None] | None = None
+
+    def _end(self, status: ExitStatus, error: BaseException | None) -> None:
+        """The stream ended other than by its end, an error or close(): release and record it once."""
+        raise NotImplementedError
+
+    def abandon(self) -> None:
+        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
+        if not getattr(self, "_closed", True):
+            self._end("abandoned", None)
+
+    def __del__(self) -> None:
+        try:
+            self.abandon()
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
+            pass
 
     def _switch(self, opened: _Opened) -> None:
         self._bytes: Any = opened.chunks  # the attempt's byte iterator (sync or async)
@@ -203,17 +219,6 @@ class Stream(_Ends):
         self._state.ended = True
         end_call(self._run, status, error, _now())
 
-    def abandon(self) -> None:
-        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
-        if not getattr(self, "_closed", True):
-            self._end("abandoned", None)
-
-    def __del__(self) -> None:
-        try:
-            self.abandon()
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
-
     def __enter__(self) -> "Stream":
         return self
 
@@ -341,17 +346,6 @@ class AsyncStream(_Ends):
         response, self._response = self._response, None
         if response is not None:
             _aclose_later(response, self._loop)
-
-    def abandon(self) -> None:
-        """Left open when its client closed or the interpreter exits: ended as `abandoned` (once)."""
-        if not getattr(self, "_closed", True):
-            self._end("abandoned", None)
-
-    def __del__(self) -> None:
-        try:
-            self.abandon()
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
 
     async def __aenter__(self) -> "AsyncStream":
         return self
