@@ -10,11 +10,10 @@ from __future__ import annotations
 import asyncio
 import gc
 import os
-import signal
 import threading
 import time
 import warnings
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -46,17 +45,6 @@ async def _aslot_back(client: Any) -> None:
 def _statuses(client: Any) -> list[str]:
     return [r.status for r in client._engine.ledger.records]
 
-
-@pytest.fixture
-def alarm() -> Iterator[Any]:
-    """`alarm(seconds)`: a KeyboardInterrupt in the main thread after `seconds`, like Ctrl-C."""
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, handler)
-    yield lambda seconds: signal.setitimer(signal.ITIMER_REAL, seconds)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def test_return_and_provider_error(config: dict[str, Any], fault_server: Any) -> None:

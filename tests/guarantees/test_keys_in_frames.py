@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 import traceback
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -67,16 +66,6 @@ def _raised(fn: Any) -> BaseException:
         return exc
     pytest.fail("nothing was raised")
 
-
-@pytest.fixture
-def alarm() -> Iterator[Any]:
-    def handler(signum: int, frame: Any) -> None:
-        raise KeyboardInterrupt
-
-    previous = signal.signal(signal.SIGALRM, handler)
-    yield lambda seconds: signal.setitimer(signal.ITIMER_REAL, seconds)
-    signal.setitimer(signal.ITIMER_REAL, 0)
-    signal.signal(signal.SIGALRM, previous)
 
 
 def test_config_stage(tmp_path: Any, monkeypatch: pytest.MonkeyPatch) -> None:
