@@ -19,3 +19,19 @@ def llama_server():
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture(autouse=True)
+def _fresh_server_identities():
+    """Forget the process's server identifications (llmroute/_call/server_probe.py) around each test: each
+    test's loopback servers are new, but the OS may give one the port an earlier test's server had, and the
+    identification is kept per base URL for the process's life."""
+    from llmroute._call.server_probe import _REGISTRY
+
+    def forget() -> None:
+        with _REGISTRY.lock:
+            _REGISTRY.known.clear()
+
+    forget()
+    yield
+    forget()
