@@ -27,7 +27,7 @@ from llmroute.config import Config, load_config
 from llmroute.openai_surface.construction import CallOptions, build_config, call_options, per_call_timeout
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
-from llmroute._call.exits import end_call, exit_status
+from llmroute._call.exits import exit_status
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import ClientLife, OpenStreams, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
@@ -355,7 +355,7 @@ class Client(_ClientSurface):
         running = {self._hedge_pool.submit(self._open, first): first}
         try:
             return self._race_loop(run, hedge, running, wait, FIRST_COMPLETED)
-        except BaseException:  # the caller's end (end_call) records them; their threads stop reading
+        except BaseException:  # the caller's end (run.settle) records them; their threads stop reading
             for op in running.values():
                 op.cancelled = True
                 if op.response is not None:
@@ -413,7 +413,7 @@ class Client(_ClientSurface):
                 completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
                 result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
-            end_call(run, exit_status(exc), exc, _now())
+            run.settle(exit_status(exc), exc, _now())
             raise
         if original is not None:
             self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
@@ -610,7 +610,7 @@ class AsyncClient(_ClientSurface):
         running = {asyncio.ensure_future(self._open(first)): first}
         try:
             return await self._race_loop(run, hedge, running)
-        except BaseException:  # the caller's end (end_call) records them; their tasks are cancelled
+        except BaseException:  # the caller's end (run.settle) records them; their tasks are cancelled
             for task in running:
                 task.cancel()
             raise
@@ -673,7 +673,7 @@ class AsyncClient(_ClientSurface):
                 completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
                 result = run.succeeded(op.ctx, completion, reported, _now(), None)
         except BaseException as exc:  # every exit: slots, permits and records are settled once
-            end_call(run, exit_status(exc), exc, _now())
+            run.settle(exit_status(exc), exc, _now())
             raise
         if original is not None:
             self._shadow.offer(original, result)  # [routing.shadow]: a task the caller never awaits

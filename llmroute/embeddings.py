@@ -29,7 +29,7 @@ from llmroute._call.attempt_errors import network_errors, sync_network_errors, t
 from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
 from llmroute._call.engine import EngineClient
-from llmroute._call.exits import end_call, exit_status
+from llmroute._call.exits import exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
 from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from llmroute._call.targets import Target
@@ -347,7 +347,7 @@ class Embeddings:
         except E.LLMRouteError:
             raise
         except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: what the call holds is given back
-            end_call(run, exit_status(exc), exc, _now())
+            run.settle(exit_status(exc), exc, _now())
             raise
 
     def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:

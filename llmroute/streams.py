@@ -1,7 +1,7 @@
 """`Stream` and `AsyncStream`: a streamed call's chunks, as iterators and context managers, over one attempt's
 bytes at a time (`_switch` moves to the attempt that finishes a cut answer); `.response` is the assembled result.
 
-They drive the sans-I/O `StreamState` and end their call through `exits.end_call` exactly once, whatever ends the
+They drive the sans-I/O `StreamState` and end their call through `CallRun.settle` exactly once, whatever ends the
 stream (its end, an error, `close()`, a dropped or garbage-collected stream).
 """
 
@@ -14,7 +14,7 @@ from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tupl
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.call import AttemptContext, CallRun, StreamState
-from llmroute._call.exits import ExitStatus, end_call, exit_status
+from llmroute._call.exits import ExitStatus, exit_status
 from llmroute._call.server_probe import CUT_WAIT_S
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
 
@@ -210,14 +210,14 @@ class Stream(_Ends):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
-        end_call(self._run, "cancelled", None, _now())
+        self._run.settle("cancelled", None, _now())
 
     def _end(self, status: ExitStatus, error: BaseException | None) -> None:
         """The stream ended other than by its end, an error or close(): release and record it once."""
         self._closed = True
         self._release()
         self._state.ended = True
-        end_call(self._run, status, error, _now())
+        self._run.settle(status, error, _now())
 
     def __enter__(self) -> "Stream":
         return self
@@ -333,7 +333,7 @@ class AsyncStream(_Ends):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
-        end_call(self._run, "cancelled", None, _now())
+        self._run.settle("cancelled", None, _now())
 
     close = aclose
 
@@ -342,7 +342,7 @@ class AsyncStream(_Ends):
         on its event loop (it cannot be awaited from here)."""
         self._closed = True
         self._state.ended = True
-        end_call(self._run, status, error, _now())
+        self._run.settle(status, error, _now())
         response, self._response = self._response, None
         if response is not None:
             _aclose_later(response, self._loop)

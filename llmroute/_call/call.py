@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Sequence, 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
 from llmroute.config import Deployment
-from llmroute._call.exits import ExitStatus, end_call, exit_status
+from llmroute._call.exits import ExitStatus, exit_status
 from llmroute.providers import adapter_class
 from llmroute.providers.base import (OpenAICompatAdapter, StreamAssembler, StreamDecoder, chunk_has_content, for_caller,
                                      usage_chunks_wanted)
@@ -431,7 +431,7 @@ class CallRun:
     def cancelled(self, ctx: AttemptContext, now: float, partial: "StreamState" | None = None,
                   why: str = "another attempt answered first", *, status: ExitStatus = "cancelled",
                   error: BaseException | None = None) -> None:
-        """A hedge lost the race, or the call ended with this attempt open (`exits.end_call`; `status`
+        """A hedge lost the race, or the call ended with this attempt open (`settle`; `status`
         says how). Its prompt was sent, so it may be billed: recorded."""
         rec = ctx.record
         if self.in_flight.pop(rec.number, None) is None and rec.status in ("cancelled", "abandoned"):
@@ -475,9 +475,33 @@ class CallRun:
 
     def abandon(self, now: float, error: BaseException) -> None:
         """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it
-        failed in our own code: `exits.end_call` records the attempts in flight (their prompts were
-        sent), gives back their breaker permits and limit slots, and ends the call. Idempotent."""
-        end_call(self, exit_status(error), error, now)
+        failed in our own code: settled (`settle`) with the status `exits.exit_status` gives `error`."""
+        self.settle(exit_status(error), error, now)
+
+    def settle(self, status: ExitStatus, error: BaseException | None, now: float) -> None:
+        """End whatever the call still holds, however it ended: the one place a call is settled. The
+        shells call it on every exit path (the caller's `break` and a dropped stream, a
+        `KeyboardInterrupt`, an asyncio cancellation or `wait_for` timeout, an error in llmroute's own
+        code), as often as they like:
+
+        - every attempt still open gets its ledger row, budget charge and span, with `status` saying
+          how it ended, and the prompt billed as an estimate (it was sent; `cancelled`);
+        - the plan gives back every concurrency slot, limit lease and breaker permit it still holds
+          (`FailoverPlan.cancel`, which releases each exactly once);
+        - the call's span ends (`end`, once).
+
+        Attempts that already ended are left alone, so a second `settle` does nothing."""
+        what = type(error).__name__ if error is not None else "garbage-collected unclosed"
+        for ctx in list(self.in_flight.values()):
+            try:
+                self.cancelled(ctx, now, partial=ctx.partial, why=f"the call ended ({what})", status=status,
+                               error=error)
+            except Exception:  # noqa: BLE001 - the releases below must still happen
+                logging.getLogger("llmroute").exception("llmroute: recording an attempt that ended as %s failed",
+                                                        status)
+        for deployment_id in self.plan.outstanding:
+            self.plan.cancel(deployment_id, now, note=f"{status}: the call ended")
+        self._end(None, error, now)
 
     def end(self, completion: ChatCompletion | None, error: BaseException | None, now: float) -> None:
         """End the call's span (once; later calls do nothing)."""

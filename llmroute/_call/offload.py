@@ -12,7 +12,7 @@ Order and release guarantees hold: a call's steps still run one at a time (each 
 the next starts) and the reservation is taken before anything is sent. A task cancelled while one
 of its steps runs in a thread waits (without holding the loop) for that step to end, at most the
 backend's timeout, as a step run inline would have, then gives back what the step took (`undo`)
-and goes on with its cancellation: the call's ending (`exits.end_call`) never runs concurrently
+and goes on with its cancellation: the call's ending (`CallRun.settle`) never runs concurrently
 with one of its steps.
 """
 
@@ -159,16 +159,16 @@ def mark_unsent(step: Any) -> None:
 
 def end_cancelled(run: Any) -> None:
     """`undo` of an admission whose task was cancelled while it ran in a thread: end the call
-    (`exits.end_call`), which gives back the budget reservation and limits admission took."""
+    (`CallRun.settle`), which gives back the budget reservation and limits admission took."""
     import asyncio
 
     end_after(run, asyncio.CancelledError())
 
 
 def end_after(run: Any, error: BaseException) -> None:
-    """End `run` after `error` left the shell (`exits.end_call`, status from `exit_status`)."""
+    """End `run` after `error` left the shell (`CallRun.settle`, status from `exits.exit_status`)."""
     import time
 
-    from llmroute._call.exits import end_call, exit_status
+    from llmroute._call.exits import exit_status
 
-    end_call(run, exit_status(error), error, time.monotonic())
+    run.settle(exit_status(error), error, time.monotonic())
