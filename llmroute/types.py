@@ -210,6 +210,11 @@ class Attempt(BaseModel):
     # "replayed" (a stream started again, delivered past the text the caller saw), "restarted" (a
     # plain call answered again). None: it started the answer.
     recovery: str | None = None
+    # The failover plan's part (it makes this record, `resilience.failover`), not dumped: what it
+    # decided when the attempt ended (a retry after a wait, moving on, ...), and for a skip because a
+    # breaker holds the deployment, the error that opened it.
+    decision: str | None = Field(default=None, exclude=True, repr=False)
+    held_by: BaseException | None = Field(default=None, exclude=True, repr=False)
 
     @property
     def id(self) -> str:

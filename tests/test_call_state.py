@@ -88,6 +88,40 @@ def test_a_timeout_moves_to_the_backup_at_once() -> None:
     assert run.route.attempts[0].billed and run.route.attempts[0].usage_estimated  # the platform was working
 
 
+def test_one_record_per_attempt_the_plan_writes_the_routes_lines() -> None:
+    cfg = config(consecutive_failures=1, open_s=30, open_jitter=0)
+    engine = Engine(cfg)
+    tripping = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 100.0, wall=lambda: 1.7e9)
+    tripping.failed(send(tripping, 100.0), E.ServerError("boom", provider="a", deployment="a:m", status=500), 100.1)
+    run = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), 101.0, wall=lambda: 1.7e9)
+    ctx = send(run, 101.0)  # a:m is held open: skipped, b:m sent
+    assert run.route.attempts is run.plan.attempts  # one list: the plan's lines are the route's
+    skip, sent = run.route.attempts
+    assert sent is ctx.record and ctx.deployment.id == "b:m"
+    assert (skip.deployment, skip.provider, skip.model, skip.tier, skip.number, skip.status, skip.started_at) == (
+        "a:m", "a", "m", "t", 1, "skipped", 1.7e9)
+    assert skip.note and skip.note.startswith("skipped: circuit open")
+    assert isinstance(skip.held_by, E.ServerError)  # what holds it, for the plan's "held" error
+    assert (sent.provider, sent.model, sent.tier, sent.number, sent.started_at) == ("b", "m", "t", 2, 1.7e9)
+    run.failed(ctx, E.ServerError("down", provider="b", deployment="b:m", status=500), 101.5)
+    assert (sent.status, sent.error_type, sent.http_status, sent.duration_s) == ("error", "ServerError", 500, 0.5)
+    assert sent.decision  # what the plan decided next, on the same record
+    dumped = sent.model_dump()
+    assert "decision" not in dumped and "held_by" not in skip.model_dump() and "decision" not in sent.model_dump_json()
+    assert "decision" not in repr(sent) and "held_by" not in repr(skip)
+
+
+def test_a_request_that_cannot_be_built_leaves_no_line_on_the_route() -> None:
+    cfg = Config.from_dict({"providers": {"o": {"kind": "ollama", "base_url": "http://127.0.0.1:9"}},
+                            "tiers": {"t": {"deployments": ["o:m"]}}, "ledger": {"sink": "memory"},
+                            "pricing": {"o:*": {"input_per_million": 0, "output_per_million": 0}}})
+    run = start(cfg, logit_bias={"1": 5})  # Ollama's adapter refuses it rather than ignore it
+    with pytest.raises(E.BadRequestError) as info:
+        run.next_step(100.0)
+    assert run.route.attempts == [] and info.value.attempts == []  # nothing was sent: no line, no ledger row
+    assert run.plan.finished and not run.in_flight
+
+
 def test_a_cut_answer_is_continued_with_the_partial_answer_as_a_prefill() -> None:
     run = start(config(), max_tokens=50)
     first = send(run, 100.0)

@@ -132,11 +132,14 @@ class CallRun:
             self.route.pool = target.pool
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
-        self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now)
+        self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now, wall=wall)
+        # One record per attempt: the plan writes the route's lines (sends and skips), the run completes
+        # the ones it sends (usage, cost, the error's details).
+        self.route.attempts = self.plan.attempts
         if self.plan.balance_choice is not None:
             self.route.balance = self.plan.balance_choice.text
         _bind_lazy_modules()
-        self._synced_plan_attempts = 0  # the plan's attempts already copied into the route
+        self._announced = 0  # the route's lines the recorder has been told of (skips: `_announce_skips`)
         self.trace = self.recorder.call_started(self, now)
         self.costs: List["Cost"] = []  # billed attempts' costs
         self._adapters: Dict[str, OpenAICompatAdapter] = {}
@@ -168,7 +171,7 @@ class CallRun:
     # -- attempts --------------------------------------------------------------------------------
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
-        self._sync_skips()
+        self._announce_skips()
         self.route.queued_s = self.plan.queued_s
         if isinstance(step, Wait):
             return step
@@ -223,7 +226,7 @@ class CallRun:
         except (E.ProviderError, E.InvalidRequestError) as error:
             # A parameter this platform cannot take, or a request that cannot be sent: nothing was
             # sent; the caller must change the call. It never counts against the deployment.
-            self.plan.record(deployment.id, now, error, latency_s=0.0)
+            self.plan.record(deployment.id, now, error, latency_s=0.0, unsent=True)  # its line leaves the route
             error.attempts = list(self.route.attempts)  # InvalidRequestError is a ProviderError: it has them too
             self._end(None, error, now)
             raise
@@ -245,21 +248,7 @@ class CallRun:
             connect_s=min(deployment.connect_timeout_s, total), ttft_s=ttft_s, total_s=total,
             read_s=read_s, read_kind=read_kind, stall_s=stall_s if streamed else None,
         )
-        notes = [n for n, on in (("retry", step.is_retry), ("fallback tier", step.is_fallback),
-                                 ("hedge", step.is_hedge), ("continuation", step.is_continuation),
-                                 ("restart", step.is_restart), ("replay", step.is_replay)) if on]
-        record = Attempt(
-            deployment=deployment.id,
-            provider=deployment.provider.name,
-            model=deployment.model,
-            tier=step.tier or deployment.tier or self.target.tier,
-            number=len(self.route.attempts) + 1,
-            started_at=self.wall(),
-            note=", ".join(notes) or None,
-            recovery=("continued" if step.is_continuation else "replayed" if step.is_replay
-                      else "restarted" if step.is_restart else None),
-        )
-        self.route.attempts.append(record)
+        record = step.record  # the plan made the attempt's line of the route with the step
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
                              continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None)
         if step.is_continuation:
@@ -277,17 +266,7 @@ class CallRun:
         (`recovery_mode`); the caller closing a stream passes `recover=False`."""
         rec = ctx.record
         self.in_flight.pop(rec.number, None)
-        if rec.status != "cancelled":
-            rec.status = "interrupted" if content_started else "error"
-        rec.error = error
-        rec.error_type = type(error).__name__
-        rec.error_message = str(error)
-        rec.duration_s = now - ctx.started
-        if isinstance(error, E.ProviderError):
-            rec.http_status = error.status
-            rec.request_id = error.request_id
-            if error.request is None:  # openai-python's `e.request`: the request this error answered
-                error.request = E.RequestInfo(ctx.request.method, ctx.request.url)
+        closed = rec.status == "cancelled"  # the caller closed the stream (`caller_closed`): it stays so
         partial_text = ""
         if partial is not None and partial.content_started:
             self._answer_parts.append(partial.assembler)  # its content is part of the answer
@@ -314,10 +293,21 @@ class CallRun:
         mode = self.recovery_mode(ctx, partial) if content_started and recover else None
         if (mode is not None or ctx.replay_of is not None) and rec.billed and rec.usage is not None:
             self.earlier_usage.append(rec.usage)  # billed for this answer: its usage is part of the total
-        self._attempt_ended(ctx, error, now)
         replay = self.replay_scope(ctx) if mode == "continue_or_replay" else None
-        self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=rec.duration_s,
+        # The plan ends the attempt's line (status, error, duration, what it decides next); the run adds
+        # what only it knows, then the recorder is told (the ledger row, the span).
+        self.plan.record(ctx.deployment.id, now, error, ttft_s=rec.ttft_s, latency_s=now - ctx.started,
                          content_started=content_started, partial_text=partial_text, recover=mode, replay=replay)
+        if closed:
+            rec.status = "cancelled"
+        rec.error_type = type(error).__name__
+        rec.error_message = str(error)
+        if isinstance(error, E.ProviderError):
+            rec.http_status = error.status
+            rec.request_id = error.request_id
+            if error.request is None:  # openai-python's `e.request`: the request this error answered
+                error.request = E.RequestInfo(ctx.request.method, ctx.request.url)
+        self._attempt_ended(ctx, error, now)
         if content_started and self.plan.finished:
             self._end(None, error, now)
 
@@ -390,9 +380,8 @@ class CallRun:
         several attempts (a recovered answer): its usage is then the sum of theirs."""
         rec = ctx.record
         self.in_flight.pop(rec.number, None)
-        rec.status = "ok"
-        rec.duration_s = now - ctx.started
-        rec.ttft_s = ttft_s
+        # The plan ends the attempt's line (status, duration, first-token time); the run adds the rest.
+        self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=now - ctx.started, content_started=True)
         doubt = implausible_usage(completion.usage, ctx.deployment.context_window) if usage_reported else None
         if doubt is not None:  # not believed: priced as estimated, and the record says why
             usage_reported = False
@@ -424,7 +413,6 @@ class CallRun:
                 a.usage_estimated for a in route.attempts if a.billed and a is not rec)
         completion.route = route
         self._attempt_ended(ctx, None, now)
-        self.plan.record(ctx.deployment.id, now, None, ttft_s=ttft_s, latency_s=rec.duration_s, content_started=True)
         self._end(completion, None, now)
         return completion
 
@@ -436,6 +424,7 @@ class CallRun:
         rec = ctx.record
         if self.in_flight.pop(rec.number, None) is None and rec.status in ("cancelled", "abandoned"):
             return  # already ended
+        self.plan.cancel(ctx.deployment.id, now)  # gives back its slots; the run says how it ended
         rec.status = status
         rec.note = ((rec.note + ", ") if rec.note else "") + f"{status}: {why}"
         rec.duration_s = now - ctx.started
@@ -451,7 +440,6 @@ class CallRun:
             rec.usage_estimated = True
         rec.billed = not ctx.unsent
         self._attempt_ended(ctx, error if status == "error" else None, now)
-        self.plan.cancel(ctx.deployment.id, now)
 
     def _abandoned_usage(self, rec: Attempt, output_bound: int) -> Usage:
         """An attempt abandoned before content: the prompt, counted here, and `output_bound` tokens
@@ -524,23 +512,19 @@ class CallRun:
     def hedge(self, now: float) -> AttemptContext | None:
         """Start the hedge attempt now, if the plan has a candidate for it."""
         step = self.plan.hedge_step(now)
-        self._sync_skips()
+        self._announce_skips()
         return self._begin(step, now) if step is not None else None
 
-    def _sync_skips(self) -> None:
-        """Copy the deployments the plan skipped (open breakers, limits) into the route, and tell the recorder."""
-        planned = self.plan.attempts
-        for planned_attempt in planned[self._synced_plan_attempts:]:
-            if planned_attempt.status == "skipped":
-                provider, _, model = planned_attempt.deployment.partition(":")
-                record = Attempt(
-                    deployment=planned_attempt.deployment, provider=provider, model=model,
-                    tier=planned_attempt.tier, number=len(self.route.attempts) + 1, status="skipped",
-                    note=planned_attempt.note, started_at=self.wall(),
-                )
-                self.route.attempts.append(record)
+    def _announce_skips(self) -> None:
+        """Tell the recorder of the deployments the plan skipped (open breakers, limits) since the last
+        step: their lines are already the route's (the plan wrote them)."""
+        lines = self.route.attempts
+        if len(lines) == self._announced:
+            return
+        for record in lines[self._announced:]:
+            if record.status == "skipped":
                 self.recorder.attempt_skipped(self, record, self.engine.provider_kind(record.deployment))
-        self._synced_plan_attempts = len(planned)
+        self._announced = len(lines)
 
     def _attempt_ended(self, ctx: AttemptContext, error: BaseException | None, now: float) -> None:
         """Price the ended attempt (its record keeps the cost) and tell the recorder."""

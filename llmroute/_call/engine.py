@@ -233,7 +233,8 @@ class Engine:
         candidate = self._candidate
 
         def candidates(deps: List[Deployment], tier: str | None) -> List[Any]:
-            return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window) for d in deps]
+            return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window, d.provider.name, d.model)
+                    for d in deps]
 
         tier = self.config.tiers.get(target.tier) if target.tier else None
         sticky_value = None
@@ -287,8 +288,10 @@ class Engine:
         return None
 
     def plan_for(self, prepared: "PreparedCall", target: Target, admission: Admission,
-                 input_tokens: Callable[[], int], deadline: float, now: float) -> "FailoverPlan":
-        """The failover plan of one call to `target` (the call owns it from here)."""
+                 input_tokens: Callable[[], int], deadline: float, now: float, *,
+                 wall: Callable[[], float] | None = None) -> "FailoverPlan":
+        """The failover plan of one call to `target` (the call owns it from here); `wall` stamps the
+        route's lines the plan writes (`plan.attempts`)."""
         for dep in [*target.deployments, *target.fallback]:
             self._deployments.setdefault(dep.id, dep)
             # A deployment disabled by a 401 comes back when its key is no longer the one refused.
@@ -315,6 +318,7 @@ class Engine:
             ordered=True,
             choice=order[2],
             queue_when_full=target.tier in self.config.tiers and self.config.tiers[target.tier].balance == "load",
+            wall=wall,
             **inputs,
         )
         return plan

@@ -15,7 +15,9 @@ What it encodes:
 - Order: the weighted entries share the first choice by weight (sticky by a SHA-256 of the sticky
   value, never Python's randomized `hash`); the rest follow in list order; then the fallback tier's
   candidates, ordered the same way (`Send.is_fallback`, `plan.used_fallback_tier`).
-- An open breaker is skipped, and the skip is written into `plan.attempts` (status "skipped").
+- Every line of the route is the plan's: `plan.attempts` holds one `types.Attempt` per send (made
+  with the `Send`, its `record`, which the call core completes and the caller sees on `route.attempts`)
+  and per skip. An open breaker is skipped, and the skip is written there (status "skipped").
 - A platform failure is retried on the same deployment up to `max_retries`, within the per-deployment
   retry budget, after the *current* error's Retry-After (capped) or a full-jitter backoff; a wait
   that would not fit the deadline moves on instead.
@@ -54,7 +56,7 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field
-from typing import Callable, Literal, Sequence, Union
+from typing import Any, Callable, Literal, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit, detached
@@ -64,6 +66,7 @@ from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
 from llmroute.resilience.policy import ResiliencePolicy
 from llmroute.resilience.retry import BudgetRegistry, decide_retry, dropped_before_reply
+from llmroute.types import Attempt
 
 __all__ = [
     "Candidate",
@@ -86,6 +89,8 @@ class Candidate:
     tier: str
     weight: float | None = None
     context_window: int | None = None
+    provider: str | None = None  # for the route's lines; None: the part of `deployment_id` before ":"
+    model: str | None = None  # None: the part of `deployment_id` after ":"
 
 
 @dataclass(frozen=True)
@@ -103,6 +108,8 @@ class Send:
     is_continuation: bool = False  # continue the partial answer of an attempt that was cut
     is_restart: bool = False  # start the answer again after a cut no deployment could continue
     is_replay: bool = False  # start a cut stream again, delivered only past the text the caller saw
+    # The attempt's line in `plan.attempts` (the route's), made by the plan; ended by `record`/`cancel`.
+    record: Attempt | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True)
@@ -131,24 +138,9 @@ Step = Union[Send, Wait, Exhausted, Done]
 
 AttemptStatus = Literal["ok", "error", "skipped", "cancelled", "interrupted"]
 
-
-@dataclass(frozen=True)
-class PlannedAttempt:
-    """One line of the route: an attempt (sent) or a skip. Maps onto `llmroute.types.Attempt`."""
-
-    deployment: str
-    tier: str
-    status: AttemptStatus
-    number: int = 1
-    error: BaseException | None = None
-    started_at: float | None = None
-    duration_s: float = 0.0
-    ttft_s: float | None = None
-    is_retry: bool = False
-    is_fallback: bool = False
-    is_hedge: bool = False
-    note: str | None = None
-    held_by: BaseException | None = None  # a skip for an open breaker: the error that opened it
+# One line of the route, an attempt (sent) or a skip: the plan writes `types.Attempt` itself (the
+# record the caller sees on `route.attempts`). The old name stays for imports.
+PlannedAttempt = Attempt
 
 
 @dataclass(frozen=True)
@@ -246,6 +238,7 @@ class _InFlight:
     is_continuation: bool = False
     is_replay: bool = False
     met: int = 0  # the in-flight count it met at the deployment (the balancer's, itself included)
+    record: Attempt | None = None  # its line in `attempts`
 
 
 @dataclass
@@ -300,6 +293,7 @@ class FailoverPlan:
         ordered: bool = False,
         choice: BalanceChoice | None = None,
         queue_when_full: bool = False,
+        wall: Callable[[], float] | None = None,
     ) -> None:
         if not candidates and not fallback:
             raise ValueError("a plan needs at least one candidate")
@@ -310,7 +304,9 @@ class FailoverPlan:
         self.required_context_tokens = required_context_tokens
         self.pool = pool
         self.request_tokens = request_tokens
-        self.attempts: list[PlannedAttempt] = []
+        # The route's lines, in the order they happened; `number` is the place in this list (1-based).
+        self.attempts: list[Attempt] = []
+        self._wall = wall  # stamps the lines' `started_at` (wall-clock seconds); None: the `now` passed in
         self._breakers = breakers
         self._budgets = budgets
         self._policies = policies
@@ -403,7 +399,7 @@ class FailoverPlan:
                          and (self._replay == "any"
                               or self._can_replay(candidate.deployment_id, self._cut[0].candidate.deployment_id)))
             if self._recover in _STREAM_RECOVERY and not continuing and not replaying:
-                self._skip(candidate, is_fallback, "skipped: cannot continue a partial answer"
+                self._skip(candidate, now, "skipped: cannot continue a partial answer"
                            + (" nor repeat it" if self._replay is not None else ""))
                 continue
             step = self._admit(candidate, is_fallback, now, is_retry=False, queued_since=None,
@@ -482,8 +478,11 @@ class FailoverPlan:
         partial_text: str = "",
         recover: str | None = None,
         replay: str | None = None,
+        unsent: bool = False,
     ) -> None:
-        """Record how the attempt at `deployment_id` ended (`error=None`: success).
+        """Record how the attempt at `deployment_id` ended (`error=None`: success): its line in
+        `attempts` gets the status, error, duration, first-token time and what the plan decided next
+        (`decision`); `unsent=True` (the request could not even be built) takes the line out again.
 
         `content_started=True` says content had started: a failure then ends the plan with
         StreamInterruptedError (nothing is replayed), unless `recover` ("continue" or
@@ -511,6 +510,13 @@ class FailoverPlan:
                                         ok=error is None)
         note: str | None = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
+        rec = flight.record
+        assert rec is not None  # every flight gets its line in `_admit`
+        rec.status = status
+        rec.duration_s = max(0.0, now - flight.started_at)
+        rec.ttft_s = ttft_s
+        if error is not None:
+            rec.error = error
 
         if error is None:
             self._terminal = Done(deployment_id)
@@ -576,22 +582,10 @@ class FailoverPlan:
                 note = f"retrying after {decision.wait_s:.2f}s ({decision.reason})"
             else:
                 note = f"moving on: {decision.reason}" if not decision.retry else "moving on"
-        self.attempts.append(
-            PlannedAttempt(
-                deployment=deployment_id,
-                tier=flight.candidate.tier,
-                status=status,
-                number=flight.number,
-                error=error,
-                started_at=flight.started_at,
-                duration_s=max(0.0, now - flight.started_at),
-                ttft_s=ttft_s,
-                is_retry=flight.is_retry,
-                is_fallback=flight.is_fallback,
-                is_hedge=flight.is_hedge,
-                note=note,
-            )
-        )
+        if note is not None:
+            rec.decision = note
+        if unsent:
+            self.attempts.remove(rec)
 
     def cancel(self, deployment_id: str, now: float, *, note: str = "cancelled: another attempt won") -> None:
         """The shell cancelled this attempt (a hedge lost the race): free its slots, count no outcome."""
@@ -603,20 +597,11 @@ class FailoverPlan:
             self._limits.release(flight.lease)
         if self._balancer is not None:
             self._balancer.abandoned(deployment_id)
-        self.attempts.append(
-            PlannedAttempt(
-                deployment=deployment_id,
-                tier=flight.candidate.tier,
-                status="cancelled",
-                number=flight.number,
-                started_at=flight.started_at,
-                duration_s=max(0.0, now - flight.started_at),
-                is_retry=flight.is_retry,
-                is_fallback=flight.is_fallback,
-                is_hedge=flight.is_hedge,
-                note=note,
-            )
-        )
+        rec = flight.record
+        assert rec is not None  # every flight gets its line in `_admit`
+        rec.status = "cancelled"
+        rec.duration_s = max(0.0, now - flight.started_at)
+        rec.decision = note
 
     # ------------------------------------------------------------------ internals
 
@@ -661,10 +646,10 @@ class FailoverPlan:
             return None
         breaker = self._breakers.breaker(dep)
         if not breaker.peek(now):
-            self._skip_held(candidate, is_fallback, now, is_retry=is_retry)
+            self._skip_held(candidate, is_fallback, now)
             return None
         if is_retry and not free and not self._budgets.retry(dep).allowed(now):
-            self._skip(candidate, is_fallback, "retry not sent: retry budget exhausted", is_retry=True)
+            self._skip(candidate, now, "retry not sent: retry budget exhausted")
             return None
         lease: Lease | None = None
         queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
@@ -685,14 +670,14 @@ class FailoverPlan:
                                              "limit: " + admission.reason, queued_since=since, free=free,
                                              continuation=continuation, restart=restart, replay=replay)
                     return Wait(admission.wait_s, dep, "limit: " + admission.reason)
-                self._skip(candidate, is_fallback, f"client-side {admission.reason} (pool {self.pool})", is_retry=is_retry)
+                self._skip(candidate, now, f"client-side {admission.reason} (pool {self.pool})")
                 return None
             lease = admission.lease
         permit = breaker.acquire(now)
         if permit is None:  # raced with another call for the last probe slot
             if self._limits is not None:
                 self._limits.release(lease)
-            self._skip_held(candidate, is_fallback, now, is_retry=is_retry)
+            self._skip_held(candidate, is_fallback, now)
             return None
         if self._context.error is not None:
             self._context.fitting_tried = True
@@ -708,12 +693,17 @@ class FailoverPlan:
             self._queued_since = None
             self._leave_queue()
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
+        notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
+                                 ("continuation", continuation), ("restart", restart), ("replay", replay)) if on]
+        record = self._line(candidate, now, candidate.tier or None, note=", ".join(notes) or None,
+                            recovery=("continued" if continuation else "replayed" if replay
+                                      else "restarted" if restart else None))
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
-                                         continuation, replay, met)
+                                         continuation, replay, met, record)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
         send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
-                    continuation, restart, replay)
+                    continuation, restart, replay, record)
         self._sent += 1
         return send
 
@@ -756,7 +746,7 @@ class FailoverPlan:
         self._queued_since = None
         for c in full:
             limit = self._limits.policy(self.pool, c.deployment_id).max_concurrency
-            self._skip(c, False, f"client-side concurrency limit {limit} reached (pool {self.pool}); "
+            self._skip(c, now, f"client-side concurrency limit {limit} reached (pool {self.pool}); "
                                  f"queued {self.queued_s:.2f}s")
         self._pending = None
         exc = E.QueueTimeoutError(
@@ -784,7 +774,7 @@ class FailoverPlan:
             return True
         if note:
             self._context.skipped.append(f"{candidate.deployment_id} ({reason})")
-            self._skip(candidate, False, reason)
+            self._skip(candidate, now, reason)
         return False
 
     def _breaker_note(self, deployment_id: str, now: float) -> str:
@@ -796,28 +786,28 @@ class FailoverPlan:
         until = "" if snap.open_until is None else f" for {snap.open_until - now:.1f}s"
         return f"skipped: circuit open{until} ({snap.reason})"
 
-    def _skip(self, candidate: Candidate, is_fallback: bool, note: str, *, is_retry: bool = False,
-              held_by: BaseException | None = None) -> None:
-        self.attempts.append(
-            PlannedAttempt(
-                deployment=candidate.deployment_id,
-                tier=candidate.tier,
-                status="skipped",
-                is_retry=is_retry,
-                is_fallback=is_fallback or candidate.tier != self.tier,
-                note=note,
-                held_by=held_by,
-            )
-        )
+    def _line(self, candidate: Candidate, now: float, tier: str | None, **fields: Any) -> Attempt:
+        """A new line of the route for `candidate`, numbered by its place, stamped with the wall clock."""
+        provider, model = candidate.provider, candidate.model
+        if provider is None or model is None:
+            provider, _, model = candidate.deployment_id.partition(":")
+        record = Attempt(deployment=candidate.deployment_id, provider=provider, model=model, tier=tier,
+                         number=len(self.attempts) + 1, started_at=now if self._wall is None else self._wall(),
+                         **fields)
+        self.attempts.append(record)
+        return record
 
-    def _skip_held(self, candidate: Candidate, is_fallback: bool, now: float, *, is_retry: bool = False) -> None:
+    def _skip(self, candidate: Candidate, now: float, note: str, *, held_by: BaseException | None = None) -> None:
+        self._line(candidate, now, candidate.tier, status="skipped", note=note, held_by=held_by)
+
+    def _skip_held(self, candidate: Candidate, is_fallback: bool, now: float) -> None:
         """Skip a candidate whose breaker holds it, noting what holds it and until when."""
         breaker = self._breakers.breaker(candidate.deployment_id)
         until = breaker.open_until(now)
         disabled = breaker.snapshot(now).disabled_reason is not None
         self._held.append(_Held(candidate, is_fallback, None if disabled or until is None or until == float("inf")
                                 else until))
-        self._skip(candidate, is_fallback, self._breaker_note(candidate.deployment_id, now), is_retry=is_retry,
+        self._skip(candidate, now, self._breaker_note(candidate.deployment_id, now),
                    held_by=breaker.held_by(now))
 
     def _held_error(self, now: float) -> BaseException | None:
@@ -842,10 +832,7 @@ class FailoverPlan:
     def _interrupted(self, flight: _InFlight, error: BaseException, partial_text: str) -> E.StreamInterruptedError:
         if isinstance(error, E.StreamInterruptedError) and not partial_text:
             partial_text = error.partial_text
-        attempts = list(self.attempts) + [
-            PlannedAttempt(flight.candidate.deployment_id, flight.candidate.tier, "interrupted", flight.number, error,
-                           flight.started_at, 0.0, None, flight.is_retry, flight.is_fallback, flight.is_hedge)
-        ]
+        attempts = list(self.attempts)  # the cut attempt's line among them, ended as "interrupted" by `record`
         exc = E.StreamInterruptedError(
             f"the stream broke after content had reached the caller ({len(partial_text)} characters); "
             f"not replayed: {describe_error(error)}",
@@ -898,7 +885,7 @@ class FailoverPlan:
         tiers = repr(self.tier) + (f" and fallback tier {self.fallback_tier!r}" if self.fallback_tier else "")
         lines = []
         for a in self.attempts:
-            what = describe_error(a.error) if a.error is not None else (a.note or a.status)
+            what = describe_error(a.error) if a.error is not None else (a.decision or a.note or a.status)
             lines.append(f"{a.deployment}: {what}")
         head = "the call's deadline passed" if reason == "deadline" else f"every deployment of tier {tiers} failed"
         exc = E.AllDeploymentsFailedError(

@@ -124,7 +124,11 @@ def test_retries_then_failover_then_success():
     waits = [s for s in steps if isinstance(s, Wait)]
     assert len(waits) == 2 and all(s.reason == "backoff" for s in waits)
     assert [a.status for a in plan.attempts] == ["error", "error", "error", "ok"]
-    assert [a.number for a in plan.attempts] == [1, 2, 3, 1]
+    # The lines are the route's (numbered in order); each Send numbers the tries at its deployment.
+    assert [a.number for a in plan.attempts] == [1, 2, 3, 4]
+    assert [s.number for s in steps if isinstance(s, Send)] == [1, 2, 3, 1]
+    assert [s.record for s in steps if isinstance(s, Send)] == plan.attempts
+    assert [a.note for a in plan.attempts] == [None, "retry", "retry", None]
 
 
 def test_the_wait_comes_from_the_current_errors_retry_after():
@@ -141,7 +145,7 @@ def test_with_a_backup_a_timeout_moves_on_at_once():
     steps = w.drive(plan, {A: [timeout]})
     assert sends(steps) == [(A, False), (B, False)]
     assert not [s for s in steps if isinstance(s, Wait)]
-    assert "silent deployment stays silent" in (plan.attempts[0].note or "")
+    assert "silent deployment stays silent" in (plan.attempts[0].decision or "")
 
 
 def test_with_a_backup_one_retry_then_the_backup():
@@ -149,7 +153,7 @@ def test_with_a_backup_one_retry_then_the_backup():
     plan = w.plan()
     steps = w.drive(plan, {A: [server_error(A)] * 3})
     assert sends(steps) == [(A, False), (A, True), (B, False)]
-    assert "max_retries_with_backup" in (plan.attempts[1].note or "")
+    assert "max_retries_with_backup" in (plan.attempts[1].decision or "")
 
 
 def test_with_a_backup_a_long_retry_after_moves_on_a_short_one_is_waited():
@@ -182,7 +186,7 @@ def test_a_wait_that_does_not_fit_the_deadline_moves_on_without_sleeping():
     steps = w.drive(plan, {A: [rate_limited(20.0, A)]})
     assert not any(isinstance(s, Wait) for s in steps)
     assert sends(steps) == [(A, False), (B, False)]
-    assert "moving on" in plan.attempts[0].note
+    assert "moving on" in (plan.attempts[0].decision or "")
 
 
 def test_open_breakers_are_skipped_and_the_skip_is_recorded():
@@ -452,7 +456,7 @@ def test_a_replay_goes_only_to_the_same_family_and_a_divergence_moves_on_without
     assert [(a.deployment, a.note) for a in skipped] == [(B, "skipped: cannot continue a partial answer nor repeat it")]
     plan.record(C, world.now, E.ReplayDivergedError("differs", deployment=C), latency_s=0.1)
     assert world.breakers.breaker(C).peek(world.now)  # diverging says nothing of C's health
-    assert "replay did not finish" in (plan.attempts[-1].note or "")
+    assert "replay did not finish" in (plan.attempts[-1].decision or "")
     assert isinstance(plan.next_step(world.now), Exhausted)
 
 
