@@ -172,7 +172,8 @@ class CallRun:
     def next_step(self, now: float) -> Step:
         step = self.plan.next_step(now)
         self._announce_skips()
-        self.route.queued_s = self.plan.queued_s
+        if self.plan.queued_s != self.route.queued_s:  # the time it waited in the client-side queue (rarely any)
+            self.route.queued_s = self.plan.queued_s
         if isinstance(step, Wait):
             return step
         if isinstance(step, _plan_steps.Exhausted):
