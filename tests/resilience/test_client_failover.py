@@ -169,6 +169,10 @@ def test_retry_waits_for_the_current_errors_retry_after(servers, mode):
         result = call()
     assert sent(result.route) == [(A, "error"), (A, "error"), (A, "ok")]
     assert [x.note for x in result.route.attempts] == [None, "retry", "retry"]
+    # The plan's decision is on the same records the route shows (kept out of the dump).
+    decisions = [x.decision or "" for x in result.route.attempts]
+    assert decisions[0].startswith("retrying after 1.00s") and decisions[1].startswith("retrying after 0.05s")
+    assert decisions[2] == "" and "decision" not in result.route.model_dump()["attempts"][0]
     first_wait = a.arrivals[1] - a.arrivals[0]
     second_wait = a.arrivals[2] - a.arrivals[1]
     assert first_wait >= 0.95, first_wait
