@@ -6,7 +6,8 @@ then reads each choice's content into the model: `completion.choices[0].message.
 by the length limit raises `LengthFinishReasonError`, one refused by the platform's filter
 `ContentFilterFinishReasonError` (openai-python's names and rule). `stream()` is a context manager
 over a streamed call that yields openai-python's events (`chunk`, `content.delta`, `content.done`,
-`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`) and ends with
+`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`, `logprobs.content.delta`/
+`.done`, `logprobs.refusal.delta`/`.done`) and ends with
 `get_final_completion()`.
 
 Tools are read as openai-python reads them: a tool built by `pydantic_function_tool(Model)` (ours or
@@ -27,7 +28,8 @@ from typing import Any, AsyncIterator, Dict, Iterator, List
 from pydantic import BaseModel, Field
 
 from llmroute.errors import InvalidRequestError, LLMRouteError
-from llmroute.types import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, Choice, FunctionCall, ToolCall
+from llmroute.types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, ChatCompletionTokenLogprob,
+                            Choice, FunctionCall, ToolCall)
 
 __all__ = ["ParsedChatCompletion", "ParsedChoice", "ParsedChatCompletionMessage", "LengthFinishReasonError",
            "ContentFilterFinishReasonError", "response_format_param", "parsed_completion", "ChatCompletionStream",
@@ -210,15 +212,17 @@ async def aparse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompleti
 
 class StreamEvent(BaseModel):
     """One event of `chat.completions.stream(...)`: `type` is "chunk", "content.delta", "content.done",
-    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta" or
-    "tool_calls.function.arguments.done"; the other fields as openai-python's events of that type."""
+    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta",
+    "tool_calls.function.arguments.done", "logprobs.content.delta", "logprobs.content.done",
+    "logprobs.refusal.delta" or "logprobs.refusal.done"; the other fields as openai-python's events of
+    that type (on the logprobs events `content`/`refusal` and `snapshot` are lists of token logprobs)."""
 
     type: str
     chunk: ChatCompletionChunk | None = None
     delta: str | None = None
-    snapshot: str | None = None
-    content: str | None = None
-    refusal: str | None = None
+    snapshot: str | List[ChatCompletionTokenLogprob] | None = None
+    content: str | List[ChatCompletionTokenLogprob] | None = None
+    refusal: str | List[ChatCompletionTokenLogprob] | None = None
     parsed: Any = None
     # tool-call argument events
     name: str | None = None
@@ -237,6 +241,7 @@ class _Events:
         self.content = ""
         self.refusal = ""
         self.tools: Dict[int, Dict[str, str]] = {}  # index -> {"name", "arguments"} so far
+        self.logprobs: Dict[str, List[ChatCompletionTokenLogprob]] = {}  # "content"/"refusal" -> tokens so far
 
     def feed(self, chunk: ChatCompletionChunk) -> List[StreamEvent]:
         events = [StreamEvent(type="chunk", chunk=chunk)]
@@ -259,6 +264,13 @@ class _Events:
                     tool["arguments"] += piece
                     events.append(StreamEvent(type="tool_calls.function.arguments.delta", name=tool["name"],
                                               index=call.index, arguments=tool["arguments"], arguments_delta=piece))
+            for part in ("content", "refusal"):
+                tokens = getattr(choice.logprobs, part) if choice.logprobs is not None else None
+                if tokens:
+                    snapshot = self.logprobs.setdefault(part, [])
+                    snapshot.extend(tokens)
+                    events.append(StreamEvent(type=f"logprobs.{part}.delta", snapshot=list(snapshot),
+                                              **{part: tokens}))
         return events
 
     def done(self) -> List[StreamEvent]:
@@ -280,6 +292,8 @@ class _Events:
                 parsed = None  # arguments that do not read as the tool says: the text is still there
             events.append(StreamEvent(type="tool_calls.function.arguments.done", name=tool["name"], index=index,
                                       arguments=tool["arguments"], parsed_arguments=parsed))
+        for part, tokens in self.logprobs.items():
+            events.append(StreamEvent(type=f"logprobs.{part}.done", **{part: tokens}))
         return events
 
 

@@ -113,3 +113,19 @@ def test_stream_events_carry_the_tools_parsed_arguments(openai_server, tmp_path,
         results.append((done, [c.function.parsed_arguments for c in final]))
     assert results[0] == results[1]
     assert results[1][0] == [("GetWeather", GetWeather(city="Oslo", days=1)), ("loose", None)]
+
+
+def test_stream_logprobs_events_like_openai(openai_server, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    openai, theirs, ours = _clients(openai_server)
+    seen = []
+    for client in (theirs, ours):
+        openai_server.push(Reply(pieces=["Hel", "lo", "!"]))
+        with client, client.chat.completions.stream(model=MODEL, messages=MESSAGES, logprobs=True,
+                                                    top_logprobs=1) as stream:
+            events = [e for e in stream if e.type.startswith("logprobs.")]
+        seen.append([(e.type, [t.token for t in (e.content or [])],
+                      [t.token for t in (getattr(e, "snapshot", None) or [])]) for e in events])
+    assert seen[0] == seen[1]
+    assert [t for t, _, _ in seen[1]] == ["logprobs.content.delta"] * 3 + ["logprobs.content.done"]
+    assert seen[1][-1][1] == ["Hel", "lo", "!"] and seen[1][1][2] == ["Hel", "lo"]
