@@ -232,6 +232,13 @@ class StreamEvent(BaseModel):
     parsed_arguments: Any = None
 
 
+def _logprobs_event(kind: str, part: str, tokens: List[ChatCompletionTokenLogprob],
+                    snapshot: List[ChatCompletionTokenLogprob] | None) -> StreamEvent:
+    if part == "content":
+        return StreamEvent(type=kind, content=tokens, snapshot=snapshot)
+    return StreamEvent(type=kind, refusal=tokens, snapshot=snapshot)
+
+
 class _Events:
     """Chunks -> events (sans-I/O): the texts so far, and the done events at the end."""
 
@@ -269,8 +276,7 @@ class _Events:
                 if tokens:
                     snapshot = self.logprobs.setdefault(part, [])
                     snapshot.extend(tokens)
-                    events.append(StreamEvent(type=f"logprobs.{part}.delta", snapshot=list(snapshot),
-                                              **{part: tokens}))
+                    events.append(_logprobs_event(f"logprobs.{part}.delta", part, tokens, list(snapshot)))
         return events
 
     def done(self) -> List[StreamEvent]:
@@ -293,7 +299,7 @@ class _Events:
             events.append(StreamEvent(type="tool_calls.function.arguments.done", name=tool["name"], index=index,
                                       arguments=tool["arguments"], parsed_arguments=parsed))
         for part, tokens in self.logprobs.items():
-            events.append(StreamEvent(type=f"logprobs.{part}.done", **{part: tokens}))
+            events.append(_logprobs_event(f"logprobs.{part}.done", part, tokens, None))
         return events
 
 
