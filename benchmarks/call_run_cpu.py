@@ -1,0 +1,109 @@
+"""CPU of the call core alone: one `CallRun` driven by hand, as the shells drive it, with no socket.
+
+Each call: `CallRun(...)` (admission, the failover plan), `next_step` (the attempt and its record),
+a `StreamState` fed one 3-piece SSE answer, `eof`, `finish` (usage, price, the ledger row to the memory
+sink, the spans' no-op telemetry). The figure is the best of 7 rounds of `--calls` calls, in µs per call.
+
+    python benchmarks/call_run_cpu.py                        # this tree
+    python benchmarks/call_run_cpu.py --against /tmp/base    # A/B against another checkout, interleaved
+
+With `--against`, each round runs this tree's and the other tree's measurement in fresh child
+processes, alternately (`--rounds` times), and prints the median of the per-round ratios (this / other).
+Nothing is sent anywhere: the deployments' URLs are never dialled.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any, List
+
+ROOT = Path(__file__).resolve().parent.parent
+MESSAGES = [{"role": "user", "content": "say hello"}]
+
+
+def _sse(*pieces: str) -> bytes:
+    out = b""
+    for piece in pieces:
+        body = {"id": "x", "choices": [{"index": 0, "delta": {"content": piece}, "finish_reason": None}]}
+        out += b"data: " + json.dumps(body).encode() + b"\n\n"
+    end = {"id": "x", "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]}
+    return out + b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n"
+
+
+def measure(tree: Path, calls: int) -> float:
+    """Best µs per call over 7 rounds, with `tree`'s llmroute."""
+    sys.path.insert(0, str(tree))
+    from llmroute._call.call import CallRun, StreamState, prepare_call
+    from llmroute._call.engine import Engine
+    from llmroute.config import Config
+
+    url = "http://127.0.0.1:9/v1"  # never dialled
+    cfg = Config.from_dict({
+        "providers": {"a": {"kind": "vllm", "base_url": url}, "b": {"kind": "vllm", "base_url": url}},
+        "tiers": {"t": {"deployments": ["a:m", "b:m"]}},
+        "pricing": {f"{p}:*": {"input_per_million": 0, "output_per_million": 0} for p in "ab"},
+        "ledger": {"sink": "memory"},
+    })
+    engine = Engine(cfg)
+    body = _sse("Hello", " there", "!")
+
+    def one(now: float) -> None:
+        run = CallRun(engine, prepare_call(cfg, {"model": "t", "messages": MESSAGES}), now, wall=time.time)
+        ctx: Any = run.next_step(now)
+        state = StreamState(run, ctx)
+        state.feed(body, now + 0.01)
+        state.eof(now + 0.01)
+        state.finish(now + 0.02)
+
+    now = 1000.0
+    for _ in range(300):  # warm-up
+        now += 1.0
+        one(now)
+    best = float("inf")
+    for _ in range(7):
+        started = time.perf_counter()
+        for _ in range(calls):
+            now += 1.0  # a second apart: no breaker window or limit carries over between calls
+            one(now)
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e6
+
+
+def _child(tree: Path, calls: int) -> float:
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--calls", str(calls)],
+                         capture_output=True, text=True, check=True, timeout=600)
+    return float(out.stdout.strip().splitlines()[-1])
+
+
+def main(argv: List[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--tree", default=str(ROOT), help="the checkout whose llmroute is measured")
+    parser.add_argument("--against", help="another checkout: interleaved A/B rounds, the median ratio printed")
+    parser.add_argument("--calls", type=int, default=3000)
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args(argv)
+    if not args.against:
+        print(f"{measure(Path(args.tree), args.calls):.1f}")
+        return 0
+    other = Path(args.against)
+    if not (other / "llmroute" / "__init__.py").is_file():
+        parser.error(f"--against {other}: no llmroute/ package there")
+    ratios = []
+    for i in range(args.rounds):
+        pair = (_child(ROOT, args.calls), _child(other, args.calls)) if i % 2 == 0 else \
+            tuple(reversed((_child(other, args.calls), _child(ROOT, args.calls))))
+        ours, theirs = pair
+        ratios.append(ours / theirs)
+        print(f"round {i + 1}: this {ours:.1f} µs, other {theirs:.1f} µs, ratio {ours / theirs:.3f}")
+    print(f"median ratio (this / other): {statistics.median(ratios):.3f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
