@@ -235,10 +235,10 @@ class _InFlight:
     started_at: float
     permit: Permit | None
     lease: Lease | None
+    record: Attempt  # its line in `attempts`
     is_continuation: bool = False
     is_replay: bool = False
     met: int = 0  # the in-flight count it met at the deployment (the balancer's, itself included)
-    record: Attempt | None = None  # its line in `attempts`
 
 
 @dataclass
@@ -511,7 +511,6 @@ class FailoverPlan:
         note: str | None = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
         rec = flight.record
-        assert rec is not None  # every flight gets its line in `_admit`
         rec.status = status
         rec.duration_s = max(0.0, now - flight.started_at)
         rec.ttft_s = ttft_s
@@ -598,7 +597,6 @@ class FailoverPlan:
         if self._balancer is not None:
             self._balancer.abandoned(deployment_id)
         rec = flight.record
-        assert rec is not None  # every flight gets its line in `_admit`
         rec.status = "cancelled"
         rec.duration_s = max(0.0, now - flight.started_at)
         rec.decision = note
@@ -698,8 +696,8 @@ class FailoverPlan:
         record = self._line(candidate, now, candidate.tier or None, note=", ".join(notes) or None,
                             recovery=("continued" if continuation else "replayed" if replay
                                       else "restarted" if restart else None))
-        self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease,
-                                         continuation, replay, met, record)
+        self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease, record,
+                                         continuation, replay, met)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
         send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
