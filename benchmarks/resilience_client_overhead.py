@@ -107,15 +107,15 @@ def rotated(calls: Dict[str, Any], rounds: int):
 class InsideResilience:
     """Time spent inside the resilience layer during real client calls: the failover plan's
     construction, `next_step` and `record` (breaker, retry budget, limits inside them) and the
-    call's copy of skips into the route. Wraps those methods while active; perf_counter, since
-    none of them awaits or blocks."""
+    call's telling the recorder of the skips (the plan writes the route's lines itself). Wraps
+    those methods while active; perf_counter, since none of them awaits or blocks."""
 
     def __init__(self) -> None:
         from llmroute._call.call import CallRun
         from llmroute.resilience.failover import FailoverPlan
 
         self.targets = [(FailoverPlan, "__init__"), (FailoverPlan, "next_step"), (FailoverPlan, "record"),
-                        (CallRun, "_sync_skips")]
+                        (CallRun, "_announce_skips")]
         self.seconds = 0.0
         self._saved: List[Any] = []
 
