@@ -45,7 +45,7 @@ from typing import Any, Awaitable, Callable, Dict, List
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.client_overhead import (GUARD_SRC, KEY, MODEL, PEAK_RSS_KB, _bytecode_env,  # noqa: E402
+from benchmarks.client_overhead import (GUARD_SRC, MODEL, PEAK_RSS_KB, _bytecode_env,  # noqa: E402
                                         _full_config, _GUARD, allmroute_call, chat_request, llmroute_call,
                                         raw_aiohttp_call, raw_httpx_call, start_server)
 

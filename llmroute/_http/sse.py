@@ -53,6 +53,18 @@ class SSEDecoder:
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> List[SSEEvent]:
+        if (chunk[-2:] == b"\n\n" and chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2
+                and not (self._buffer or self._parts or self._has_field or self._pending_cr or self._comments)
+                and b"\r" not in chunk and not self._text.getstate()[0]):
+            # The common read: exactly one `data: ...` event and its blank line, nothing pending. The
+            # same event the general path makes, without its split and line loop (a third of the cost).
+            try:
+                data = chunk[6:-2].decode()
+            except UnicodeDecodeError:
+                pass  # invalid UTF-8: the general path replaces it
+            else:
+                self._check(len(data) + 1, "one SSE event's data")
+                return [SSEEvent(data, None, self._id)]
         text = self._text.decode(chunk)
         if not text:
             return []

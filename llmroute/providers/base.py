@@ -345,15 +345,18 @@ class OpenAICompatAdapter:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
-        if not chunk.choices or chunk.usage is not None:
+        choices = chunk.choices
+        if not choices or chunk.usage is not None:
             return None  # error payloads and usage chunks
-        for choice in chunk.choices:
-            if "reasoning" in (choice.delta.__pydantic_extra__ or ()):
+        for choice in choices:
+            extra = choice.delta.__pydantic_extra__
+            if extra and "reasoning" in extra:
                 return None
-            if choice.logprobs is not None and choice.logprobs.__pydantic_extra__:
+            logprobs = choice.logprobs
+            if logprobs is not None and logprobs.__pydantic_extra__:
                 return None  # logprobs in another shape (providers/logprobs.py rewrites them)
         split = self.provider.split_think_tags
-        for choice in chunk.choices:  # the same steps, in the same order, as normalize_chunk's
+        for choice in choices:  # the same steps, in the same order, as normalize_chunk's
             delta = choice.delta
             content = delta.content
             if split and content:
@@ -429,13 +432,37 @@ class StreamDecoder:
                 out.append(chunk)
         return out
 
-    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+    def events(self, data: bytes) -> List[SSEEvent]:
+        """The SSE events `data` completes (not decoded yet). Raises the SSE line cap's error."""
         try:
-            events = self.sse.feed(data)
+            return self.sse.feed(data)
         except E.ResponseTooLargeError as error:  # the SSE line cap: say whose stream it was
             error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
             raise
-        return self._decode(events)
+
+    def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
+        """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
+        chunk object at a time, not all of them (see `_call.call.StreamState.feed`). An error event
+        after chunks of the same read ends this read; it is raised by the next read, as `_decode` does."""
+        if self.pending_error is not None:
+            error, self.pending_error = self.pending_error, None
+            raise error
+        produced = False
+        decode = self.adapter.decode_event
+        for event in events:
+            try:
+                chunk = decode(event, self)
+            except E.ProviderError as error:
+                if not produced:
+                    raise
+                self.pending_error = error
+                return
+            if chunk is not None:
+                produced = True
+                yield chunk
+
+    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+        return self._decode(self.events(data))
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())
