@@ -629,7 +629,8 @@ class StreamState:
         generation, up to 40 % of a 64-chunk stream's CPU at concurrency 32 (benchmarks/RESULTS.md,
         "The call core at the transport's cost"). What arrived but was not taken (the caller stopped
         reading) is still counted when the attempt ends (`_drain`)."""
-        self._drain()
+        if self._batch is not None:
+            self._drain()
         batch = self._batch = self._take(self.decoder.decode_each(self.decoder.events(data)), now)
         return batch
 
@@ -710,6 +711,7 @@ class StreamState:
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
+        self._batch = None  # taken whole: the next read has nothing to drain
 
     def _ttft_timeout(self) -> E.APITimeoutError:
         return E.APITimeoutError(

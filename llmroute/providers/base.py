@@ -536,11 +536,15 @@ class StreamAssembler:
         self.extras: Dict[str, Any] = {}
 
     def add(self, chunk: ChatCompletionChunk) -> None:
-        self.id = self.id or chunk.id
-        self.model = self.model or chunk.model
-        self.created = self.created or chunk.created
-        if chunk.model_extra:
-            self.extras.update(chunk.model_extra)
+        if not self.id:
+            self.id = chunk.id
+        if not self.model:
+            self.model = chunk.model
+        if not self.created:
+            self.created = chunk.created
+        extra = chunk.__pydantic_extra__  # `model_extra` without its property call (once per chunk)
+        if extra:
+            self.extras.update(extra)
         if chunk.system_fingerprint:
             self.system_fingerprint = chunk.system_fingerprint
         for choice in chunk.choices:
