@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmroute import errors as E
 from llmroute._http.sse import SSEDecoder
 
 STREAM = (
@@ -83,10 +85,6 @@ def test_lf_only_streams_split_anywhere_give_the_events_the_spec_says(cuts):
 
 
 def test_the_line_cap_holds_for_one_event_a_read_and_for_a_run_of_events() -> None:
-    import pytest
-
-    from llmroute import errors as E
-
     assert [e.data for e in SSEDecoder(max_line=1024).feed(b"data: " + b"x" * 1023 + b"\n\n")] == ["x" * 1023]
     for body in (b"data: " + b"x" * 1024 + b"\n\n", b"data: a\n\ndata: " + b"x" * 1024 + b"\n\n"):
         with pytest.raises(E.ResponseTooLargeError):
