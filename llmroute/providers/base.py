@@ -363,11 +363,12 @@ class OpenAICompatAdapter:
                 splitter = decoder.think_splitters.get(choice.index)
                 if splitter is None:
                     splitter = decoder.think_splitters[choice.index] = ThinkSplitter()
-                thought, answer = splitter.feed(content)
-                if thought:
-                    delta.reasoning_content = (delta.reasoning_content or "") + thought
-                if answer != content:
-                    delta.content = answer
+                if not splitter.answering:  # past the reasoning, the content is the answer as sent
+                    thought, answer = splitter.feed(content)
+                    if thought:
+                        delta.reasoning_content = (delta.reasoning_content or "") + thought
+                    if answer != content:
+                        delta.content = answer
             reason = choice.finish_reason
             if reason is not None:
                 normalized = normalize_finish_reason(reason, provider=self.provider.name, deployment=self.deployment.id)
