@@ -2,7 +2,7 @@
 
 scripts/gen_sync.py writes the sync shells (`Client`, `Stream`, `Embeddings`, `Models`, `Batches`) from the async
 ones by replacing tokens (`async def` -> `def`, `await x` -> `x`, ...). Where a step is not a token away from its
-twin (sleeping, closing a response while the task is being cancelled, running several calls at once), the async
+twin (sleeping, running a step that may block, closing a response while the task is being cancelled, running several calls at once), the async
 code calls the function here and the generated sync code calls its twin: the generator's table maps `asleep` ->
 `sleep`, `aclose_shielded` -> `close_shielded`, `agather` -> `gather`. Each pair does the same thing.
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 import time
 from typing import Any, Awaitable, Callable, Iterable, List, TypeVar
 
-__all__ = ["asleep", "sleep", "aclose_shielded", "close_shielded", "agather", "gather"]
+__all__ = ["asleep", "sleep", "aclose_shielded", "close_shielded", "agather", "gather", "SyncOffload"]
 
 T = TypeVar("T")
 
@@ -51,3 +51,13 @@ async def agather(calls: Iterable[Callable[[], Awaitable[T]]]) -> List[T]:
 def gather(calls: Iterable[Callable[[], T]]) -> List[T]:
     """Each call's result, in order, one after the other."""
     return [call() for call in calls]
+
+
+class SyncOffload:
+    """The sync twin of `_call.offload.Offload` (an `AsyncClient` runs the steps that may block in worker
+    threads, off its event loop): a sync client runs them on the caller's thread, as they come."""
+
+    inline = True
+
+    def run(self, fn: Callable[..., T], *args: Any, undo: Callable[[T], None] | None = None) -> T:
+        return fn(*args)
