@@ -56,7 +56,7 @@ SUBS: Tuple[Tuple[str, str], ...] = (
     ("AsyncTransport", "SyncTransport"), ("aclose", "close"), ("asend", "send"), ("aread", "read"),
     ("achunks", "chunks"), ("afetch", "fetch"), ("network_errors", "sync_network_errors"),
     # llmroute/_runtime/twins.py
-    ("asleep", "sleep"), ("aclose_shielded", "close_shielded"), ("agather", "gather"),
+    ("asleep", "sleep"), ("aclose_shielded", "close_shielded"), ("agather", "gather"), ("Offload", "SyncOffload"),
 )
 ASYNC_ONLY = "# async only"
 
