@@ -107,7 +107,7 @@ def _regions(lines: Sequence[str], begin: re.Pattern[str], end: re.Pattern[str],
                 raise GenError(f"{where}:{n + 1}: {what} {m['key']!r} is marked twice")
             open_key, start = m["key"], n + 1
         elif (m := end.match(line)) is not None:
-            if m["key"] != open_key:
+            if open_key is None or m["key"] != open_key:
                 raise GenError(f"{where}:{n + 1}: end of {what} {m['key']!r} without its start")
             found[open_key] = (start, n)
             open_key = None
@@ -128,6 +128,10 @@ def render(text: str, where: str) -> str:
     # rewrite from the bottom so that earlier line numbers stay valid
     for key, (start, end) in sorted(targets.items(), key=lambda item: -item[1][0]):
         src_start, src_end = sources[key]
+        indent = lines[src_start - 1][:len(lines[src_start - 1]) - len(lines[src_start - 1].lstrip())]
+        if not lines[start - 1].startswith(indent) or lines[start - 1][len(indent)] != "#":
+            raise GenError(f"{where}:{start}: the generated block {key!r} must be indented as its async source "
+                           f"(the code is copied as is)")
         lines[start:end] = unasync(lines[src_start:src_end])
     return "".join(lines)
 

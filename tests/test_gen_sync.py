@@ -150,3 +150,15 @@ def test_the_public_names_and_their_homes_are_unchanged() -> None:
     assert not inspect.iscoroutinefunction(models.Models.list)
     assert not inspect.iscoroutinefunction(batch.Batches.wait)
     assert inspect.iscoroutinefunction(batch.AsyncBatches.wait)
+
+
+def test_a_generated_block_indented_unlike_its_source_is_refused() -> None:
+    text = ("class AsyncA:\n"
+            "    # --- async source: A ---\n    async def f(self) -> None:\n        await g()\n"
+            "    # --- end async source: A ---\n\n\n"
+            "# --- generated from A by scripts/gen_sync.py; do not edit ---\n# --- end generated: A ---\n")
+    with pytest.raises(gen_sync.GenError, match="indented as its async source"):
+        gen_sync.render(text, "m.py")
+    fixed = text.replace("\n# --- generated from A", "\nclass A:\n    # --- generated from A").replace(
+        "\n# --- end generated: A", "\n    # --- end generated: A")
+    assert "    def f(self) -> None:\n        g()\n" in gen_sync.render(fixed, "m.py")
