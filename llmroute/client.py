@@ -374,7 +374,7 @@ class Client(_ClientSurface):
             op.error = error
         except sync_network_errors() as exc:
             op.error = transport_error(exc, ctx, state)
-        except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
+        except BaseException:  # a cancelled task (async), KeyboardInterrupt, a bug of ours
             if op.response is not None:
                 close_shielded(op.response)
             raise
@@ -384,7 +384,7 @@ class Client(_ClientSurface):
 
     def _attempts(self, run: CallRun) -> _Opened:
         """Walk the plan until an attempt opens; failures go back to the plan, which raises when done.
-        Whatever else ends the walk (a cancelled task, KeyboardInterrupt, a bug) abandons the call's attempts."""
+        Whatever else ends the walk (a cancelled task (async), KeyboardInterrupt, a bug) abandons the call's attempts."""
         try:
             return self._walk(run)
         except E.LLMRouteError:
@@ -672,7 +672,7 @@ class AsyncClient(_ClientSurface):
             op.error = error
         except network_errors() as exc:
             op.error = transport_error(exc, ctx, state)
-        except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
+        except BaseException:  # a cancelled task (async), KeyboardInterrupt, a bug of ours
             if op.response is not None:
                 await aclose_shielded(op.response)
             raise
@@ -682,7 +682,7 @@ class AsyncClient(_ClientSurface):
 
     async def _attempts(self, run: CallRun) -> _Opened:
         """Walk the plan until an attempt opens; failures go back to the plan, which raises when done.
-        Whatever else ends the walk (a cancelled task, KeyboardInterrupt, a bug) abandons the call's attempts."""
+        Whatever else ends the walk (a cancelled task (async), KeyboardInterrupt, a bug) abandons the call's attempts."""
         try:
             return await self._walk(run)
         except E.LLMRouteError:

@@ -119,7 +119,8 @@ class _AsyncModelsClient(Protocol):
 
 
 class AsyncModels:
-    """`AsyncClient.models`: `list(provider=None)`; an `AsyncClient` asks the providers concurrently."""
+    """`AsyncClient.models`: `list(provider=None)`, every configured provider asked (`twins.agather`: at
+    once on the async side, one after the other on the sync side)."""
 
     def __init__(self, client: _AsyncModelsClient) -> None:
         self._client = client
@@ -157,7 +158,8 @@ class _ModelsClient(Protocol):
 
 
 class Models:
-    """`Client.models`: `list(provider=None)`; an `Client` asks the providers concurrently."""
+    """`Client.models`: `list(provider=None)`, every configured provider asked (`twins.gather`: at
+    once on the async side, one after the other on the sync side)."""
 
     def __init__(self, client: _ModelsClient) -> None:
         self._client = client

@@ -74,18 +74,22 @@ class BatchClient(EngineClient, Protocol):
     def chat(self) -> ChatAccess: ...
 
 
-class SyncBatchClient(BatchClient, Protocol):
-    """`Batches`' client: a `Client`, whose transport the batch steps are sent on."""
-
-    @property
-    def _transport(self) -> SyncTransport: ...
-
-
+# --- async source: AsyncBatchClient ---
 class AsyncBatchClient(BatchClient, Protocol):
-    """`AsyncBatches`' client: an `AsyncClient`."""
+    """The client of `AsyncBatches`, whose transport the batch steps are sent on."""
 
     @property
     def _transport(self) -> AsyncTransport: ...
+# --- end async source: AsyncBatchClient ---
+
+
+# --- generated from AsyncBatchClient by scripts/gen_sync.py; do not edit ---
+class SyncBatchClient(BatchClient, Protocol):
+    """The client of `Batches`, whose transport the batch steps are sent on."""
+
+    @property
+    def _transport(self) -> SyncTransport: ...
+# --- end generated: AsyncBatchClient ---
 
 
 def open_job_store(where: str) -> JobStore:
