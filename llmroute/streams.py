@@ -135,6 +135,8 @@ class _SyncIO(_Ends):
 
     _iterator: Iterator[ChatCompletionChunk] | None
     _state: StreamState
+    _chunks: Callable[[], Iterator[ChatCompletionChunk]]  # Stream's methods (generated)
+    _release: Callable[[], None]
 
     def _bind(self) -> None:
         """Nothing ties a sync stream to a thread."""
@@ -148,12 +150,6 @@ class _SyncIO(_Ends):
         if self._iterator is None:
             self._iterator = self._chunks()
         return next(self._iterator)
-
-    def _chunks(self) -> Iterator[ChatCompletionChunk]:
-        raise NotImplementedError
-
-    def _release(self) -> None:
-        raise NotImplementedError
 
     def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
@@ -175,6 +171,7 @@ class _AsyncIO(_Ends):
     _aiterator: AsyncIterator[ChatCompletionChunk] | None
     _state: StreamState
     _response: Any
+    _iterate: Callable[[], AsyncIterator[ChatCompletionChunk]]  # AsyncStream's method
 
     def _bind(self) -> None:
         self._loop = _running_loop()
@@ -191,9 +188,6 @@ class _AsyncIO(_Ends):
             raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
                                    "read it on the loop that created it")
         return await self._aiterator.__anext__()
-
-    def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        raise NotImplementedError
 
     async def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
