@@ -125,23 +125,34 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
     write_feedback(engine.ledger, record)
 
 
+# --- async source: views ---
+class _AsyncChat:
+    def __init__(self, client: "AsyncClient") -> None:
+        self.completions = AsyncChatCompletions(client)
+
+
+def _async_views(view: Any) -> None:
+    """A client's (or a `with_options` view's) `chat`, `embeddings` and `models` (docs/embeddings.md)."""
+    from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
+    from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
+
+    view.chat, view.embeddings, view.models = _AsyncChat(view), AsyncEmbeddings(view), AsyncModels(view)
+# --- end async source: views ---
+
+
+# --- generated from views by scripts/gen_sync.py; do not edit ---
 class _Chat:
     def __init__(self, client: "Client") -> None:
         self.completions = ChatCompletions(client)
 
 
 def _sync_views(view: Any) -> None:
+    """A client's (or a `with_options` view's) `chat`, `embeddings` and `models` (docs/embeddings.md)."""
     from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
     from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
 
     view.chat, view.embeddings, view.models = _Chat(view), Embeddings(view), Models(view)
-
-
-def _async_views(view: Any) -> None:
-    from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
-    from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
-
-    view.chat, view.embeddings, view.models = _AsyncChat(view), AsyncEmbeddings(view), AsyncModels(view)
+# --- end generated: views ---
 
 
 class _ClientSurface:
@@ -251,7 +262,7 @@ class Client(_ClientSurface):
         renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
         self._life = ClientLife("Client")
         self._streams = OpenStreams()  # ended as abandoned by close()
-        _sync_views(self)  # chat, embeddings (docs/embeddings.md), models
+        _sync_views(self)
         self._shadow = _shadow_runner(self)
 
     @classmethod
@@ -506,11 +517,6 @@ def _offload_for(engine: Engine, cache: Any) -> Offload:
     return offload
 
 
-class _AsyncChat:
-    def __init__(self, client: "AsyncClient") -> None:
-        self.completions = AsyncChatCompletions(client)
-
-
 class AsyncClient(_ClientSurface):
     """The asyncio client, same surface as `Client`.
 
@@ -537,7 +543,7 @@ class AsyncClient(_ClientSurface):
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
         self._life = ClientLife("AsyncClient")
         self._streams = OpenStreams()  # ended as abandoned by aclose()
-        _async_views(self)  # chat, embeddings (docs/embeddings.md), models
+        _async_views(self)
         self._shadow = _shadow_runner(self, is_async=True)
 
     @classmethod

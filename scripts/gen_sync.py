@@ -48,7 +48,7 @@ SUBS: Tuple[Tuple[str, str], ...] = (
     ("AsyncClient", "Client"), ("AsyncStream", "Stream"), ("AsyncEmbeddings", "Embeddings"),
     ("AsyncModels", "Models"), ("AsyncBatches", "Batches"),
     # the private ones, and the Protocols that say what a shell needs of its client
-    ("_AsyncChat", "_Chat"), ("_async_views", "_sync_views"), ("_AsyncIO", "_SyncIO"),
+    ("AsyncChatCompletions", "ChatCompletions"), ("_AsyncChat", "_Chat"), ("_async_views", "_sync_views"), ("_AsyncIO", "_SyncIO"),
     ("_AsyncReopen", "_Reopen"), ("_AsyncEmbeddingsClient", "_EmbeddingsClient"),
     ("_AsyncModelsClient", "_ModelsClient"), ("AsyncBatchClient", "SyncBatchClient"),
     ("_aiterator", "_iterator"), ("_iterate", "_chunks"),
