@@ -173,6 +173,20 @@ class _ClientSurface:
         _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
                          source=source)
 
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
+            return
+        try:
+            warn_unclosed(self)
+            self._finalise(life)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
+            pass
+
+    def _finalise(self, life: ClientLife) -> None:
+        """Close a client the garbage collector found open (`close()`, without awaiting)."""
+        raise NotImplementedError
+
     def __repr__(self) -> str:
         config = getattr(self, "config", None)  # None while __init__ has not set it (a bad config)
         if config is None:
@@ -319,15 +333,8 @@ class Client(_ClientSurface):
         self._engine.close()
         self.cache.close()
 
-    def __del__(self) -> None:
-        life = getattr(self, "_life", None)
-        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
-            return
-        try:
-            warn_unclosed(self)
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
-            pass
+    def _finalise(self, life: ClientLife) -> None:
+        self.close()
 
     # --- generated from AsyncClient by scripts/gen_sync.py; do not edit ---
     def with_options(self, *, timeout: Any = None, max_retries: int | None = None,
@@ -606,19 +613,13 @@ class AsyncClient(_ClientSurface):
         self._engine.close()
         self.cache.close()
 
-    def __del__(self) -> None:
-        life = getattr(self, "_life", None)
-        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
-            return
+    def _finalise(self, life: ClientLife) -> None:
+        """Closed by the garbage collector: nothing here may await, the pools are closed on their own loops."""
         life.closed = True
-        try:
-            warn_unclosed(self)
-            self._streams.abandon_all()
-            self._offload.close(wait=False)
-            self._engine.close()
-            self._transport.close_later()  # each loop's pools, on their own loop
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
+        self._streams.abandon_all()
+        self._offload.close(wait=False)
+        self._engine.close()
+        self._transport.close_later()  # each loop's pools, on their own loop
 
     close = aclose
 
