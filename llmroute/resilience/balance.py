@@ -31,8 +31,12 @@ process; P2C would, with three deployments, send a third of the pairs' choices t
 Delays within 10% of the best count as ties (two equal servers' estimates differ by noise): the
 lower utilization goes first, then at random.
 
-Sticky keys: the deployment the sticky value hashes to keeps the call unless its expected delay is
-more than `STICKY_SLACK` times the best's (bounded-load affinity); the route says when load won.
+Sticky keys: the deployment the sticky value hashes to keeps the call unless the call would queue
+there (its in-flight count, this process's, other processes' and the server's gauges, is at its
+capacity) and its expected delay is more than `STICKY_SLACK` times the best's and more than
+`STICKY_GAP_S` longer (bounded-load affinity, as consistent hashing with bounded loads: a prefix
+cache is not worth a queue, but a slower sample on an idle server is not load, and moving its users
+away would leave it unmeasured); the route says when load won.
 
 Sans-I/O: every method takes `now`; nothing here sleeps, opens a socket or reads a clock. One lock
 guards the table (calls on several threads share a balancer).
@@ -48,11 +52,13 @@ from typing import Mapping, Sequence, TypeVar
 
 from llmroute._runtime.forksafe import renew_at_fork
 
-__all__ = ["QueueGauges", "LoadBalancer", "BalanceChoice", "DeploymentLoad", "BALANCE_MODES", "STICKY_SLACK"]
+__all__ = ["QueueGauges", "LoadBalancer", "BalanceChoice", "DeploymentLoad", "BALANCE_MODES", "STICKY_SLACK",
+           "STICKY_GAP_S"]
 
 BALANCE_MODES = ("load", "weighted", "order")
 
 STICKY_SLACK = 2.0  # a sticky deployment keeps the call while its delay is within this factor of the best
+STICKY_GAP_S = 0.05  # ... or within this many seconds of it
 UP_ALPHA = 0.25  # a slower service sample moves the estimate this far up at once (peak-sensitive)
 DOWN_ALPHA = 0.05  # a faster one this far down
 DOWN_TAU_S = 2.0  # the raw latency average (display) decays with this time constant
@@ -192,8 +198,9 @@ class LoadBalancer:
              sticky: int | None = None) -> tuple[list[C], BalanceChoice | None]:
         """`candidates` (with their deployment `ids`) ordered by expected delay, lowest first.
 
-        `sticky`: the index of the candidate a sticky value chose; it stays first unless its delay
-        is over `STICKY_SLACK` times the best's."""
+        `sticky`: the index of the candidate a sticky value chose; it stays first unless the call
+        would queue there and its delay is over `STICKY_SLACK` times the best's and over
+        `STICKY_GAP_S` longer."""
         if len(candidates) < 2:
             return list(candidates), None
         with self._lock:
@@ -214,7 +221,8 @@ class LoadBalancer:
         overridden: str | None = None
         if sticky is not None:
             pos = next(k for k, s in enumerate(scored) if s[3] == sticky)
-            if scored[pos][0] <= STICKY_SLACK * scored[0][0]:
+            delay, utilization = scored[pos][0], scored[pos][1]
+            if utilization <= 1.0 or delay <= max(STICKY_SLACK * scored[0][0], scored[0][0] + STICKY_GAP_S):
                 scored.insert(0, scored.pop(pos))
             else:
                 overridden = ids[sticky]
