@@ -380,9 +380,11 @@ class Client(_ClientSurface):
             state.bound(self.read_limits)
             op.chunks = X.chunks(op.response, ex)
             for data in op.chunks:
-                op.ready.extend(state.feed(data, _now()))
-                if state.content_started:
-                    return op
+                op.rest = state.feed_each(data, _now())  # taken up to the first content; the stream takes the rest
+                for chunk in op.rest:
+                    op.ready.append(chunk)
+                    if state.content_started:
+                        return op
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             op.response.close()
@@ -667,9 +669,11 @@ class AsyncClient(_ClientSurface):
             state.bound(self.read_limits)
             op.chunks = X.achunks(op.response, ex)
             async for data in op.chunks:
-                op.ready.extend(state.feed(data, _now()))
-                if state.content_started:
-                    return op
+                op.rest = state.feed_each(data, _now())  # taken up to the first content; the stream takes the rest
+                for chunk in op.rest:
+                    op.ready.append(chunk)
+                    if state.content_started:
+                        return op
             op.ready.extend(state.eof(_now()))
             op.at_end = True
             await op.response.aclose()

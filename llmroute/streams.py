@@ -47,6 +47,7 @@ class _Opened:
     response: Any = None  # a transport.SyncResponse, or transport.AiohttpResponse
     chunks: Any = None  # the stream's byte iterator, left where content started
     ready: List[ChatCompletionChunk] = field(default_factory=list)
+    rest: Iterator[ChatCompletionChunk] = iter(())  # the opening read's chunks after `ready`, not decoded yet
     parsed: Tuple[Any, ...] | None = None  # (ChatCompletion, usage_reported) for a plain call
     at_end: bool = False  # the stream ended while opening
     error: E.ProviderError | None = None
@@ -97,6 +98,7 @@ class _Ends:
         self._state: StreamState = opened.state
         self._response = opened.response
         self._ready: List[ChatCompletionChunk] = opened.ready
+        self._rest: Iterator[ChatCompletionChunk] = opened.rest
         if opened.at_end:
             self._record_final(self._state.finish(_now()))
 
@@ -240,8 +242,10 @@ class AsyncStream(_AsyncIO):
             if self._final is not None or self._bytes is None or state.ended:
                 return
             try:
+                for chunk in self._rest:
+                    yield chunk
                 async for data in self._bytes:
-                    for chunk in state.feed(data, _now()):
+                    for chunk in state.feed_each(data, _now()):
                         yield chunk
                 for chunk in state.eof(_now()):
                     yield chunk
@@ -334,8 +338,10 @@ class Stream(_SyncIO):
             if self._final is not None or self._bytes is None or state.ended:
                 return
             try:
+                for chunk in self._rest:
+                    yield chunk
                 for data in self._bytes:
-                    for chunk in state.feed(data, _now()):
+                    for chunk in state.feed_each(data, _now()):
                         yield chunk
                 for chunk in state.eof(_now()):
                     yield chunk

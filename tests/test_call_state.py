@@ -183,3 +183,22 @@ def test_a_malformed_event_is_skipped_and_counted_on_the_route() -> None:
     chunks = state.feed(b"data: {not json\n\n" + sse("one", " two"), 100.5)
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "one two"
     assert len(run.route.warnings) == 1 and "malformed SSE data skipped" in run.route.warnings[0]
+
+
+def test_a_read_of_many_events_is_decoded_one_chunk_at_a_time_and_all_of_it_is_billed_when_closed() -> None:
+    # One read holding a whole answer: the chunks are made as the caller takes them (so a fast server
+    # does not make a busy client hold every chunk of the read at once), and a caller that stops
+    # early is billed for everything that arrived, not only for what it took.
+    run = start(config(), stream=True)
+    ctx = send(run, 100.0)
+    state = StreamState(run, ctx)
+    batch = state.feed_each(sse("one", " two", " three", finish=False), 100.5)
+    first = next(batch)
+    assert first.choices[0].delta.content == "one"
+    assert state.assembler.all_text() == "one"  # " two" and " three" are not decoded yet
+    assert next(batch).choices[0].delta.content == " two"
+    run.caller_closed(state, 100.6)  # the caller closed the stream after two chunks
+    assert state.assembler.all_text() == "one two three"
+    assert ctx.record.status == "cancelled" and ctx.record.usage_estimated
+    assert ctx.record.usage.completion_tokens >= 3
+    assert list(batch) == []  # taken in by the close: nothing is handed out after it

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from llmroute import errors as E
 from llmroute._http.sse import SSEDecoder
 
 STREAM = (
@@ -56,3 +58,34 @@ def test_unterminated_last_event_is_flushed_on_close():
     assert decoder.feed(b'event:result\ndata:{"done":true}') == []
     events = decoder.close()
     assert [e.data for e in events] == ['{"done":true}']
+
+
+LF_STREAM = (
+    'data: {"n":1}\n\ndata: {"n":2}\n\n'  # a run of one-line events: the fast split
+    "id: 9\ndata: after-id\n\n"
+    'data: {"n":3}\n\n'  # keeps the last event id
+    ": ping\n\ndata:no-space\n\n\n\ndata: \n\n"
+    "data: multi\ndata: line\n\n"
+    'data: {"t":"中文"}\n\ndata: [DONE]\n\n'
+).encode()
+LF_EVENTS = [('{"n":1}', None), ('{"n":2}', None), ("after-id", "9"), ('{"n":3}', "9"), ("no-space", "9"),
+             ("", "9"), ("multi\nline", "9"), ('{"t":"中文"}', "9"), ("[DONE]", "9")]
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(min_value=0, max_value=len(LF_STREAM)), max_size=12))
+def test_lf_only_streams_split_anywhere_give_the_events_the_spec_says(cuts):
+    cuts = sorted(set(cuts))
+    parts, last = [], 0
+    for cut in cuts:
+        parts.append(LF_STREAM[last:cut])
+        last = cut
+    parts.append(LF_STREAM[last:])
+    assert [(e.data, e.id) for e in decode_all(parts)] == LF_EVENTS
+
+
+def test_the_line_cap_holds_for_one_event_a_read_and_for_a_run_of_events() -> None:
+    assert [e.data for e in SSEDecoder(max_line=1024).feed(b"data: " + b"x" * 1023 + b"\n\n")] == ["x" * 1023]
+    for body in (b"data: " + b"x" * 1024 + b"\n\n", b"data: a\n\ndata: " + b"x" * 1024 + b"\n\n"):
+        with pytest.raises(E.ResponseTooLargeError):
+            SSEDecoder(max_line=1024).feed(body)

@@ -97,7 +97,8 @@ class AnswerMeter:
     def chunk(self, chunk: "ChatCompletionChunk") -> None:
         """Count one streamed chunk; raises the moment a cap is passed."""
         for choice in chunk.choices:
-            self._choice(choice.index)
+            if not 0 <= choice.index < self.max_choices:
+                self._choice(choice.index)  # raises
             d = choice.delta
             other = len(d.content or "") + len(d.refusal or "")
             for call in d.tool_calls or ():

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
@@ -467,6 +467,7 @@ class CallRun:
         """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
         it produced."""
         state.ctx.record.status = "cancelled"
+        state._drain()
         error = E.StreamInterruptedError(
             "closed by the caller before the end", partial_text=state.assembler.all_text(),
             deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
@@ -606,6 +607,7 @@ class StreamState:
         self.usage_wanted = usage_chunks_wanted(run.prepared.call.params)
         self.meter = AnswerMeter(DEFAULT_READ_LIMITS, run.prepared.call.params, provider=ctx.deployment.provider.name,
                                  deployment=ctx.deployment.id)
+        self._batch: Generator[ChatCompletionChunk, None, None] | None = None  # the last read's chunks (`feed`)
 
     def bound(self, limits: ReadLimits) -> None:
         """The client's read caps for this attempt: one SSE line, and the answer across chunks."""
@@ -615,10 +617,34 @@ class StreamState:
 
     def feed(self, data: bytes, now: float) -> List[ChatCompletionChunk]:
         """Chunks the caller may see now ([] while content has not started). Raises typed errors."""
-        chunks = self.decoder.feed(data)
-        if self.decoder.skipped:
-            self._report_skips()
-        return self._take(chunks, now)
+        return list(self.feed_each(data, now))
+
+    def feed_each(self, data: bytes, now: float) -> Generator[ChatCompletionChunk, None, None]:
+        """`feed`, decoded and checked one chunk at a time as the caller takes them. Raises typed
+        errors (as it is iterated).
+
+        Lazily, because a read often holds many events (a fast server, a busy client): decoding them
+        all first kept every chunk of the read alive at once, and those objects (about ten for the
+        garbage collector each) made its collections frequent, long and promoted to the oldest
+        generation, up to 40 % of a 64-chunk stream's CPU at concurrency 32 (benchmarks/RESULTS.md,
+        "The call core at the transport's cost"). What arrived but was not taken (the caller stopped
+        reading) is still counted when the attempt ends (`_drain`)."""
+        if self._batch is not None:
+            self._drain()
+        batch = self._batch = self._take(self.decoder.decode_each(self.decoder.events(data)), now)
+        return batch
+
+    def _drain(self) -> None:
+        """Take in the rest of the last read, delivering nothing: the answer so far and its bill count
+        everything that arrived, as when a read was decoded whole."""
+        batch, self._batch = self._batch, None
+        if batch is None or getattr(batch, "gi_running", False):  # not from within itself
+            return
+        try:
+            for _ in batch:
+                pass
+        except E.LLMRouteError:  # a cap or a limit passed in what was left: nothing more to count
+            pass
 
     def _report_skips(self) -> None:
         """Malformed events the decoder skipped: a warning on the route, a log line, a span event."""
@@ -629,11 +655,13 @@ class StreamState:
                 self.ctx.trace.event("llmroute.stream.event_skipped", {"llmroute.reason": text})
         self.decoder.skipped.clear()
 
-    def _take(self, chunks: Sequence[ChatCompletionChunk], now: float) -> List[ChatCompletionChunk]:
+    def _take(self, chunks: Iterable[ChatCompletionChunk], now: float) -> Generator[ChatCompletionChunk, None, None]:
         if self.ttft_s is None and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()  # content that comes after the limit comes too late
-        out: List[ChatCompletionChunk] = []
+        usage_wanted = self.usage_wanted
+        took = False
         for chunk in chunks:
+            took = True
             self.assembler.add(chunk)
             self.meter.chunk(chunk)  # what arrived is kept (and billed) even when it passes a cap
             has_content = chunk_has_content(chunk)
@@ -656,15 +684,20 @@ class StreamState:
                     chunk.resumed = True
             if self.content_started:
                 if self.held:
-                    out.extend(self.held)
-                    self.held = []
-                out.append(chunk)
+                    held, self.held = self.held, []
+                    for one in held:
+                        if usage_wanted or one.choices or one.usage is None:  # `for_caller`, chunk by chunk
+                            yield one
+                if usage_wanted or chunk.choices or chunk.usage is None:
+                    yield chunk
             elif len(self.held) < MAX_HELD_CHUNKS or chunk.usage is not None or any(
                     c.finish_reason for c in chunk.choices):
                 self.held.append(chunk)
             # else: one more chunk without content before the first token (a server sending empty
             # chunks without end): dropped, so memory stays bounded until the first-token limit
-        if chunks and self.decoder.usage is not None:
+        if self.decoder.skipped:
+            self._report_skips()
+        if took and self.decoder.usage is not None:
             self.meter.usage(self.decoder.usage)  # a platform's running count (vLLM continuous usage)
         stall_s = self.ctx.timeouts.stall_s
         if (self.ttft_s is not None and stall_s is not None and self.last_content_at is not None
@@ -678,7 +711,7 @@ class StreamState:
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )
-        return for_caller(out, self.usage_wanted)
+        self._batch = None  # taken whole: the next read has nothing to drain
 
     def _ttft_timeout(self) -> E.APITimeoutError:
         return E.APITimeoutError(
@@ -689,7 +722,8 @@ class StreamState:
 
     def eof(self, now: float) -> List[ChatCompletionChunk]:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
-        out = self._take(self.decoder.close(), now)
+        self._drain()
+        out = list(self._take(self.decoder.close(), now))
         if not self.decoder.complete:
             raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
@@ -748,6 +782,7 @@ class StreamState:
         )
 
     def usage_so_far(self) -> tuple[Usage, bool]:
+        self._drain()
         if self.decoder.usage is not None:
             return self.decoder.usage, False
         return (
@@ -763,6 +798,7 @@ class StreamState:
 
     def interrupted(self, error: BaseException) -> E.StreamInterruptedError:
         """After content reached the caller: no failover, no replay; say what arrived."""
+        self._drain()
         cause = f"{type(error).__name__}: {error}"
         status = getattr(error, "status", None)
         return E.StreamInterruptedError(

@@ -18,7 +18,7 @@ import logging
 import random
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, List, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Protocol, Tuple
 
 from llmroute import errors as E
 from llmroute.config import Config, Deployment
@@ -139,6 +139,7 @@ class Engine:
         balancer = self.balancer
         self.recorder.telemetry.load_source = lambda: balancer.snapshot(time.monotonic())  # OTel load gauges
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
+        self._fingerprints: Dict[str, Tuple[Any, str | None]] = {}  # deployment -> (its key object, fingerprint)
         self.identities: Any = None  # the client's server_probe.ServerIdentities (I/O in its own thread)
         self._identify_asked: set[str] = set()  # deployments already handed to `identities`
 
@@ -286,13 +287,22 @@ class Engine:
                 return self.limits.request(c.deployment_id, pool=inputs["pool"], tokens=inputs["request_tokens"])
         return None
 
+    def _key_fingerprint(self, dep: Deployment) -> str | None:
+        """`key_fingerprint` of `dep`'s key, hashed again only when the key object is another one (a
+        `SecretStr` never changes its value): a SHA-256 per deployment per call saved."""
+        key = dep.provider.api_key
+        known = self._fingerprints.get(dep.id)
+        if known is None or known[0] is not key:
+            known = self._fingerprints[dep.id] = (key, key_fingerprint(key))
+        return known[1]
+
     def plan_for(self, prepared: "PreparedCall", target: Target, admission: Admission,
                  input_tokens: Callable[[], int], deadline: float, now: float) -> "FailoverPlan":
         """The failover plan of one call to `target` (the call owns it from here)."""
         for dep in [*target.deployments, *target.fallback]:
             self._deployments.setdefault(dep.id, dep)
             # A deployment disabled by a 401 comes back when its key is no longer the one refused.
-            self.breakers.breaker(dep.id).note_key(key_fingerprint(dep.provider.api_key), now)
+            self.breakers.breaker(dep.id).note_key(self._key_fingerprint(dep), now)
         self.identify([*target.deployments, *target.fallback])
         inputs = self._plan_inputs(prepared, target, input_tokens)
         rng = admission.plan_rng or self.rng

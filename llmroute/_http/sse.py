@@ -32,6 +32,9 @@ class SSEEvent(NamedTuple):
     comments: tuple[str, ...] = ()
 
 
+_new_event = tuple.__new__  # an SSEEvent from its four fields, without the named tuple's keyword wrapper
+
+
 class SSEDecoder:
     """Feed bytes with `feed()`, get completed events; `close()` returns a last event left unterminated."""
 
@@ -53,6 +56,18 @@ class SSEDecoder:
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> List[SSEEvent]:
+        if (chunk[-2:] == b"\n\n" and chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2
+                and not (self._buffer or self._parts or self._has_field or self._pending_cr or self._comments)
+                and b"\r" not in chunk and not self._text.getstate()[0]):
+            # The common read: exactly one `data: ...` event and its blank line, nothing pending. The
+            # same event the general path makes, without its split and line loop (a third of the cost).
+            try:
+                data = chunk[6:-2].decode()
+            except UnicodeDecodeError:
+                pass  # invalid UTF-8: the general path replaces it
+            else:
+                self._check(len(data) + 1, "one SSE event's data")
+                return [_new_event(SSEEvent, (data, None, self._id, ()))]
         text = self._text.decode(chunk)
         if not text:
             return []
@@ -105,7 +120,27 @@ class SSEDecoder:
 
     def _feed_lf(self, buffer: str) -> List[SSEEvent]:
         """`feed` for text whose lines all end in LF (what every platform sends): one split, and the
-        common `data: ...` and blank lines handled here rather than one `_line` call each."""
+        common `data: ...` and blank lines handled here rather than one `_line` call each. Between
+        events, a run of one-line `data: ...` events (a fast server's read) is split by blank lines."""
+        if self._has_field or self._comments:
+            return self._feed_lines(buffer)
+        blocks = buffer.split("\n\n")
+        tail = blocks.pop()  # what follows the last blank line: the next event, unfinished ("" if none)
+        events: List[SSEEvent] = []
+        last_id, longest = self._id, self.max_line - 1
+        for i, block in enumerate(blocks):
+            if not block.startswith("data: ") or "\n" in block:  # anything else: line by line from here
+                return events + self._feed_lines("\n\n".join([*blocks[i:], tail]))
+            if len(block) - 6 > longest:
+                self._check(len(block) - 5, "one SSE event's data")  # raises
+            events.append(_new_event(SSEEvent, (block[6:], None, last_id, ())))
+        if tail:
+            return events + self._feed_lines(tail)
+        self._buffer = ""
+        self._pending = 0
+        return events
+
+    def _feed_lines(self, buffer: str) -> List[SSEEvent]:
         lines = buffer.split("\n")
         self._buffer = lines.pop()  # the unfinished last line ("" when the text ended with LF)
         self._pending = len(self._buffer)

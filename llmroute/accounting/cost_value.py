@@ -52,6 +52,8 @@ class Cost:
     def price_detail(self) -> str | None:
         """What beyond the plain rates priced this cost, as the ledger records it: "tier>131072",
         "thinking", "cache-write", "explicit-cache", comma-joined; None when nothing did."""
+        if self.tier_above is None and not self.thinking and self.cache_write_tokens <= 0 and not self.explicit_cache:
+            return None  # the common case, asked once per attempt (the ledger record)
         parts = [p for p, on in ((f"tier>{self.tier_above}", self.tier_above is not None),
                                  ("thinking", self.thinking), ("cache-write", self.cache_write_tokens > 0),
                                  ("explicit-cache", self.explicit_cache)) if on]

@@ -345,26 +345,30 @@ class OpenAICompatAdapter:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
-        if not chunk.choices or chunk.usage is not None:
+        choices = chunk.choices
+        if not choices or chunk.usage is not None:
             return None  # error payloads and usage chunks
-        for choice in chunk.choices:
-            if "reasoning" in (choice.delta.__pydantic_extra__ or ()):
+        for choice in choices:
+            extra = choice.delta.__pydantic_extra__
+            if extra and "reasoning" in extra:
                 return None
-            if choice.logprobs is not None and choice.logprobs.__pydantic_extra__:
+            logprobs = choice.logprobs
+            if logprobs is not None and logprobs.__pydantic_extra__:
                 return None  # logprobs in another shape (providers/logprobs.py rewrites them)
         split = self.provider.split_think_tags
-        for choice in chunk.choices:  # the same steps, in the same order, as normalize_chunk's
+        for choice in choices:  # the same steps, in the same order, as normalize_chunk's
             delta = choice.delta
             content = delta.content
             if split and content:
                 splitter = decoder.think_splitters.get(choice.index)
                 if splitter is None:
                     splitter = decoder.think_splitters[choice.index] = ThinkSplitter()
-                thought, answer = splitter.feed(content)
-                if thought:
-                    delta.reasoning_content = (delta.reasoning_content or "") + thought
-                if answer != content:
-                    delta.content = answer
+                if not splitter.answering:  # past the reasoning, the content is the answer as sent
+                    thought, answer = splitter.feed(content)
+                    if thought:
+                        delta.reasoning_content = (delta.reasoning_content or "") + thought
+                    if answer != content:
+                        delta.content = answer
             reason = choice.finish_reason
             if reason is not None:
                 normalized = normalize_finish_reason(reason, provider=self.provider.name, deployment=self.deployment.id)
@@ -429,13 +433,37 @@ class StreamDecoder:
                 out.append(chunk)
         return out
 
-    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+    def events(self, data: bytes) -> List[SSEEvent]:
+        """The SSE events `data` completes (not decoded yet). Raises the SSE line cap's error."""
         try:
-            events = self.sse.feed(data)
+            return self.sse.feed(data)
         except E.ResponseTooLargeError as error:  # the SSE line cap: say whose stream it was
             error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
             raise
-        return self._decode(events)
+
+    def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
+        """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
+        chunk object at a time, not all of them (see `_call.call.StreamState.feed`). An error event
+        after chunks of the same read ends this read; it is raised by the next read, as `_decode` does."""
+        if self.pending_error is not None:
+            error, self.pending_error = self.pending_error, None
+            raise error
+        produced = False
+        decode = self.adapter.decode_event
+        for event in events:
+            try:
+                chunk = decode(event, self)
+            except E.ProviderError as error:
+                if not produced:
+                    raise
+                self.pending_error = error
+                return
+            if chunk is not None:
+                produced = True
+                yield chunk
+
+    def feed(self, data: bytes) -> List[ChatCompletionChunk]:
+        return self._decode(self.events(data))
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())
@@ -509,11 +537,15 @@ class StreamAssembler:
         self.extras: Dict[str, Any] = {}
 
     def add(self, chunk: ChatCompletionChunk) -> None:
-        self.id = self.id or chunk.id
-        self.model = self.model or chunk.model
-        self.created = self.created or chunk.created
-        if chunk.model_extra:
-            self.extras.update(chunk.model_extra)
+        if not self.id:
+            self.id = chunk.id
+        if not self.model:
+            self.model = chunk.model
+        if not self.created:
+            self.created = chunk.created
+        extra = chunk.__pydantic_extra__  # `model_extra` without its property call (once per chunk)
+        if extra:
+            self.extras.update(extra)
         if chunk.system_fingerprint:
             self.system_fingerprint = chunk.system_fingerprint
         for choice in chunk.choices:

@@ -40,11 +40,14 @@ def _partial_suffix(text: str, tag: str) -> int:
 class ThinkSplitter:
     """Feed content pieces; get (reasoning, answer) pieces. `flush()` at the end of the stream."""
 
-    __slots__ = ("_state", "_held")
+    __slots__ = ("_state", "_held", "answering")
 
     def __init__(self) -> None:
         self._state = "start"  # start -> thinking -> after_think -> answer, or start -> answer
         self._held = ""
+        # Past any reasoning, nothing held: `feed(piece)` returns ("", piece) from now on (a caller
+        # may skip the call, once per streamed chunk).
+        self.answering = False
 
     def feed(self, piece: str) -> Tuple[str, str]:
         text = self._held + piece
@@ -55,6 +58,7 @@ class ThinkSplitter:
             text = text.lstrip("\n")
             if text:
                 self._state = "answer"
+                self.answering = True
             return "", text
         if self._state == "start":
             stripped = text.lstrip()
@@ -69,12 +73,14 @@ class ThinkSplitter:
                 return "", ""
             else:
                 self._state = "answer"
+                self.answering = True
                 return "", text
         # thinking
         end = text.find(CLOSE)
         if end != -1:
             thought, rest = text[:end], text[end + len(CLOSE) :].lstrip("\n")
             self._state = "answer" if rest else "after_think"
+            self.answering = bool(rest)
             return thought, rest
         keep = _partial_suffix(text, CLOSE)
         if keep:

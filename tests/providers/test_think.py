@@ -44,3 +44,25 @@ def test_answer_without_think_passes_through():
 
 def test_unclosed_think_is_all_reasoning():
     assert stream_split(["<think>still ", "thinking"]) == ("still thinking", "")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from([TEXT, "The answer.", "  <think>x</think>", "<thi", "\n\n<think>a</think>\n\nb"]),
+       st.lists(st.integers(min_value=0, max_value=40), max_size=8))
+def test_once_answering_every_piece_passes_through_unchanged(text, cuts):
+    # `answering` lets the stream decoder skip `feed` per chunk: it must only be True when `feed`
+    # would hand the piece back as it came.
+    cuts = sorted({c for c in cuts if c <= len(text)})
+    parts, last = [], 0
+    for cut in cuts:
+        parts.append(text[last:cut])
+        last = cut
+    parts.append(text[last:])
+    splitter = ThinkSplitter()
+    for part in parts:
+        if splitter.answering:
+            assert splitter.feed(part) == ("", part)
+        else:
+            splitter.feed(part)
+    if splitter.answering:
+        assert splitter.feed(" more") == ("", " more") and splitter.flush() == ("", "")
