@@ -12,12 +12,13 @@ import functools
 import os
 import time
 import threading
-from typing import (Any, Callable, Dict, List, Mapping, Tuple, TypeVar, Union)
+from typing import (TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Tuple, TypeVar, Union)
 
 from llmroute import errors as E
 from llmroute._http.bounded import DEFAULT_READ_LIMITS, ReadLimits
 
-from llmroute._call.cache_step import alookup, lookup, open_cache
+from llmroute._call.cache_step import CacheCall, alookup, lookup, open_cache
+from llmroute._runtime.twins import SyncOffload, aclose_shielded, asleep, close_shielded, sleep
 from llmroute.cache.cache_policy import pop_cache_args
 from llmroute._call.call import AttemptContext, CallRun, StreamState, Wait, prepare_call
 from llmroute.openai_surface.resources import AsyncChatCompletions, ChatCompletions
@@ -32,8 +33,12 @@ from llmroute._runtime.forksafe import renew_at_fork
 from llmroute._runtime.lifecycle import ClientLife, OpenStreams, warn_unclosed
 from llmroute._call.offload import Offload, cache_blocks, end_cancelled, engine_blocks, mark_unsent
 from llmroute._http import exchange as X
-from llmroute._http.transport import AsyncTransport, SyncResponse, SyncTransport
+from llmroute._http.transport import AsyncTransport, SyncTransport
 from llmroute.types import ChatCompletion
+
+if TYPE_CHECKING:
+    from llmroute.embeddings import AsyncEmbeddings, Embeddings
+    from llmroute.models import AsyncModels, Models
 
 __all__ = ["Client", "AsyncClient", "Stream", "AsyncStream"]
 
@@ -55,12 +60,6 @@ def _exchange(ctx: AttemptContext, limits: ReadLimits) -> X.Exchange:
     provider = ctx.deployment.provider
     return X.Exchange(ctx.request, ctx.timeouts, limits, provider=provider.name, deployment=ctx.deployment.id,
                       max_connections=provider.max_connections, deadline=ctx.deadline)
-
-
-async def _asleep(seconds: float) -> None:
-    import asyncio
-
-    await asyncio.sleep(seconds)
 
 
 def _answered(ctx: AttemptContext, response: Any) -> None:
@@ -126,23 +125,34 @@ def _record_feedback(engine: Engine, target: Any, score: Union[float, bool], *, 
     write_feedback(engine.ledger, record)
 
 
+# --- async source: views ---
+class _AsyncChat:
+    def __init__(self, client: "AsyncClient") -> None:
+        self.completions = AsyncChatCompletions(client)
+
+
+def _async_views(view: Any) -> None:
+    """A client's (or a `with_options` view's) `chat`, `embeddings` and `models` (docs/embeddings.md)."""
+    from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
+    from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
+
+    view.chat, view.embeddings, view.models = _AsyncChat(view), AsyncEmbeddings(view), AsyncModels(view)
+# --- end async source: views ---
+
+
+# --- generated from views by scripts/gen_sync.py; do not edit ---
 class _Chat:
     def __init__(self, client: "Client") -> None:
         self.completions = ChatCompletions(client)
 
 
 def _sync_views(view: Any) -> None:
+    """A client's (or a `with_options` view's) `chat`, `embeddings` and `models` (docs/embeddings.md)."""
     from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
     from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
 
     view.chat, view.embeddings, view.models = _Chat(view), Embeddings(view), Models(view)
-
-
-def _async_views(view: Any) -> None:
-    from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
-    from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
-
-    view.chat, view.embeddings, view.models = _AsyncChat(view), AsyncEmbeddings(view), AsyncModels(view)
+# --- end generated: views ---
 
 
 class _ClientSurface:
@@ -162,6 +172,20 @@ class _ClientSurface:
         `_record_feedback`."""
         _record_feedback(self._engine, request_id_or_response, score, label=label, comment=comment, messages=messages,
                          source=source)
+
+    def __del__(self) -> None:
+        life = getattr(self, "_life", None)
+        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
+            return
+        try:
+            warn_unclosed(self)
+            self._finalise(life)
+        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
+            pass
+
+    def _finalise(self, life: ClientLife) -> None:
+        """Close a client the garbage collector found open (`close()`, without awaiting)."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
         config = getattr(self, "config", None)  # None while __init__ has not set it (a bad config)
@@ -202,9 +226,32 @@ class _ClientSurface:
             kwargs["timeout"] = per_call_timeout(kwargs["timeout"])
         return kwargs, max_retries
 
+    def _setup(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None], *, api_key: str | None,
+               base_url: Any, timeout: Any, max_retries: int | None, default_headers: Mapping[str, str] | None,
+               organization: str | None, project: str | None, prices: Mapping[str, Mapping[str, Any]] | None,
+               ledger: Any, read_limits: ReadLimits | None) -> None:
+        """What `Client(...)` and `AsyncClient(...)` build alike: options, config, engine, gauges, cache."""
+        self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
+        self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
+                                   max_retries=max_retries, prices=prices, organization=organization,
+                                   project=project)
+        self._options = self._options.for_config(self.config)
+        self.read_limits = read_limits or DEFAULT_READ_LIMITS
+        self._engine = Engine(self.config, ledger=ledger)
+        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
+        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
+        self.cache = open_cache(self.config)
+
 
 class Client(_ClientSurface):
-    """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`."""
+    """The synchronous client. `Client.from_config("llmroute.toml")` or `Client(config={...})`.
+
+    Its calls are generated from `AsyncClient`'s (scripts/gen_sync.py); what it does its own way is written
+    here: hedge races on threads, every step on the caller's thread, blocking close."""
+
+    chat: _Chat
+    embeddings: Embeddings
+    models: Models
 
     def __init__(self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *,
                  api_key: str | None = None, base_url: Any = None, timeout: Any = None,
@@ -219,33 +266,77 @@ class Client(_ClientSurface):
         every call's defaults, as in openai-python (llmroute/openai_surface/construction.py).
         `ledger`: a callable taking each `LedgerRecord`, or a sink object, instead of `[ledger]`'s.
         `read_limits`: caps on what one response may make the client read (`bounded.ReadLimits`)."""
-        self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
-        self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
-                                   max_retries=max_retries, prices=prices, organization=organization,
-                                   project=project)
-        self._options = self._options.for_config(self.config)
-        self.read_limits = read_limits or DEFAULT_READ_LIMITS
-        self._engine = Engine(self.config, ledger=ledger)
-        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
+        self._setup(config, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
+                    default_headers=default_headers, organization=organization, project=project, prices=prices,
+                    ledger=ledger, read_limits=read_limits)
         self._transport = SyncTransport()
-        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
-        self.cache = open_cache(self.config)
+        self._offload = SyncOffload()  # the steps run on the caller's thread
         self._hedge_pool: Any = None
         self._pool_lock = threading.Lock()
         renew_at_fork(self, "_pool_lock")  # free in a forked child before its first call, too
-        self.chat = _Chat(self)
         self._life = ClientLife("Client")
         self._streams = OpenStreams()  # ended as abandoned by close()
-        from llmroute.embeddings import Embeddings  # loaded with the first client: `import llmroute` stays light
-        from llmroute.models import Models  # loaded with the first client: `import llmroute` stays light
-
-        self.embeddings, self.models = Embeddings(self), Models(self)  # docs/embeddings.md
+        _sync_views(self)
         self._shadow = _shadow_runner(self)
 
     @classmethod
     def from_config(cls, path: Union[str, os.PathLike[str]], *, ledger: Any = None) -> "Client":
         return cls(load_config(path), ledger=ledger)
 
+    def _renew_if_forked(self) -> None:
+        if self._life.check():  # first call in a forked child: its own connections and threads
+            self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
+
+    def _lookup(self, prepared: Any, cache_args: Any) -> CacheCall | None:
+        return lookup(self.cache, self._engine, prepared, cache_args, self._transport)
+
+    def _start(self, op: _Opened) -> Any:
+        """Open a racing attempt in a hedge thread: its future."""
+        with self._pool_lock:
+            if self._hedge_pool is None:
+                from concurrent.futures import ThreadPoolExecutor  # loaded by the first hedge race
+
+                # A cancelled loser keeps its thread until its server answers or its own timeout
+                # fires (a sync request cannot be interrupted while it waits for headers), so the
+                # pool is sized like the connection pools: one thread per connection the providers
+                # allow. A smaller pool queued later races behind losers. Threads start on demand.
+                connections = sum(p.max_connections for p in self.config.providers.values())
+                self._hedge_pool = ThreadPoolExecutor(max_workers=max(16, connections),
+                                                      thread_name_prefix="llmroute-hedge")
+        return self._hedge_pool.submit(self._open, op)
+
+    def _first_done(self, running: Dict[Any, _Opened], timeout: float | None) -> Any:
+        from concurrent.futures import FIRST_COMPLETED, wait  # loaded with the first hedge race
+
+        done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+        return done
+
+    def _stop(self, handle: Any, op: _Opened) -> None:
+        """A racing attempt that lost or was given up: its thread stops reading (a wait for headers cannot
+        be interrupted; the thread ends when its server answers or its own timeout fires)."""
+        op.cancelled = True
+        if op.response is not None:
+            op.response.close()
+
+    _stopped = _stop
+
+    def close(self) -> None:
+        if self._shadow is not None:
+            self._shadow.close()
+        self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
+        if getattr(self, "_batches", None) is not None:
+            self._batches.close()
+        self._transport.close()
+        if self._hedge_pool is not None:
+            self._hedge_pool.shutdown(wait=False)
+        self._engine.close()
+        self.cache.close()
+
+    def _finalise(self, life: ClientLife) -> None:
+        self.close()
+
+    # --- generated from AsyncClient by scripts/gen_sync.py; do not edit ---
     def with_options(self, *, timeout: Any = None, max_retries: int | None = None,
                      default_headers: Mapping[str, str] | None = None) -> "Client":
         """This client with other call defaults (openai-python's `with_options`): the same connections,
@@ -255,7 +346,7 @@ class Client(_ClientSurface):
 
     copy = with_options
 
-    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, X.Exchange]:
+    def _send(self, ctx: AttemptContext) -> tuple[Any, X.Exchange]:
         """Send the attempt's request (a non-2xx answer raises the adapter's error); the response, body unread."""
         ex = _exchange(ctx, self.read_limits)
         try:
@@ -278,7 +369,7 @@ class Client(_ClientSurface):
                     raise
                 op.response, ex = self._send(ctx)
             _answered(ctx, op.response)
-            if op.cancelled:  # a hedge race was decided while this one was connecting
+            if op.cancelled:  # a hedge race was decided while this one was connecting (Client's threads)
                 op.response.close()
                 return op
             if state is None or _plain_answer(state, op.response):
@@ -303,9 +394,9 @@ class Client(_ClientSurface):
             op.error = error
         except sync_network_errors() as exc:
             op.error = transport_error(exc, ctx, state)
-        except BaseException:
+        except BaseException:  # a cancelled task (async), KeyboardInterrupt, a bug of ours
             if op.response is not None:
-                op.response.close()
+                close_shielded(op.response)
             raise
         if op.error is not None and op.response is not None:
             op.response.close()
@@ -313,7 +404,7 @@ class Client(_ClientSurface):
 
     def _attempts(self, run: CallRun) -> _Opened:
         """Walk the plan until an attempt opens; failures go back to the plan, which raises when done.
-        Whatever else ends the walk (KeyboardInterrupt, a bug) abandons the call's attempts."""
+        Whatever else ends the walk (a cancelled task (async), KeyboardInterrupt, a bug) abandons the call's attempts."""
         try:
             return self._walk(run)
         except E.LLMRouteError:
@@ -324,9 +415,9 @@ class Client(_ClientSurface):
 
     def _walk(self, run: CallRun) -> _Opened:
         while True:
-            step = run.next_step(_now())
+            step = self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
-                time.sleep(step.seconds)
+                sleep(step.seconds)
                 continue
             ctx = step
             hedge = run.hedge_plan(ctx, _now())
@@ -342,64 +433,49 @@ class Client(_ClientSurface):
 
     def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> _Opened | None:
         """Hedging: past the hedge delay with no first token, race the next deployment; keep the first."""
-        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait
-
-        with self._pool_lock:
-            if self._hedge_pool is None:
-                # A cancelled loser keeps its thread until its server answers or its own timeout
-                # fires (a sync request cannot be interrupted while it waits for headers), so the
-                # pool is sized like the connection pools: one thread per connection the providers
-                # allow. A smaller pool queued later races behind losers. Threads start on demand.
-                connections = sum(p.max_connections for p in self.config.providers.values())
-                self._hedge_pool = ThreadPoolExecutor(max_workers=max(16, connections),
-                                                      thread_name_prefix="llmroute-hedge")
         first = _opened(run, ctx)
-        running = {self._hedge_pool.submit(self._open, first): first}
+        running = {self._start(first): first}
         try:
-            return self._race_loop(run, hedge, running, wait, FIRST_COMPLETED)
-        except BaseException:  # the caller's end (run.settle) records them; their threads stop reading
-            for op in running.values():
-                op.cancelled = True
-                if op.response is not None:
-                    op.response.close()
+            return self._race_loop(run, hedge, running)
+        except BaseException:  # the caller's end (run.settle) records them; their attempts are stopped
+            for handle, op in running.items():
+                self._stop(handle, op)
             raise
 
-    def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened], wait: Any,
-                   FIRST_COMPLETED: Any) -> _Opened | None:
+    def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> _Opened | None:
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
-            done, _ = wait(running, timeout=timeout, return_when=FIRST_COMPLETED)
+            done = self._first_done(running, timeout)
             if not done:
                 checked = True
-                second = _hedge_due(run, hedge)
+                second = self._offload.run(_hedge_due, run, hedge, undo=mark_unsent)
                 if second is not None:
-                    running[self._hedge_pool.submit(self._open, second)] = second
+                    running[self._start(second)] = second
                 continue
-            for future in done:
-                op = running.pop(future)
+            for handle in done:
+                op = running.pop(handle)
                 if op.error is None:
-                    for loser in running.values():
-                        loser.cancelled = True
-                        if loser.response is not None:
-                            loser.response.close()
+                    for loser_handle, loser in running.items():
+                        self._stopped(loser_handle, loser)
                         run.cancelled(loser.ctx, _now(), partial=loser.state)
                     return op
                 run.failed(op.ctx, op.error, _now(), partial=op.state)
         return None
 
     def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, Stream]:
-        if self._life.check():  # first call in a forked child: its own connections and threads
-            self._transport, self._hedge_pool, self._pool_lock = SyncTransport(), None, threading.Lock()
+        self._renew_if_forked()
         kwargs, max_retries = self._call_args(kwargs)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
         prepared.max_retries = max_retries
-        cached = lookup(self.cache, self._engine, prepared, cache_args, self._transport)
+        cached = self._lookup(prepared, cache_args)
         if cached is not None and cached.entry is not None:
-            return cached.replay(self._engine, prepared)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
-        run = CallRun(self._engine, prepared, _now(), wall=time.time)
+            return cached.replay(self._engine, prepared, is_async=False)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
+        # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread (Client).
+        run = self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
+                                      undo=end_cancelled)
         try:
             op = self._attempts(run)
             if prepared.stream:
@@ -430,34 +506,12 @@ class Client(_ClientSurface):
             self._batches = Batches(self)
         return self._batches
 
-    def close(self) -> None:
-        if self._shadow is not None:
-            self._shadow.close()
-        self._life.closed = True
-        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
-        if getattr(self, "_batches", None) is not None:
-            self._batches.close()
-        self._transport.close()
-        if self._hedge_pool is not None:
-            self._hedge_pool.shutdown(wait=False)
-        self._engine.close()
-        self.cache.close()
-
-    def __del__(self) -> None:
-        life = getattr(self, "_life", None)
-        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
-            return
-        try:
-            warn_unclosed(self)
-            self.close()
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser (nor at interpreter exit)
-            pass
-
     def __enter__(self) -> "Client":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+    # --- end generated: AsyncClient ---
 
 
 # --------------------------------------------------------------------------------------------------
@@ -472,15 +526,15 @@ def _offload_for(engine: Engine, cache: Any) -> Offload:
     return offload
 
 
-class _AsyncChat:
-    def __init__(self, client: "AsyncClient") -> None:
-        self.completions = AsyncChatCompletions(client)
-
-
 class AsyncClient(_ClientSurface):
     """The asyncio client, same surface as `Client`.
 
-    `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool."""
+    `transport="auto"` (the default) and `"aiohttp"` run on aiohttp; `"httpx"` on httpx's async pool.
+    Steps that may block (shared state in Redis, a cache backend) run in worker threads (`_call/offload.py`)."""
+
+    chat: _AsyncChat
+    embeddings: AsyncEmbeddings
+    models: AsyncModels
 
     def __init__(
         self, config: Union[Config, Mapping[str, Any], str, os.PathLike[str], None] = None, *, transport: str = "auto",
@@ -490,26 +544,15 @@ class AsyncClient(_ClientSurface):
         ledger: Any = None, read_limits: ReadLimits | None = None,
     ) -> None:
         """As `Client(...)`; `transport` picks the HTTP library."""
-        self._options = call_options(timeout=timeout, max_retries=max_retries, default_headers=default_headers)
-        self.config = build_config(config, api_key=api_key, base_url=base_url, timeout=timeout,
-                                   max_retries=max_retries, prices=prices, organization=organization,
-                                   project=project)
-        self._options = self._options.for_config(self.config)
-        self.read_limits = read_limits or DEFAULT_READ_LIMITS
-        self._engine = Engine(self.config, ledger=ledger)
-        self._engine.identities = ServerIdentities()  # docs/failover.md, "Knowing what a server can do"
+        self._setup(config, api_key=api_key, base_url=base_url, timeout=timeout, max_retries=max_retries,
+                    default_headers=default_headers, organization=organization, project=project, prices=prices,
+                    ledger=ledger, read_limits=read_limits)
         self._transport = AsyncTransport(transport)
-        self._engine.gauges = _start_gauges(self.config, self._engine.balancer)
         self._transport_name = transport
-        self.cache = open_cache(self.config)
         self._offload = _offload_for(self._engine, self.cache)  # shared state and cache I/O off the loop
-        self.chat = _AsyncChat(self)
         self._life = ClientLife("AsyncClient")
         self._streams = OpenStreams()  # ended as abandoned by aclose()
-        from llmroute.embeddings import AsyncEmbeddings  # loaded with the first client: `import llmroute` stays light
-        from llmroute.models import AsyncModels  # loaded with the first client: `import llmroute` stays light
-
-        self.embeddings, self.models = AsyncEmbeddings(self), AsyncModels(self)  # docs/embeddings.md
+        _async_views(self)
         self._shadow = _shadow_runner(self, is_async=True)
 
     @classmethod
@@ -517,16 +560,83 @@ class AsyncClient(_ClientSurface):
                     ledger: Any = None) -> "AsyncClient":
         return cls(load_config(path), transport=transport, ledger=ledger)
 
+    def _renew_if_forked(self) -> None:
+        if self._life.check(_running_loop()):  # first call in a forked child: its own connections
+            self._transport = AsyncTransport(self._transport_name)
+            self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
+
+    async def _lookup(self, prepared: Any, cache_args: Any) -> CacheCall | None:
+        offload = None if self._offload.inline else self._offload
+        return await alookup(self.cache, self._engine, prepared, cache_args, self._transport, offload)
+
+    def _start(self, op: _Opened) -> Any:
+        """Open a racing attempt in a task of its own."""
+        import asyncio
+
+        return asyncio.ensure_future(self._open(op))
+
+    async def _first_done(self, running: Dict[Any, _Opened], timeout: float | None) -> Any:
+        import asyncio
+
+        done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        return done
+
+    def _stop(self, handle: Any, op: _Opened) -> None:
+        """A racing attempt given up: its task is cancelled."""
+        handle.cancel()
+
+    async def _stopped(self, handle: Any, op: _Opened) -> None:
+        """A racing attempt that lost: its task cancelled, and waited for."""
+        import asyncio
+
+        handle.cancel()
+        try:
+            await handle
+        except asyncio.CancelledError:
+            pass
+
+    async def aclose(self) -> None:
+        if self._shadow is not None:
+            await self._shadow.aclose()  # shadows still running call through this client: before closing it
+        self._life.closed = True
+        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
+        if getattr(self, "_batches", None) is not None:
+            await self._batches.aclose()
+        await self._transport.aclose()
+        if self._offload.inline:
+            self._close_services()
+        else:  # waits for the stores and publishes still queued, then flushes to Redis: off the loop
+            import asyncio
+
+            await asyncio.get_running_loop().run_in_executor(None, self._close_services)
+
+    def _close_services(self) -> None:
+        self._offload.close()
+        self._engine.close()
+        self.cache.close()
+
+    def _finalise(self, life: ClientLife) -> None:
+        """Closed by the garbage collector: nothing here may await, the pools are closed on their own loops."""
+        life.closed = True
+        self._streams.abandon_all()
+        self._offload.close(wait=False)
+        self._engine.close()
+        self._transport.close_later()  # each loop's pools, on their own loop
+
+    close = aclose
+
+    # --- async source: AsyncClient ---
     def with_options(self, *, timeout: Any = None, max_retries: int | None = None,
                      default_headers: Mapping[str, str] | None = None) -> "AsyncClient":
-        """As `Client.with_options`."""
+        """This client with other call defaults (openai-python's `with_options`): the same connections,
+        breakers, cache and ledger; closing either closes both."""
         return _with_options(self, call_options(timeout=timeout, max_retries=max_retries,
                                                 default_headers=default_headers), _async_views)
 
     copy = with_options
 
     async def _send(self, ctx: AttemptContext) -> tuple[Any, X.Exchange]:
-        """`Client._send`, awaited."""
+        """Send the attempt's request (a non-2xx answer raises the adapter's error); the response, body unread."""
         ex = _exchange(ctx, self.read_limits)
         try:
             return await X.asend(self._transport, ex, ctx.adapter.error_from_response), ex
@@ -536,8 +646,7 @@ class AsyncClient(_ClientSurface):
             ctx.connected(ex.connect_s)
 
     async def _open(self, op: _Opened) -> _Opened:
-        import asyncio
-
+        """Send one attempt and read it up to its first content (streams) or whole (plain calls)."""
         ctx, state = op.ctx, op.state
         try:
             try:
@@ -549,6 +658,9 @@ class AsyncClient(_ClientSurface):
                     raise
                 op.response, ex = await self._send(ctx)
             _answered(ctx, op.response)
+            if op.cancelled:  # a hedge race was decided while this one was connecting (Client's threads)
+                await op.response.aclose()
+                return op
             if state is None or _plain_answer(state, op.response):
                 op.state = None
                 content = await X.aread(op.response, ex)
@@ -571,16 +683,17 @@ class AsyncClient(_ClientSurface):
             op.error = error
         except network_errors() as exc:
             op.error = transport_error(exc, ctx, state)
-        except BaseException:  # cancelled (wait_for, task.cancel), KeyboardInterrupt, a bug of ours
+        except BaseException:  # a cancelled task (async), KeyboardInterrupt, a bug of ours
             if op.response is not None:
-                await asyncio.shield(op.response.aclose())
+                await aclose_shielded(op.response)
             raise
         if op.error is not None and op.response is not None:
             await op.response.aclose()
         return op
 
     async def _attempts(self, run: CallRun) -> _Opened:
-        """As `Client._attempts`; a cancelled task (`wait_for`, `task.cancel()`) abandons the attempts."""
+        """Walk the plan until an attempt opens; failures go back to the plan, which raises when done.
+        Whatever else ends the walk (a cancelled task (async), KeyboardInterrupt, a bug) abandons the call's attempts."""
         try:
             return await self._walk(run)
         except E.LLMRouteError:
@@ -593,7 +706,7 @@ class AsyncClient(_ClientSurface):
         while True:
             step = await self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
-                await _asleep(step.seconds)
+                await asleep(step.seconds)
                 continue
             ctx = step
             hedge = run.hedge_plan(ctx, _now())
@@ -608,58 +721,48 @@ class AsyncClient(_ClientSurface):
                 return winner
 
     async def _race(self, run: CallRun, ctx: AttemptContext, hedge: Any) -> _Opened | None:
-        import asyncio
-
+        """Hedging: past the hedge delay with no first token, race the next deployment; keep the first."""
         first = _opened(run, ctx)
-        running = {asyncio.ensure_future(self._open(first)): first}
+        running = {self._start(first): first}
         try:
             return await self._race_loop(run, hedge, running)
-        except BaseException:  # the caller's end (run.settle) records them; their tasks are cancelled
-            for task in running:
-                task.cancel()
+        except BaseException:  # the caller's end (run.settle) records them; their attempts are stopped
+            for handle, op in running.items():
+                self._stop(handle, op)
             raise
 
     async def _race_loop(self, run: CallRun, hedge: Any, running: Dict[Any, _Opened]) -> _Opened | None:
-        import asyncio
-
         checked = False
         while running:
             timeout = None if checked else max(0.0, hedge.hedge_at - _now())
-            done, _ = await asyncio.wait(running, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            done = await self._first_done(running, timeout)
             if not done:
                 checked = True
                 second = await self._offload.run(_hedge_due, run, hedge, undo=mark_unsent)
                 if second is not None:
-                    running[asyncio.ensure_future(self._open(second))] = second
+                    running[self._start(second)] = second
                 continue
-            for task in done:
-                op = running.pop(task)
+            for handle in done:
+                op = running.pop(handle)
                 if op.error is None:
-                    for loser_task, loser in running.items():
-                        loser_task.cancel()
-                        try:
-                            await loser_task
-                        except asyncio.CancelledError:
-                            pass
+                    for loser_handle, loser in running.items():
+                        await self._stopped(loser_handle, loser)
                         run.cancelled(loser.ctx, _now(), partial=loser.state)
                     return op
                 run.failed(op.ctx, op.error, _now(), partial=op.state)
         return None
 
     async def _create(self, kwargs: Dict[str, Any]) -> Union[ChatCompletion, AsyncStream]:
-        if self._life.check(_running_loop()):  # first call in a forked child: its own connections
-            self._transport = AsyncTransport(self._transport_name)
-            self._offload = _offload_for(self._engine, self.cache)  # and threads (the parent's are not here)
+        self._renew_if_forked()
         kwargs, max_retries = self._call_args(kwargs)
         kwargs, cache_args = pop_cache_args(kwargs)
         original = dict(kwargs) if self._shadow is not None else None  # prepare_call pops from kwargs
         prepared = prepare_call(self.config, kwargs)
         prepared.max_retries = max_retries
-        offload = None if self._offload.inline else self._offload
-        cached = await alookup(self.cache, self._engine, prepared, cache_args, self._transport, offload)
+        cached = await self._lookup(prepared, cache_args)
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
-        # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread.
+        # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread (AsyncClient).
         run = await self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
                                       undo=end_cancelled)
         try:
@@ -680,7 +783,7 @@ class AsyncClient(_ClientSurface):
             run.settle(exit_status(exc), exc, _now())
             raise
         if original is not None:
-            self._shadow.offer(original, result)  # [routing.shadow]: a task the caller never awaits
+            self._shadow.offer(original, result)  # [routing.shadow]: never waits for the shadow
         return result
 
     @property
@@ -692,45 +795,9 @@ class AsyncClient(_ClientSurface):
             self._batches = AsyncBatches(self)
         return self._batches
 
-    async def aclose(self) -> None:
-        if self._shadow is not None:
-            await self._shadow.aclose()  # shadows still running call through this client: before closing it
-        self._life.closed = True
-        self._streams.abandon_all()  # their rows, slots and permits, before the ledger closes
-        if getattr(self, "_batches", None) is not None:
-            await self._batches.aclose()
-        await self._transport.aclose()
-        if self._offload.inline:
-            self._close_services()
-        else:  # waits for the stores and publishes still queued, then flushes to Redis: off the loop
-            import asyncio
-
-            await asyncio.get_running_loop().run_in_executor(None, self._close_services)
-
-    def _close_services(self) -> None:
-        self._offload.close()
-        self._engine.close()
-        self.cache.close()
-
-    def __del__(self) -> None:
-        life = getattr(self, "_life", None)
-        if life is None or life.closed or getattr(self, "_parent", None) is not None:  # a view closes nothing
-            return
-        life.closed = True
-        try:
-            warn_unclosed(self)
-            self._streams.abandon_all()
-            self._offload.close(wait=False)
-            self._engine.close()
-            self._transport.close_later()  # each loop's pools, on their own loop
-        except Exception:  # noqa: BLE001 - nothing may escape a finaliser
-            pass
-
-    close = aclose
-
     async def __aenter__(self) -> "AsyncClient":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
-
+    # --- end async source: AsyncClient ---

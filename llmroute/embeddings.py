@@ -29,8 +29,8 @@ from llmroute._call.attempt_errors import network_errors, sync_network_errors, t
 from llmroute._http.exchange import Exchange, aread, read
 from llmroute._call.call import CallRun, Wait
 from llmroute._call.engine import EngineClient
-from llmroute._call.exits import exit_status
 from llmroute._call.offload import end_after, end_cancelled, mark_unsent
+from llmroute._runtime.twins import SyncOffload, asleep, sleep
 from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from llmroute._call.targets import Target
 from llmroute.types import Route, Usage, _OpenAIModel
@@ -41,7 +41,6 @@ if TYPE_CHECKING:
     from llmroute._call.call import AttemptContext
     from llmroute._call.engine import Engine
     from llmroute._call.offload import Offload
-    from llmroute._http.transport import SyncResponse
 
 __all__ = ["Embedding", "EmbeddingUsage", "CreateEmbeddingResponse", "PreparedEmbedding", "prepare_embedding",
            "embedding_target", "EmbeddingRun", "AttemptBatches", "Embeddings", "AsyncEmbeddings"]
@@ -313,15 +312,9 @@ def _now() -> float:
     return time.monotonic()
 
 
-class _EmbeddingsClient(EngineClient, Protocol):
-    """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
-
-    def _send(self, ctx: AttemptContext) -> tuple[SyncResponse, Exchange]: ...
-    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], int | None]: ...
-
-
+# --- async source: AsyncEmbeddings ---
 class _AsyncEmbeddingsClient(EngineClient, Protocol):
-    """What `AsyncEmbeddings` uses of its `AsyncClient`."""
+    """What `AsyncEmbeddings` uses of its `AsyncClient` (client.py imports this module, not the reverse)."""
 
     @property
     def _offload(self) -> Offload: ...
@@ -329,53 +322,9 @@ class _AsyncEmbeddingsClient(EngineClient, Protocol):
     def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], int | None]: ...
 
 
-class Embeddings:
-    """`client.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
-    metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
-
-    def __init__(self, client: _EmbeddingsClient) -> None:
-        self._client = client
-
-    def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
-        client = self._client
-        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
-        prepared = prepare_embedding(client.config, kwargs)
-        prepared.max_retries = max_retries
-        run = EmbeddingRun(client._engine, prepared, _now(), wall=time.time)
-        try:
-            return self._attempts(run, prepared)
-        except E.LLMRouteError:
-            raise
-        except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: what the call holds is given back
-            run.settle(exit_status(exc), exc, _now())
-            raise
-
-    def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
-        client = self._client
-        while True:
-            step = run.next_step(_now())
-            if isinstance(step, Wait):
-                time.sleep(step.seconds)
-                continue
-            ctx = step
-            batches = AttemptBatches(ctx, prepared.call)
-            try:
-                while batches.next_request() is not None:
-                    response, ex = client._send(ctx)
-                    batches.add(response.headers, read(response, ex))
-            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
-                raise
-            except E.ProviderError as error:
-                batches.failed(run, error, _now())
-                continue
-            except sync_network_errors() as exc:
-                batches.failed(run, transport_error(exc, ctx), _now())
-                continue
-            return run.finish(ctx, *batches.result(), _now())
-
-
 class AsyncEmbeddings:
-    """`AsyncClient.embeddings`: the same `create()`, awaited."""
+    """`AsyncClient.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
+    metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
 
     def __init__(self, client: _AsyncEmbeddingsClient) -> None:
         self._client = client
@@ -385,26 +334,24 @@ class AsyncEmbeddings:
         kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
         prepared = prepare_embedding(client.config, kwargs)
         prepared.max_retries = max_retries
-        offload = client._offload  # admission and the plan's steps: in worker threads with shared state
+        offload = client._offload  # admission and the plan's steps: AsyncClient's in worker threads
         run = await offload.run(functools.partial(EmbeddingRun, client._engine, prepared, _now(), wall=time.time),
                                 undo=end_cancelled)
         try:
             return await self._attempts(run, prepared)
         except E.LLMRouteError:
             raise
-        except BaseException as exc:  # cancelled: what the call holds is given back
+        except BaseException as exc:  # cancelled, KeyboardInterrupt, or a bug of ours: what the call holds is given back
             end_after(run, exc)
             raise
 
     async def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
-        import asyncio  # not at import llmroute: the sync client never needs it
-
         client = self._client
         raised = network_errors()
         while True:
             step = await client._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
-                await asyncio.sleep(step.seconds)
+                await asleep(step.seconds)
                 continue
             ctx = step
             batches = AttemptBatches(ctx, prepared.call)
@@ -421,3 +368,63 @@ class AsyncEmbeddings:
                 batches.failed(run, transport_error(exc, ctx), _now())
                 continue
             return run.finish(ctx, *batches.result(), _now())
+# --- end async source: AsyncEmbeddings ---
+
+
+# --- generated from AsyncEmbeddings by scripts/gen_sync.py; do not edit ---
+class _EmbeddingsClient(EngineClient, Protocol):
+    """What `Embeddings` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def _offload(self) -> SyncOffload: ...
+    def _send(self, ctx: AttemptContext) -> tuple[Any, Exchange]: ...
+    def _call_args(self, kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], int | None]: ...
+
+
+class Embeddings:
+    """`Client.embeddings`: `create(model=, input=, dimensions=, encoding_format=, user=, feature=,
+    metadata=, pool=, timeout=, extra_body=, extra_headers=)`."""
+
+    def __init__(self, client: _EmbeddingsClient) -> None:
+        self._client = client
+
+    def create(self, **kwargs: Any) -> CreateEmbeddingResponse:
+        client = self._client
+        kwargs, max_retries = client._call_args(kwargs)  # the client's options (timeout, max_retries, headers)
+        prepared = prepare_embedding(client.config, kwargs)
+        prepared.max_retries = max_retries
+        offload = client._offload  # admission and the plan's steps: Client's in worker threads
+        run = offload.run(functools.partial(EmbeddingRun, client._engine, prepared, _now(), wall=time.time),
+                                undo=end_cancelled)
+        try:
+            return self._attempts(run, prepared)
+        except E.LLMRouteError:
+            raise
+        except BaseException as exc:  # cancelled, KeyboardInterrupt, or a bug of ours: what the call holds is given back
+            end_after(run, exc)
+            raise
+
+    def _attempts(self, run: "EmbeddingRun", prepared: PreparedEmbedding) -> CreateEmbeddingResponse:
+        client = self._client
+        raised = sync_network_errors()
+        while True:
+            step = client._offload.run(run.next_step, _now(), undo=mark_unsent)
+            if isinstance(step, Wait):
+                sleep(step.seconds)
+                continue
+            ctx = step
+            batches = AttemptBatches(ctx, prepared.call)
+            try:
+                while batches.next_request() is not None:
+                    response, ex = client._send(ctx)
+                    batches.add(response.headers, read(response, ex))
+            except E.InvalidRequestError:  # a request the transport cannot build: unsent, the caller's
+                raise
+            except E.ProviderError as error:
+                batches.failed(run, error, _now())
+                continue
+            except raised as exc:
+                batches.failed(run, transport_error(exc, ctx), _now())
+                continue
+            return run.finish(ctx, *batches.result(), _now())
+# --- end generated: AsyncEmbeddings ---

@@ -25,6 +25,7 @@ from llmroute.types import _OpenAIModel
 from llmroute.config import DEFAULT_CONNECT_TIMEOUT_S
 from llmroute.providers.error_mapping import error_from_response
 from llmroute._http.timeouts import Timeouts
+from llmroute._runtime.twins import agather, gather
 
 if TYPE_CHECKING:
     from llmroute.config import Config, Provider
@@ -94,19 +95,20 @@ def _result(listed: Dict[str, List[Model]], errors: Dict[str, E.ProviderError]) 
     return ModelList(data=[m for models in listed.values() for m in models], errors=errors)
 
 
-class _ModelsClient(Protocol):
-    """What `Models` uses of its `Client` (client.py imports this module, not the reverse)."""
-
-    @property
-    def config(self) -> Config: ...
-    @property
-    def _transport(self) -> SyncTransport: ...
-    @property
-    def read_limits(self) -> ReadLimits: ...
+def _exchange(client: "_ModelsClient | _AsyncModelsClient", provider: "Provider") -> Exchange:
+    """`GET /models` on the one send path (`_http/exchange.py`), within the client's read caps."""
+    return Exchange(models_request(provider), _timeouts(provider), client.read_limits, provider=provider.name,
+                    deployment=provider.name, max_connections=provider.max_connections)
 
 
+def _dropped(found: Any) -> bool:
+    return isinstance(found, E.APIConnectionError) and getattr(found, "code", None) == DROPPED_BEFORE_REPLY
+
+
+
+# --- async source: AsyncModels ---
 class _AsyncModelsClient(Protocol):
-    """What `AsyncModels` uses of its `AsyncClient`."""
+    """What `AsyncModels` uses of its `AsyncClient` (client.py imports this module, not the reverse)."""
 
     @property
     def config(self) -> Config: ...
@@ -116,48 +118,14 @@ class _AsyncModelsClient(Protocol):
     def read_limits(self) -> ReadLimits: ...
 
 
-def _exchange(client: _ModelsClient | _AsyncModelsClient, provider: "Provider") -> Exchange:
-    """`GET /models` on the one send path (`_http/exchange.py`), within the client's read caps."""
-    return Exchange(models_request(provider), _timeouts(provider), client.read_limits, provider=provider.name,
-                    deployment=provider.name, max_connections=provider.max_connections)
-
-
-class Models:
-    """`client.models`: `list(provider=None)`."""
-
-    def __init__(self, client: _ModelsClient) -> None:
-        self._client = client
-
-    def list(self, *, provider: str | None = None) -> ModelList:
-        listed: Dict[str, List[Model]] = {}
-        errors: Dict[str, E.ProviderError] = {}
-        for p in _providers(self._client.config, provider):
-            for _ in range(2):  # a GET: resent once when a kept-alive connection was closed before the reply
-                try:
-                    reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
-                    listed[p.name] = _models_of(p, reply.body, self._client.config)
-                    errors.pop(p.name, None)
-                    break
-                except E.ProviderError as error:
-                    errors[p.name] = error
-                    if not _dropped(error):
-                        break
-        return _result(listed, errors)
-
-
-def _dropped(found: Any) -> bool:
-    return isinstance(found, E.APIConnectionError) and getattr(found, "code", None) == DROPPED_BEFORE_REPLY
-
-
 class AsyncModels:
-    """`AsyncClient.models`: the same `list()`, awaited; providers are asked concurrently."""
+    """`AsyncClient.models`: `list(provider=None)`, every configured provider asked (`twins.agather`: at
+    once on the async side, one after the other on the sync side)."""
 
     def __init__(self, client: _AsyncModelsClient) -> None:
         self._client = client
 
     async def list(self, *, provider: str | None = None) -> ModelList:
-        import asyncio  # not at import llmroute: the sync client never needs it
-
         async def one(p: "Provider") -> Any:
             try:
                 reply = await afetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
@@ -170,7 +138,47 @@ class AsyncModels:
             return await one(p) if _dropped(found) else found
 
         providers = _providers(self._client.config, provider)
-        results = await asyncio.gather(*(twice(p) for p in providers))
+        results = await agather(functools.partial(twice, p) for p in providers)
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)
+# --- end async source: AsyncModels ---
+
+
+# --- generated from AsyncModels by scripts/gen_sync.py; do not edit ---
+class _ModelsClient(Protocol):
+    """What `Models` uses of its `Client` (client.py imports this module, not the reverse)."""
+
+    @property
+    def config(self) -> Config: ...
+    @property
+    def _transport(self) -> SyncTransport: ...
+    @property
+    def read_limits(self) -> ReadLimits: ...
+
+
+class Models:
+    """`Client.models`: `list(provider=None)`, every configured provider asked (`twins.gather`: at
+    once on the async side, one after the other on the sync side)."""
+
+    def __init__(self, client: _ModelsClient) -> None:
+        self._client = client
+
+    def list(self, *, provider: str | None = None) -> ModelList:
+        def one(p: "Provider") -> Any:
+            try:
+                reply = fetch(self._client._transport, _exchange(self._client, p), functools.partial(_error, p))
+                return _models_of(p, reply.body, self._client.config)
+            except E.ProviderError as error:
+                return error
+
+        def twice(p: "Provider") -> Any:  # a GET: resent once after a dropped kept-alive connection
+            found = one(p)
+            return one(p) if _dropped(found) else found
+
+        providers = _providers(self._client.config, provider)
+        results = gather(functools.partial(twice, p) for p in providers)
+        listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
+        errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
+        return _result(listed, errors)
+# --- end generated: AsyncModels ---

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple, TypeVar
 
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.call import AttemptContext, CallRun, StreamState
 from llmroute._call.exits import ExitStatus, exit_status
 from llmroute._call.server_probe import CUT_WAIT_S
+from llmroute._runtime.twins import asleep
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route
 
 __all__ = ["Stream", "AsyncStream"]
@@ -56,6 +57,10 @@ class _Opened:
 
 def _now() -> float:
     return time.monotonic()
+
+
+_Reopen = Callable[[CallRun], _Opened]  # the client's attempt loop: finishes a cut answer elsewhere
+_AsyncReopen = Callable[[CallRun], Awaitable[_Opened]]
 
 
 class _Ends:
@@ -123,18 +128,22 @@ class _Ends:
             self._on_end = callback
 
 
-class Stream(_Ends):
-    """A streamed call: iterate for `ChatCompletionChunk`s; `.response` is the assembled result."""
+_S = TypeVar("_S", bound="_SyncIO")
+_A = TypeVar("_A", bound="_AsyncIO")
 
-    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], _Opened]) -> None:
-        self._run = run
-        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
-        self._final: ChatCompletion | None = None
-        self._closed = False
-        self._iterator: Iterator[ChatCompletionChunk] | None = None
-        self._switch(opened)
 
-    def __iter__(self) -> "Stream":
+class _SyncIO(_Ends):
+    """What `Stream` does its own way (written by hand; the rest of `Stream` is generated from `AsyncStream`)."""
+
+    _iterator: Iterator[ChatCompletionChunk] | None
+    _state: StreamState
+    _chunks: Callable[[], Iterator[ChatCompletionChunk]]  # Stream's methods (generated)
+    _release: Callable[[], None]
+
+    def _bind(self) -> None:
+        """Nothing ties a sync stream to a thread."""
+
+    def __iter__(self: _S) -> _S:
         return self
 
     def __next__(self) -> ChatCompletionChunk:
@@ -144,76 +153,11 @@ class Stream(_Ends):
             self._iterator = self._chunks()
         return next(self._iterator)
 
-    def _chunks(self) -> Iterator[ChatCompletionChunk]:
-        network_errors = sync_network_errors()  # bound now: finalised at interpreter exit, it cannot import
-        while True:
-            while self._ready:
-                yield self._ready.pop(0)
-            state = self._state
-            if self._final is not None or self._bytes is None or state.ended:
-                return
-            try:
-                yield from self._rest
-                for data in self._bytes:
-                    for chunk in state.feed_each(data, _now()):
-                        yield chunk
-                for chunk in state.eof(_now()):
-                    yield chunk
-            except E.ProviderError as error:
-                self._recover(error)
-                continue
-            except network_errors as exc:
-                self._recover(transport_error(exc, state.ctx, state))
-                continue
-            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
-                raise
-            except BaseException as exc:  # KeyboardInterrupt, or a bug of ours: end the call here
-                self._end(exit_status(exc), exc)
-                raise
-            self._record_final(state.finish(_now()))
-            self._release()
-            return
-
-    def _recover(self, error: E.ProviderError) -> None:
-        """The answer broke after content started: finish it on another deployment, or raise."""
-        self._release()
-        state = self._state
-        state.ended = True  # this attempt is over: closing the stream must not end it twice
+    def _wait_identified(self, state: StreamState) -> None:
+        """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
         waiting = self._run.identifying(state.ctx)
-        if waiting:  # whether a backup can continue may be about to be known (bounded)
+        if waiting:
             self._run.engine.identities.wait(waiting)
-        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
-        if self._run.plan.finished:
-            raise self._final_error(state, error)
-        self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
-
-    @property
-    def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
-        Before that it raises `StreamNotFinishedError` (as `AsyncStream.response` does)."""
-        return _finished(self._final, self._closed)
-
-    def get_final_completion(self) -> ChatCompletion:
-        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
-        if self._final is None and not self._closed:
-            for _ in self:
-                pass
-        return self.response
-
-    def _release(self) -> None:
-        if self._response is not None:
-            response, self._response = self._response, None
-            response.close()
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        self._release()
-        if self._final is None and not self._state.ended:
-            self._state.ended = True
-            self._run.caller_closed(self._state, _now())
-        self._run.settle("cancelled", None, _now())
 
     def _end(self, status: ExitStatus, error: BaseException | None) -> None:
         """The stream ended other than by its end, an error or close(): release and record it once."""
@@ -222,11 +166,46 @@ class Stream(_Ends):
         self._state.ended = True
         self._run.settle(status, error, _now())
 
-    def __enter__(self) -> "Stream":
+
+class _AsyncIO(_Ends):
+    """What `AsyncStream` does its own way: it belongs to the event loop that opened it."""
+
+    _aiterator: AsyncIterator[ChatCompletionChunk] | None
+    _state: StreamState
+    _response: Any
+    _iterate: Callable[[], AsyncIterator[ChatCompletionChunk]]  # AsyncStream's method
+
+    def _bind(self) -> None:
+        self._loop = _running_loop()
+
+    def __aiter__(self: _A) -> _A:
         return self
 
-    def __exit__(self, *exc: Any) -> None:
-        self.close()
+    async def __anext__(self) -> ChatCompletionChunk:
+        """The next chunk (`await anext(stream)`, as openai-python's `AsyncStream`): one iterator for
+        the stream's life."""
+        if self._aiterator is None:
+            self._aiterator = self._iterate()
+        if self._loop is not _running_loop():
+            raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
+                                   "read it on the loop that created it")
+        return await self._aiterator.__anext__()
+
+    async def _wait_identified(self, state: StreamState) -> None:
+        """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
+        until = _now() + CUT_WAIT_S
+        while self._run.identifying(state.ctx) and _now() < until:
+            await asleep(0.02)
+
+    def _end(self, status: ExitStatus, error: BaseException | None) -> None:
+        """Ended other than by its end, an error or aclose(): record it once; the response is closed
+        on its event loop (it cannot be awaited from here)."""
+        self._closed = True
+        self._state.ended = True
+        self._run.settle(status, error, _now())
+        response, self._response = self._response, None
+        if response is not None:
+            _aclose_later(response, self._loop)
 
 
 def _finished(final: ChatCompletion | None, closed: bool) -> ChatCompletion:
@@ -240,33 +219,22 @@ def _finished(final: ChatCompletion | None, closed: bool) -> ChatCompletion:
         "stream.get_final_completion() (await it on AsyncStream) to read the rest")
 
 
-class AsyncStream(_Ends):
-    """A streamed call for `AsyncClient`: `async with` / `async for`; `.response` after the end."""
+# --- async source: AsyncStream ---
+class AsyncStream(_AsyncIO):
+    """A streamed call: `async with` / `async for` to get `ChatCompletionChunk`s; `.response` is the
+    assembled result once the stream has ended."""
 
-    def __init__(self, run: CallRun, opened: _Opened, reopen: Callable[[CallRun], Awaitable[_Opened]]) -> None:
+    def __init__(self, run: CallRun, opened: _Opened, reopen: _AsyncReopen) -> None:
         self._run = run
         self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
         self._final: ChatCompletion | None = None
         self._closed = False
-        self._loop = _running_loop()
         self._aiterator: AsyncIterator[ChatCompletionChunk] | None = None
+        self._bind()
         self._switch(opened)
 
-    def __aiter__(self) -> "AsyncStream":
-        return self
-
-    async def __anext__(self) -> ChatCompletionChunk:
-        """The next chunk (`await anext(stream)`, as openai-python's `AsyncStream`): one iterator for
-        the stream's life."""
-        if self._aiterator is None:
-            self._aiterator = self._iterate()
-        if self._loop is not _running_loop():
-            raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
-                                   "read it on the loop that created it")
-        return await self._aiterator.__anext__()
-
     async def _iterate(self) -> AsyncIterator[ChatCompletionChunk]:
-        errors = network_errors()
+        errors = network_errors()  # bound now: finalised at interpreter exit, it cannot import
         while True:
             while self._ready:
                 yield self._ready.pop(0)
@@ -289,7 +257,7 @@ class AsyncStream(_Ends):
                 continue
             except GeneratorExit:  # this iterator was dropped; the stream stays open for another
                 raise
-            except BaseException as exc:  # cancelled (wait_for, task.cancel), or a bug of ours
+            except BaseException as exc:  # cancelled, KeyboardInterrupt, or a bug of ours: end the call here
                 self._end(exit_status(exc), exc)
                 raise
             self._record_final(state.finish(_now()))
@@ -300,12 +268,8 @@ class AsyncStream(_Ends):
         """The answer broke after content started: finish it on another deployment, or raise."""
         await self._release()
         state = self._state
-        state.ended = True
-        import asyncio  # not at import llmroute: the sync client never needs it
-
-        until = _now() + CUT_WAIT_S
-        while self._run.identifying(state.ctx) and _now() < until:  # whether a backup can continue (bounded)
-            await asyncio.sleep(0.02)
+        state.ended = True  # this attempt is over: closing the stream must not end it twice
+        await self._wait_identified(state)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
         if self._run.plan.finished:
             raise self._final_error(state, error)
@@ -313,7 +277,8 @@ class AsyncStream(_Ends):
 
     @property
     def response(self) -> ChatCompletion:
-        """The assembled ChatCompletion once the stream has ended; before that `StreamNotFinishedError`."""
+        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
+        Before that it raises `StreamNotFinishedError`."""
         return _finished(self._final, self._closed)
 
     async def get_final_completion(self) -> ChatCompletion:
@@ -323,7 +288,7 @@ class AsyncStream(_Ends):
                 pass
         return self.response
 
-    aresponse = get_final_completion
+    aresponse = get_final_completion  # async only
 
     async def _release(self) -> None:
         if self._response is not None:
@@ -340,20 +305,105 @@ class AsyncStream(_Ends):
             self._run.caller_closed(self._state, _now())
         self._run.settle("cancelled", None, _now())
 
-    close = aclose
-
-    def _end(self, status: ExitStatus, error: BaseException | None) -> None:
-        """Ended other than by its end, an error or aclose(): record it once; the response is closed
-        on its event loop (it cannot be awaited from here)."""
-        self._closed = True
-        self._state.ended = True
-        self._run.settle(status, error, _now())
-        response, self._response = self._response, None
-        if response is not None:
-            _aclose_later(response, self._loop)
+    close = aclose  # async only
 
     async def __aenter__(self) -> "AsyncStream":
         return self
 
     async def __aexit__(self, *exc: Any) -> None:
         await self.aclose()
+# --- end async source: AsyncStream ---
+
+
+# --- generated from AsyncStream by scripts/gen_sync.py; do not edit ---
+class Stream(_SyncIO):
+    """A streamed call: `with` / `for` to get `ChatCompletionChunk`s; `.response` is the
+    assembled result once the stream has ended."""
+
+    def __init__(self, run: CallRun, opened: _Opened, reopen: _Reopen) -> None:
+        self._run = run
+        self._reopen = reopen  # the client's attempt loop: finishes a cut answer elsewhere
+        self._final: ChatCompletion | None = None
+        self._closed = False
+        self._iterator: Iterator[ChatCompletionChunk] | None = None
+        self._bind()
+        self._switch(opened)
+
+    def _chunks(self) -> Iterator[ChatCompletionChunk]:
+        errors = sync_network_errors()  # bound now: finalised at interpreter exit, it cannot import
+        while True:
+            while self._ready:
+                yield self._ready.pop(0)
+            state = self._state
+            if self._final is not None or self._bytes is None or state.ended:
+                return
+            try:
+                for chunk in self._rest:
+                    yield chunk
+                for data in self._bytes:
+                    for chunk in state.feed_each(data, _now()):
+                        yield chunk
+                for chunk in state.eof(_now()):
+                    yield chunk
+            except E.ProviderError as error:
+                self._recover(error)
+                continue
+            except errors as exc:
+                self._recover(transport_error(exc, state.ctx, state))
+                continue
+            except GeneratorExit:  # this iterator was dropped; the stream stays open for another
+                raise
+            except BaseException as exc:  # cancelled, KeyboardInterrupt, or a bug of ours: end the call here
+                self._end(exit_status(exc), exc)
+                raise
+            self._record_final(state.finish(_now()))
+            self._release()
+            return
+
+    def _recover(self, error: E.ProviderError) -> None:
+        """The answer broke after content started: finish it on another deployment, or raise."""
+        self._release()
+        state = self._state
+        state.ended = True  # this attempt is over: closing the stream must not end it twice
+        self._wait_identified(state)
+        self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+        if self._run.plan.finished:
+            raise self._final_error(state, error)
+        self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it
+
+    @property
+    def response(self) -> ChatCompletion:
+        """The assembled ChatCompletion, with usage, route and cost, once the stream has ended.
+        Before that it raises `StreamNotFinishedError`."""
+        return _finished(self._final, self._closed)
+
+    def get_final_completion(self) -> ChatCompletion:
+        """Read the rest of the stream (the chunks are dropped) and return `.response`."""
+        if self._final is None and not self._closed:
+            for _ in self:
+                pass
+        return self.response
+
+
+    def _release(self) -> None:
+        if self._response is not None:
+            response, self._response = self._response, None
+            response.close()
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._release()
+        if self._final is None and not self._state.ended:
+            self._state.ended = True
+            self._run.caller_closed(self._state, _now())
+        self._run.settle("cancelled", None, _now())
+
+
+    def __enter__(self) -> "Stream":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+# --- end generated: AsyncStream ---

@@ -7,5 +7,6 @@ bash scripts/services.sh
 # Lint and types first (pyproject.toml: [tool.ruff], [tool.mypy] --strict over the whole llmroute package).
 .venv/bin/python -m ruff check llmroute tests benchmarks
 .venv/bin/python scripts/gen_completions.py --check  # llmroute/completions.py is written from scripts/completions_params.py
+.venv/bin/python scripts/gen_sync.py --check  # the sync shells are written from the async ones (scripts/gen_sync.py)
 .venv/bin/python -m mypy
 exec .venv/bin/python -m pytest -q -p no:cacheprovider "$@"

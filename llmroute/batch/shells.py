@@ -25,6 +25,7 @@ from llmroute.batch.store import JobStore
 from llmroute.batch.store_postgres import PostgresJobStore
 from llmroute._http.request import HttpRequest
 from llmroute._call.engine import EngineClient
+from llmroute._runtime.twins import asleep
 
 if TYPE_CHECKING:
     from llmroute.types import ChatAccess
@@ -73,18 +74,22 @@ class BatchClient(EngineClient, Protocol):
     def chat(self) -> ChatAccess: ...
 
 
-class SyncBatchClient(BatchClient, Protocol):
-    """`Batches`' client: a `Client`, whose transport the batch steps are sent on."""
-
-    @property
-    def _transport(self) -> SyncTransport: ...
-
-
+# --- async source: AsyncBatchClient ---
 class AsyncBatchClient(BatchClient, Protocol):
-    """`AsyncBatches`' client: an `AsyncClient`."""
+    """The client of `AsyncBatches`, whose transport the batch steps are sent on."""
 
     @property
     def _transport(self) -> AsyncTransport: ...
+# --- end async source: AsyncBatchClient ---
+
+
+# --- generated from AsyncBatchClient by scripts/gen_sync.py; do not edit ---
+class SyncBatchClient(BatchClient, Protocol):
+    """The client of `Batches`, whose transport the batch steps are sent on."""
+
+    @property
+    def _transport(self) -> SyncTransport: ...
+# --- end generated: AsyncBatchClient ---
 
 
 def open_job_store(where: str) -> JobStore:
@@ -123,7 +128,9 @@ def _pause(view: JobView, started: float, now: float, timeout_s: float | None) -
 
 
 class Batches:
-    """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`."""
+    """Batch jobs for `Client`: `create`, `retrieve`, `poll`, `wait`, `results`, `cancel`, `list`.
+
+    Its methods are generated from `AsyncBatches`' (scripts/gen_sync.py); `_online_calls` is its own (threads)."""
 
     def __init__(self, client: SyncBatchClient, *, settings: BatchSettings | None = None, store: JobStore | None = None,
                  clock: Callable[[], float] = time.time, sleep: Callable[[float], None] = time.sleep,
@@ -134,10 +141,6 @@ class Batches:
         self._sleep = sleep
         self.read_limits = read_limits or BATCH_READ_LIMITS
         self.timeouts = timeouts or BATCH_TIMEOUTS
-
-    def _send(self, req: Req) -> Resp:
-        ex = _exchange(req, self.read_limits, self.timeouts)
-        return _resp(fetch(self._client._transport, ex, follow_redirects=True))
 
     def _online_calls(self, effect: OnlineCalls) -> List[Any]:
         """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time (threads)."""
@@ -152,6 +155,11 @@ class Batches:
         with ThreadPoolExecutor(max_workers=max(1, min(effect.parallel, len(effect.calls))),
                                 thread_name_prefix="llmroute-batch-local") as pool:
             return list(pool.map(one, effect.calls))
+
+    # --- generated from AsyncBatches by scripts/gen_sync.py; do not edit ---
+    def _send(self, req: Req) -> Resp:
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(fetch(self._client._transport, ex, follow_redirects=True))
 
     def _drive(self, step: Any) -> Any:
         value: Any = None
@@ -174,8 +182,8 @@ class Batches:
                 error = exc
 
     def create(self, requests: Any, *, model: str, feature: str | None = None,
-               metadata: Mapping[str, str] | None = None, on_failure: str | None = None,
-               completion_window: str | None = None, submit: bool = True) -> JobView:
+                     metadata: Mapping[str, str] | None = None, on_failure: str | None = None,
+                     completion_window: str | None = None, submit: bool = True) -> JobView:
         """Store a job (checked before any I/O) and, with `submit=True`, upload and create its platform jobs."""
         job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
                                                                          on_failure, completion_window))
@@ -191,7 +199,7 @@ class Batches:
         return view
 
     def wait(self, job_id: str, *, timeout_s: float | None = None,
-             on_progress: Callable[[JobView], None] | None = None) -> JobView:
+                   on_progress: Callable[[JobView], None] | None = None) -> JobView:
         """Poll until the job finishes (resuming a job a previous process started)."""
         started = self._clock()
         while True:
@@ -219,6 +227,7 @@ class Batches:
     def close(self) -> None:
         """Close the job store (the connections are the client's)."""
         self.jobs.store.close()
+    # --- end generated: AsyncBatches ---
 
 
 class AsyncBatches:
@@ -230,13 +239,9 @@ class AsyncBatches:
         self._client = client
         self.jobs = _jobs(client, settings, store)
         self._clock = clock
-        self._sleep = sleep
+        self._sleep = sleep or asleep
         self.read_limits = read_limits or BATCH_READ_LIMITS
         self.timeouts = timeouts or BATCH_TIMEOUTS
-
-    async def _send(self, req: Req) -> Resp:
-        ex = _exchange(req, self.read_limits, self.timeouts)
-        return _resp(await afetch(self._client._transport, ex, follow_redirects=True))
 
     async def _online_calls(self, effect: OnlineCalls) -> List[Any]:
         """Each call's completion or LLMRouteError, in order, `effect.parallel` at a time."""
@@ -253,6 +258,11 @@ class AsyncBatches:
 
         return list(await asyncio.gather(*(one(kwargs) for kwargs in effect.calls)))
 
+    # --- async source: AsyncBatches ---
+    async def _send(self, req: Req) -> Resp:
+        ex = _exchange(req, self.read_limits, self.timeouts)
+        return _resp(await afetch(self._client._transport, ex, follow_redirects=True))
+
     async def _drive(self, step: Any) -> Any:
         value: Any = None
         error: BaseException | None = None
@@ -268,7 +278,7 @@ class AsyncBatches:
                     value = await self._client.chat.completions.create(**effect.kwargs)
                 elif isinstance(effect, OnlineCalls):
                     value = await self._online_calls(effect)
-                else:  # pragma: no cover
+                else:  # pragma: no cover - a bug in job.py
                     raise TypeError(f"unknown batch effect {effect!r}")
             except E.LLMRouteError as exc:
                 error = exc
@@ -276,22 +286,23 @@ class AsyncBatches:
     async def create(self, requests: Any, *, model: str, feature: str | None = None,
                      metadata: Mapping[str, str] | None = None, on_failure: str | None = None,
                      completion_window: str | None = None, submit: bool = True) -> JobView:
+        """Store a job (checked before any I/O) and, with `submit=True`, upload and create its platform jobs."""
         job_id = self.jobs.create_job(now=self._clock(), **_create_args(requests, model, feature, metadata,
                                                                          on_failure, completion_window))
         return await self.poll(job_id) if submit else self.retrieve(job_id)
 
     def retrieve(self, job_id: str) -> JobView:
+        """The job as stored (no network)."""
         return self.jobs.view(job_id, self._clock())
 
     async def poll(self, job_id: str) -> JobView:
+        """One pass: submit what is pending, poll what is due, collect what finished."""
         view: JobView = await self._drive(self.jobs.advance(job_id, self._clock()))
         return view
 
     async def wait(self, job_id: str, *, timeout_s: float | None = None,
                    on_progress: Callable[[JobView], None] | None = None) -> JobView:
-        import asyncio
-
-        sleep = self._sleep or asyncio.sleep
+        """Poll until the job finishes (resuming a job a previous process started)."""
         started = self._clock()
         while True:
             view = await self.poll(job_id)
@@ -300,9 +311,10 @@ class AsyncBatches:
             pause = _pause(view, started, self._clock(), timeout_s)
             if pause is None:
                 return view
-            await sleep(pause)
+            await self._sleep(pause)
 
     def results(self, job_id: str) -> Dict[str, BatchResult]:
+        """`{custom_id: BatchResult}` for every request that finished (ok or failed for good)."""
         return self.jobs.results(job_id)
 
     async def cancel(self, job_id: str) -> JobView:
@@ -317,3 +329,4 @@ class AsyncBatches:
     async def aclose(self) -> None:
         """Close the job store (the connections are the client's)."""
         self.jobs.store.close()
+    # --- end async source: AsyncBatches ---
