@@ -170,6 +170,8 @@ class CallRun:
         step = self.plan.next_step(now)
         self._sync_skips()
         self.route.queued_s = self.plan.queued_s
+        if (choice := self.plan.new_choice()) is not None:
+            self.route.balance = choice.text  # slow start held the first choice back
         if isinstance(step, Wait):
             return step
         if isinstance(step, _plan_steps.Exhausted):
