@@ -41,6 +41,7 @@ import llmroute as L  # noqa: E402
 from llmroute.resilience.balance import LoadBalancer  # noqa: E402
 
 SPECS = [(8, 0.1), (8, 0.1), (1, 0.4)]
+WARM_SPEC = "8:0.001"  # a fourth server, outside the tier: each fleet process warms up on it first
 MESSAGES = [{"role": "user", "content": "hi"}]
 
 
@@ -105,6 +106,7 @@ async def run(cfg: Dict[str, Any], balancer: LoadBalancer | None, n: int, concur
     latencies: List[float] = []
     latencies_in_order: List[float] = []
     starts: List[tuple[float, str]] = []
+    queued: List[float] = []
     todo = itertools.count()
     t0 = time.perf_counter()
 
@@ -115,6 +117,7 @@ async def run(cfg: Dict[str, Any], balancer: LoadBalancer | None, n: int, concur
             latencies.append(time.perf_counter() - t)
             latencies_in_order.append(latencies[-1])
             starts.append((t - t0, r.route.deployment or ""))
+            queued.append(r.route.queued_s)
 
     async with client:
         tasks = [asyncio.create_task(worker()) for _ in range(concurrency)]
@@ -128,30 +131,51 @@ async def run(cfg: Dict[str, Any], balancer: LoadBalancer | None, n: int, concur
     return {"p50_s": latencies[len(latencies) // 2], "p99_s": latencies[int(len(latencies) * 0.99) - 1],
             "p99_after_1s": warm[int(len(warm) * 0.99) - 1] if warm else None,
             "throughput": n / elapsed, "split": split, "starts": starts, "elapsed": elapsed,
-            "all_latencies": latencies}
+            "all_latencies": latencies,
+            "slowest": sorted(((lat, s, d, q) for lat, (s, d), q in zip(latencies_in_order, starts, queued)),
+                              reverse=True)[:8]}
 
 
 def fleet(urls: List[str], processes: int, n: int, concurrency: int, weights: Sequence[float],
-          redis_url: str | None) -> Dict[str, Any]:
-    """`processes` worker processes at once, each `n / processes` requests at `concurrency / processes`."""
+          redis_url: str | None, warm_url: str | None = None) -> Dict[str, Any]:
+    """`processes` worker processes at once, each `n / processes` requests at `concurrency / processes`:
+    each warms up first (on `warm_url`, a server outside the tier), then all start together."""
     args = ["--worker", ",".join(urls), "--requests", str(n // processes),
             "--concurrency", str(concurrency // processes), "--weights", ",".join(str(w) for w in weights)]
     if redis_url:
         args += ["--redis", redis_url]
+    if warm_url:
+        args += ["--warm", warm_url]
+    workers = [subprocess.Popen([sys.executable, __file__, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True) for _ in range(processes)]
+    for w in workers:
+        assert w.stdout is not None and w.stdout.readline().strip() == "ready"
     t0 = time.perf_counter()
-    workers = [subprocess.Popen([sys.executable, __file__, *args], stdout=subprocess.PIPE, text=True)
-               for _ in range(processes)]
+    for w in workers:
+        assert w.stdin is not None
+        w.stdin.write("go\n")
+        w.stdin.flush()
     results = [json.loads(w.communicate(timeout=300)[0].strip().splitlines()[-1]) for w in workers]
     elapsed = time.perf_counter() - t0
+    slowest = sorted(((x[0], k, *x[1:]) for k, r in enumerate(results) for x in r["slowest"]), reverse=True)[:8]
     latencies = sorted(x for r in results for x in r["latencies"])
     split = {d: sum(r["split"][d] for r in results) for d in ("a:m", "b:m", "c:m")}
     return {"p50_s": latencies[len(latencies) // 2], "p99_s": latencies[int(len(latencies) * 0.99) - 1],
-            "throughput": len(latencies) / max(r["elapsed"] for r in results), "wall_s": elapsed, "split": split}
+            "throughput": len(latencies) / max(r["elapsed"] for r in results), "wall_s": elapsed, "split": split,
+            "slowest": slowest}
 
 
 def worker(args: argparse.Namespace) -> None:
+    """One process of the fleet: warms up on its own (imports, the call path's lazy modules) with a
+    separate client against the warm-up server, says "ready", waits for "go" on stdin, then runs its
+    share of the load with a fresh client (its balancer knows nothing yet)."""
     weights = [float(w) for w in args.weights.split(",")]
-    cfg = config(args.worker.split(","), None, weights, args.redis)
+    urls = args.worker.split(",")
+    if args.warm:
+        asyncio.run(run(config([args.warm] * 3, None), None, 12, 3))
+    print("ready", flush=True)
+    sys.stdin.readline()
+    cfg = config(urls, None, weights, args.redis)
     res = asyncio.run(run(cfg, None, args.requests, args.concurrency))
     res["latencies"] = res.pop("all_latencies")
     res.pop("starts")
@@ -195,13 +219,15 @@ def main() -> None:
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--weights", default="1,1,1", help=argparse.SUPPRESS)
     parser.add_argument("--redis", default=None, help=argparse.SUPPRESS)
+    parser.add_argument("--warm", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
         return worker(args)
-    child = subprocess.Popen([sys.executable, "-m", "tests.servers.capacity", *(f"{s}:{t}" for s, t in SPECS)],
-                             cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    child = subprocess.Popen([sys.executable, "-m", "tests.servers.capacity", *(f"{s}:{t}" for s, t in SPECS),
+                              WARM_SPEC], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     assert child.stdin is not None and child.stdout is not None
     urls = [child.stdout.readline().strip() for _ in SPECS]
+    warm_url = child.stdout.readline().strip()  # the fleet's processes warm up here (not in the tier)
     out: Dict[str, Any] = {}
     try:
         truth = {f"{n}:m": spec for n, spec in zip("abc", SPECS)}
@@ -265,7 +291,7 @@ def main() -> None:
                 for label, weights in (("1/1/1", (1, 1, 1)), ("8/8/1", (8, 8, 1))):
                     for shared in (False, True):
                         res = fleet(urls, args.fleet, args.requests, args.concurrency, weights,
-                                    redis.url if shared else None)
+                                    redis.url if shared else None, warm_url)
                         key = f"{args.fleet} processes, weights {label}, {'shared Redis' if shared else 'local state'}"
                         out[key] = res
                         split = "/".join(str(v) for v in res.pop("split").values())
