@@ -38,7 +38,8 @@ more than `STICKY_SLACK` times the best's (bounded-load affinity); the route say
 capacity is not learned yet holds at most a small *window* of this process's calls in flight. The
 window starts at `SLOW_START_WINDOW` per unit of prior capacity (the weight over the smallest) and
 doubles with each call answered at its service time; it ends (the capacity estimate replaces it) at
-the first answer that shows queueing with two or more in flight, or when it reaches `MAX_WINDOW`. A
+the first answer that shows queueing with two or more in flight, when it reaches `MAX_WINDOW`, or
+when the server's gauges show a waiting queue once its service time is measured. A
 deployment whose error rate passes one half (what opens a breaker) starts a new slow start when it
 recovers, which ends once the window is back at the capacity learned before. The window only holds
 calls back: the failover plan (`FailoverPlan`, `slow_start_wait_s`) makes a first attempt that finds
@@ -329,6 +330,8 @@ class LoadBalancer:
             load.gauge_others = max(0.0, (gauges.running or 0.0) + (gauges.waiting or 0.0) - load.in_flight)
             if gauges.waiting and gauges.running:
                 load.capacity = max(1.0, min(MAX_CAPACITY, gauges.running))  # a queue: the batch is full
+                if load.service_s is not None:  # and its speed is measured: no slow start
+                    load.window = None
 
     def gauge_failed(self, deployment_id: str, reason: str) -> None:
         """A scrape failed: only the health line changes (the last gauges age out on their own)."""

@@ -326,6 +326,7 @@ class FailoverPlan:
         # pool at its window waits for an answer, up to `slow_start_wait_s` after the call started.
         self._slow_start: tuple[list[str], float] | None = None
         self._warming: list[Candidate] = []  # candidates found at their window in this pass
+        self._held_ids: set[str] = set()  # every deployment slow start held this call back from
         if queue_when_full and balancer is not None and len(candidates) > 1:
             pool_ids = [c.deployment_id for c in candidates if c.weight is not None and c.weight > 0] or [
                 c.deployment_id for c in candidates]
@@ -730,12 +731,17 @@ class FailoverPlan:
             self.queued_s += now - self._queued_since
             self._queued_since = None
             self._leave_queue()
-        if self._slow_start is not None:  # only a call's first send waits for a window
+        if self._slow_start is not None or self._held_ids:  # only a call's first send waits for a window
             self._slow_start = None
-            held = tuple(c.deployment_id for c in self._warming)
-            if held and self.balance_choice is not None:
-                self.balance_choice = replace(self.balance_choice, deployment_id=dep, held=held)
-                self._choice_changed = True
+            choice = self.balance_choice
+            if choice is not None and choice.deployment_id != dep:
+                ranked = [e[0] for e in choice.estimates]
+                before = ranked[:ranked.index(dep)] if dep in ranked else ranked
+                held = tuple(d for d in before if d in self._held_ids)
+                if held:
+                    self.balance_choice = replace(choice, deployment_id=dep, held=held)
+                    self._choice_changed = True
+            self._held_ids = set()
             self._queue.extend((c, False) for c in self._warming)  # still backups for failover
             self._warming = []
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
@@ -770,24 +776,30 @@ class FailoverPlan:
         if now >= until:
             self._slow_start = None  # waited long enough: the order by expected delay decides alone
             self._leave_queue()
+            self._queue.extend((c, False) for c in self._warming)
+            self._warming = []
             return False
         if dep not in pool:
             return bool(self._warming)  # a backup of the pool does not take the calls the pool holds back
-        return self._balancer.holds(dep, pool, self.tier, self._ticket, now)
+        if self._balancer.holds(dep, pool, self.tier, self._ticket, now):
+            self._held_ids.add(dep)
+            return True
+        return False
 
     def _wait_for_window(self, now: float) -> Wait:
         """Every deployment of the pool is at its slow-start window: wait in the tier's queue for an
         answer to open one (then try them again, by expected delay), up to `slow_start_wait_s`."""
-        assert self._slow_start is not None and self._balancer is not None
+        assert self._balancer is not None
         waiting = self._warming + [c for c in self._full if c not in self._warming]
         self._warming, self._full = [], []
-        until = self._slow_start[1]
+        until = self._slow_start[1] if self._slow_start is not None else now
         if self._ticket is None:
             self._ticket = self._balancer.enqueue(self.tier, until + SLOW_START_POLL_S)
         if self._queued_since is None:
             self._queued_since = now
         ranked, choice = self._balancer.rank(waiting, [c.deployment_id for c in waiting], now, rng=self._rng)
-        self.balance_choice = choice or self.balance_choice
+        if choice is not None:
+            self.balance_choice, self._choice_changed = choice, True
         self._queue.extend((c, False) for c in ranked)
         return Wait(max(0.0, min(SLOW_START_POLL_S, until - now)), ranked[0].deployment_id,
                     "slow start: every deployment is at its window")

@@ -88,6 +88,18 @@ def test_queueing_ends_the_slow_start_and_a_failure_spell_starts_another():
     assert b.snapshot(20.0)["a:m"]["window"] is None  # back at the capacity it had
 
 
+def test_a_servers_queue_gauges_end_the_slow_start_once_its_speed_is_known():
+    from llmroute.resilience.balance import QueueGauges
+
+    b = LoadBalancer()
+    b.set_gauges("a:m", QueueGauges(running=4, waiting=2), 0.0)
+    assert b.snapshot(0.0)["a:m"]["window"] == 1.0  # its capacity, but not its speed: keep probing
+    _answer(b, "a:m", 0.2, 0.1)
+    b.set_gauges("a:m", QueueGauges(running=4, waiting=2), 0.3)
+    snap = b.snapshot(0.3)["a:m"]
+    assert snap["window"] is None and snap["capacity"] == 4.0
+
+
 def test_a_process_starts_from_the_fleets_knowledge():
     b = LoadBalancer()
     b.set_prior({"a:m": 1.0, "b:m": 1.0})
