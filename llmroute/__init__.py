@@ -35,7 +35,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
     from llmroute.errors import APIError, APIStatusError, ConflictError, InternalServerError, UnprocessableEntityError
     from llmroute.models import Model, ModelList
     from llmroute.openai_surface.raw_responses import APIResponse
-    from llmroute.openai_surface.structured import ContentFilterFinishReasonError, LengthFinishReasonError, ParsedChatCompletion
+    from llmroute.openai_surface.structured import (ContentFilterFinishReasonError, LengthFinishReasonError,
+                                                    ParsedChatCompletion, pydantic_function_tool)
     from llmroute.streams import AsyncStream, Stream
     from llmroute.types import (Attempt, ChatCompletion, ChatCompletionChunk, ChatCompletionTokenLogprob,
                                 ChoiceLogprobs, Route, TopLogprob, Usage)
@@ -67,6 +68,7 @@ _WHERE = {
     "Model": ("llmroute.models", "Model"),
     "ModelList": ("llmroute.models", "ModelList"),
     "ParsedChatCompletion": ("llmroute.openai_surface.structured", "ParsedChatCompletion"),
+    "pydantic_function_tool": ("llmroute.openai_surface.structured", "pydantic_function_tool"),
     "LengthFinishReasonError": ("llmroute.openai_surface.structured", "LengthFinishReasonError"),
     "ContentFilterFinishReasonError": ("llmroute.openai_surface.structured", "ContentFilterFinishReasonError"),
     "APIResponse": ("llmroute.openai_surface.raw_responses", "APIResponse"),
@@ -163,6 +165,7 @@ __all__ = [
     "ModelList",
     "SharedStateUnavailableError",
     "ParsedChatCompletion",
+    "pydantic_function_tool",
     "LengthFinishReasonError",
     "ContentFilterFinishReasonError",
     "APIResponse",

@@ -25,12 +25,13 @@ def llama_server():
 def _fresh_server_identities():
     """Forget the process's server identifications (llmroute/_call/server_probe.py) around each test: each
     test's loopback servers are new, but the OS may give one the port an earlier test's server had, and the
-    identification is kept per base URL for the process's life."""
+    identification is kept per base URL (for an hour; "not identified" for a minute)."""
     from llmroute._call.server_probe import _REGISTRY
 
     def forget() -> None:
         with _REGISTRY.lock:
             _REGISTRY.known.clear()
+            _REGISTRY.found_at.clear()
 
     forget()
     yield

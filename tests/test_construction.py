@@ -222,13 +222,16 @@ def test_stream_helper_gives_tool_call_argument_events(fault_server):
                 {**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})
     with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}) as c:
         fault_server.push(Reply(body=body, headers={"Content-Type": "text/event-stream"}))
-        with c.chat.completions.stream(model="fault-model", messages=MESSAGES) as stream:
+        tool = {"type": "function", "function": {"name": "get_weather", "strict": True, "parameters": {
+            "type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"],
+            "additionalProperties": False}}}
+        with c.chat.completions.stream(model="fault-model", messages=MESSAGES, tools=[tool]) as stream:
             events = [e for e in stream if e.type.startswith("tool_calls")]
             final = stream.get_final_completion()
     assert [e.arguments_delta for e in events[:-1]] == ['{"ci', 'ty": "Paris"}']
     done = events[-1]
     assert done.type == "tool_calls.function.arguments.done" and done.name == "get_weather"
-    assert done.parsed_arguments == {"city": "Paris"}
+    assert done.parsed_arguments == {"city": "Paris"}  # a strict tool: JSON (openai-python's rule)
     assert final.choices[0].message.tool_calls[0].function.arguments == '{"city": "Paris"}'
 
 

@@ -358,10 +358,12 @@ class Engine:
         return kind in IDENTIFIABLE_KINDS or (policy.identify_server is True and kind in NAMED_SELF_HOSTED)
 
     def identifying(self, deployment_ids: List[str]) -> List[str]:
-        """The providers of these deployments whose identification is still under way."""
+        """The providers of these deployments whose identification is under way (a stale answer is
+        asked again first)."""
         if self.identities is None:
             return []
         names = {d.provider.name for d in (self._deployments.get(i) for i in deployment_ids) if d is not None}
+        self.identities.refresh(names)  # an old answer is asked again now, so the cut decides on a fresh one
         return [n for n in names if self.identities.pending([n])]
 
     def same_family(self, deployment_id: str, other_id: str) -> bool:

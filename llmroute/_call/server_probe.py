@@ -3,14 +3,17 @@
 The thin I/O shell around `providers/server_identity.py`. The first call that may reach a provider
 of an identifiable kind queues it (`ServerIdentities.want`); one daemon thread for the whole process
 asks the provider's free GET endpoints, on a connection pool of its own that it closes when its
-queue is empty, until one answer says which server it is. Answers are kept for the process's life,
-per server (base URL and credentials): every client of the process shares them, so a program that
-builds many clients asks each server once. Nothing here is billed, written to the ledger, counted
+queue is empty, until one answer says which server it is. Answers are kept per server (base URL and
+credentials) and shared by every client of the process, so a program that builds many clients asks
+each server once; an answer is asked again once it is old (`stale`: an identification after
+`IDENTIFIED_TTL_S`, since a server behind a URL can be replaced; "not identified" after
+`UNIDENTIFIED_RETRY_S`, since a server that was down at the first ask may be up now), when a new
+client wants it or a cut stream is about to decide with it. Nothing here is billed, written to the ledger, counted
 by a breaker, or waited for by a call, except a stream cut after content, which may wait (`wait`,
 bounded by `CUT_WAIT_S`) for an identification still under way, since the answer decides whether a
 backup can continue the cut answer.
 
-It must never block a call that is not recovering from a cut, never retry, never read more than
+It must never block a call that is not recovering from a cut, never retry within one ask, never read more than
 `_MAX_BODY` of an answer, never log a key or a body, hold no reference to a client, and never raise
 into a call: any failure is "not identified" (behave as today).
 """
@@ -29,11 +32,18 @@ from llmroute.providers.server_identity import Identity, identify, probe_paths, 
 if TYPE_CHECKING:
     from llmroute.config import Provider
 
-__all__ = ["ServerIdentities", "PROBE_TIMEOUT_S", "CUT_WAIT_S"]
+__all__ = ["ServerIdentities", "PROBE_TIMEOUT_S", "CUT_WAIT_S", "IDENTIFIED_TTL_S", "UNIDENTIFIED_RETRY_S", "stale"]
 
 PROBE_TIMEOUT_S = 3.0  # per GET: an info endpoint answers from memory
 CUT_WAIT_S = 2.0  # the longest a cut stream waits for an identification still under way
 _MAX_BODY = 1 << 20  # a model list or a settings object; more is not one of these servers
+IDENTIFIED_TTL_S = 3600.0  # a URL's server may be redeployed as another kind
+UNIDENTIFIED_RETRY_S = 60.0  # a server down or starting at the first ask
+
+
+def stale(identity: Identity, found_at: float, now: float) -> bool:
+    """Is an answer found at `found_at` (monotonic seconds) to be asked again at `now`?"""
+    return now - found_at >= (IDENTIFIED_TTL_S if identity.server is not None else UNIDENTIFIED_RETRY_S)
 
 
 def _server_key(provider: "Provider") -> str:
@@ -49,6 +59,7 @@ class _Registry:
     def __init__(self) -> None:
         self.lock = threading.Condition()
         self.known: Dict[str, Identity] = {}
+        self.found_at: Dict[str, float] = {}  # server key -> monotonic time its answer came
         self.pending: Dict[str, "Provider"] = {}
         self.queue: Deque[str] = deque()
         self.thread: threading.Thread | None = None
@@ -64,9 +75,13 @@ class _Registry:
         self.queue.clear()
         self.thread = None
 
-    def want(self, key: str, provider: "Provider") -> None:
+    def want(self, key: str, provider: "Provider", now: float) -> None:
+        """Queue `key`'s server unless it is being asked or its answer is still fresh."""
         with self.lock:
-            if key in self.known or key in self.pending:
+            if key in self.pending:
+                return
+            known = self.known.get(key)
+            if known is not None and not stale(known, self.found_at.get(key, now), now):
                 return
             self.pending[key] = provider
             self.queue.append(key)
@@ -94,7 +109,8 @@ class _Registry:
                         identity = Identity(None, f"not identified: {type(exc).__name__}")
                 with self.lock:
                     self.pending.pop(key, None)
-                    self.known[key] = identity
+                    self.known[key] = identity  # the old answer stays readable until this one replaces it
+                    self.found_at[key] = time.monotonic()
                     self.lock.notify_all()
         finally:
             transport.close()
@@ -135,6 +151,7 @@ class ServerIdentities:
 
     def __init__(self) -> None:
         self._keys: Dict[str, str] = {}  # provider name -> server key
+        self._providers: Dict[str, "Provider"] = {}  # provider name -> the provider wanted
         self._closed = False
 
     def known(self, provider: str) -> Identity | None:
@@ -143,15 +160,22 @@ class ServerIdentities:
         return _REGISTRY.known.get(key) if key is not None else None
 
     def want(self, providers: Iterable["Provider"]) -> None:
-        """Identify these providers' servers (each once per process) in the background; returns at once."""
+        """Identify these providers' servers in the background (each once per process, again when its
+        answer is `stale`); returns at once."""
         if self._closed:
             return
         _REGISTRY.after_fork()
+        now = time.monotonic()
         for provider in providers:
             key = self._keys.get(provider.name)
             if key is None:
                 key = self._keys[provider.name] = _server_key(provider)
-            _REGISTRY.want(key, provider)
+            self._providers[provider.name] = provider
+            _REGISTRY.want(key, provider, now)
+
+    def refresh(self, providers: Iterable[str]) -> None:
+        """Ask again, in the background, those of these (already wanted) providers whose answer is stale."""
+        self.want([p for p in (self._providers.get(name) for name in providers) if p is not None])
 
     def pending(self, providers: Iterable[str]) -> bool:
         _REGISTRY.after_fork()

@@ -6,8 +6,14 @@ then reads each choice's content into the model: `completion.choices[0].message.
 by the length limit raises `LengthFinishReasonError`, one refused by the platform's filter
 `ContentFilterFinishReasonError` (openai-python's names and rule). `stream()` is a context manager
 over a streamed call that yields openai-python's events (`chunk`, `content.delta`, `content.done`,
-`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`, with the arguments
-as JSON, not a pydantic model) and ends with `get_final_completion()`.
+`refusal.delta`, `refusal.done`, `tool_calls.function.arguments.delta`/`.done`, `logprobs.content.delta`/
+`.done`, `logprobs.refusal.delta`/`.done`) and ends with
+`get_final_completion()`.
+
+Tools are read as openai-python reads them: a tool built by `pydantic_function_tool(Model)` (ours or
+openai-python's) has its arguments read into `Model`, any other `strict` function tool into JSON, and a
+tool that is not strict gives `parsed_arguments = None` (`stream()`); `parse()` takes only strict
+function tools and names the first other one before sending anything.
 
 This module shapes requests and reads answers; the calls go through the client's own `create()`.
 It never sends anything itself.
@@ -21,13 +27,14 @@ from typing import Any, AsyncIterator, Dict, Iterator, List
 
 from pydantic import BaseModel, Field
 
-from llmroute.errors import LLMRouteError
-from llmroute.types import ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, Choice
+from llmroute.errors import InvalidRequestError, LLMRouteError
+from llmroute.types import (ChatCompletion, ChatCompletionChunk, ChatCompletionMessage, ChatCompletionTokenLogprob,
+                            Choice, FunctionCall, ToolCall)
 
 __all__ = ["ParsedChatCompletion", "ParsedChoice", "ParsedChatCompletionMessage", "LengthFinishReasonError",
            "ContentFilterFinishReasonError", "response_format_param", "parsed_completion", "ChatCompletionStream",
            "AsyncChatCompletionStream", "ChatCompletionStreamManager", "AsyncChatCompletionStreamManager",
-           "StreamEvent"]
+           "StreamEvent", "ParsedFunction", "ParsedFunctionToolCall", "PydanticFunctionTool", "pydantic_function_tool"]
 
 
 class LengthFinishReasonError(LLMRouteError):
@@ -46,8 +53,17 @@ class ContentFilterFinishReasonError(LLMRouteError):
         super().__init__("could not parse the answer: the platform's content filter refused it")
 
 
+class ParsedFunction(FunctionCall):
+    parsed_arguments: Any = None  # the arguments read into the tool's model, or JSON for a strict tool
+
+
+class ParsedFunctionToolCall(ToolCall):
+    function: ParsedFunction = Field(default_factory=ParsedFunction)
+
+
 class ParsedChatCompletionMessage(ChatCompletionMessage):
     parsed: Any = None  # the answer read into the response_format model (None without one)
+    tool_calls: List[ParsedFunctionToolCall] | None = None  # type: ignore[assignment]  # a finer item type, as openai-python's
 
 
 class ParsedChoice(Choice):
@@ -92,8 +108,67 @@ def response_format_param(response_format: Any) -> Any:
             "json_schema": {"name": response_format.__name__, "schema": schema, "strict": True}}
 
 
-def parsed_completion(completion: ChatCompletion, response_format: Any) -> ParsedChatCompletion:
-    """`completion` with each choice's content read into `response_format` (a pydantic model class)."""
+class PydanticFunctionTool(Dict[str, Any]):
+    """A tool's `function` definition that remembers the pydantic model its arguments are read into
+    (sent as the plain dict it is)."""
+
+    def __init__(self, definition: Dict[str, Any], model: type[BaseModel]) -> None:
+        super().__init__(definition)
+        self.model = model
+
+
+def pydantic_function_tool(model: type[BaseModel], *, name: str | None = None,
+                           description: str | None = None) -> Dict[str, Any]:
+    """A strict function tool whose parameters are `model`'s JSON schema (openai-python's helper)."""
+    if not _is_model_type(model):
+        raise InvalidRequestError(f"takes a pydantic model class, not {type(model).__name__}", field="model")
+    function = PydanticFunctionTool({"name": name or model.__name__, "strict": True,
+                                     "parameters": _strict_schema(model.model_json_schema())}, model)
+    description = model.__doc__ if description is None else description
+    if description is not None:
+        function["description"] = description
+    return {"type": "function", "function": function}
+
+
+def _tool_named(tools: Any, name: str | None) -> Any:
+    for tool in tools or ():
+        if isinstance(tool, dict) and tool.get("type") == "function":
+            function = tool.get("function")
+            if isinstance(function, dict) and function.get("name") == name:
+                return function
+    return None
+
+
+def parsed_arguments(tools: Any, name: str | None, arguments: str) -> Any:
+    """A tool call's arguments read as its tool says: into the tool's pydantic model, into JSON for a
+    strict tool, None for a tool not given or not strict."""
+    function = _tool_named(tools, name)
+    if function is None:
+        return None
+    model = getattr(function, "model", None)
+    if model is not None and _is_model_type(model):
+        return model.model_validate_json(arguments)
+    return json.loads(arguments) if function.get("strict") is True else None
+
+
+def _check_tools(tools: Any) -> None:
+    """`parse()` reads every tool call: each tool must be a strict function tool (openai-python's rule)."""
+    for i, tool in enumerate(tools or ()):
+        if not isinstance(tool, dict) or tool.get("type") != "function":
+            kind = tool.get("type") if isinstance(tool, dict) else type(tool).__name__
+            raise InvalidRequestError(f"tools[{i}] is a {kind!r} tool; parse() reads only function tools",
+                                      field="tools")
+        function = tool.get("function") or {}
+        if not isinstance(function, dict) or function.get("strict") is not True:
+            name = function.get("name") if isinstance(function, dict) else None
+            raise InvalidRequestError(f"tools[{i}] ({name!r}) is not strict; parse() reads only strict function "
+                                      "tools (set \"strict\": true, or build it with pydantic_function_tool)",
+                                      field="tools")
+
+
+def parsed_completion(completion: ChatCompletion, response_format: Any, tools: Any = None) -> ParsedChatCompletion:
+    """`completion` with each choice's content read into `response_format` (a pydantic model class) and
+    each tool call's arguments read as its tool in `tools` says."""
     for choice in completion.choices:
         if choice.finish_reason == "length":
             raise LengthFinishReasonError(completion)
@@ -105,6 +180,8 @@ def parsed_completion(completion: ChatCompletion, response_format: Any) -> Parse
         message = choice.message
         if _is_model_type(response_format) and message.content and not message.refusal:
             message.parsed = response_format.model_validate_json(message.content)
+        for call in message.tool_calls or ():
+            call.function.parsed_arguments = parsed_arguments(tools, call.function.name, call.function.arguments)
     return out
 
 
@@ -112,6 +189,7 @@ def _parse_args(kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Any]:
     if kwargs.get("stream"):
         raise TypeError("parse() does not stream: use chat.completions.stream(...)")
     response_format = kwargs.get("response_format")
+    _check_tools(kwargs.get("tools"))
     kwargs = dict(kwargs)
     if response_format is not None:
         kwargs["response_format"] = response_format_param(response_format)
@@ -120,12 +198,12 @@ def _parse_args(kwargs: Dict[str, Any]) -> tuple[Dict[str, Any], Any]:
 
 def parse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompletion:
     kwargs, response_format = _parse_args(kwargs)
-    return parsed_completion(completions.create(**kwargs), response_format)
+    return parsed_completion(completions.create(**kwargs), response_format, kwargs.get("tools"))
 
 
 async def aparse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompletion:
     kwargs, response_format = _parse_args(kwargs)
-    return parsed_completion(await completions.create(**kwargs), response_format)
+    return parsed_completion(await completions.create(**kwargs), response_format, kwargs.get("tools"))
 
 
 # ------------------------------------------------------------------------------------------------
@@ -134,15 +212,17 @@ async def aparse(completions: Any, kwargs: Dict[str, Any]) -> ParsedChatCompleti
 
 class StreamEvent(BaseModel):
     """One event of `chat.completions.stream(...)`: `type` is "chunk", "content.delta", "content.done",
-    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta" or
-    "tool_calls.function.arguments.done"; the other fields as openai-python's events of that type."""
+    "refusal.delta", "refusal.done", "tool_calls.function.arguments.delta",
+    "tool_calls.function.arguments.done", "logprobs.content.delta", "logprobs.content.done",
+    "logprobs.refusal.delta" or "logprobs.refusal.done"; the other fields as openai-python's events of
+    that type (on the logprobs events `content`/`refusal` and `snapshot` are lists of token logprobs)."""
 
     type: str
     chunk: ChatCompletionChunk | None = None
     delta: str | None = None
-    snapshot: str | None = None
-    content: str | None = None
-    refusal: str | None = None
+    snapshot: str | List[ChatCompletionTokenLogprob] | None = None
+    content: str | List[ChatCompletionTokenLogprob] | None = None
+    refusal: str | List[ChatCompletionTokenLogprob] | None = None
     parsed: Any = None
     # tool-call argument events
     name: str | None = None
@@ -152,14 +232,23 @@ class StreamEvent(BaseModel):
     parsed_arguments: Any = None
 
 
+def _logprobs_event(kind: str, part: str, tokens: List[ChatCompletionTokenLogprob],
+                    snapshot: List[ChatCompletionTokenLogprob] | None) -> StreamEvent:
+    if part == "content":
+        return StreamEvent(type=kind, content=tokens, snapshot=snapshot)
+    return StreamEvent(type=kind, refusal=tokens, snapshot=snapshot)
+
+
 class _Events:
     """Chunks -> events (sans-I/O): the texts so far, and the done events at the end."""
 
-    def __init__(self, response_format: Any) -> None:
+    def __init__(self, response_format: Any, tools: Any = None) -> None:
         self.response_format = response_format
+        self.input_tools = tools
         self.content = ""
         self.refusal = ""
         self.tools: Dict[int, Dict[str, str]] = {}  # index -> {"name", "arguments"} so far
+        self.logprobs: Dict[str, List[ChatCompletionTokenLogprob]] = {}  # "content"/"refusal" -> tokens so far
 
     def feed(self, chunk: ChatCompletionChunk) -> List[StreamEvent]:
         events = [StreamEvent(type="chunk", chunk=chunk)]
@@ -182,6 +271,12 @@ class _Events:
                     tool["arguments"] += piece
                     events.append(StreamEvent(type="tool_calls.function.arguments.delta", name=tool["name"],
                                               index=call.index, arguments=tool["arguments"], arguments_delta=piece))
+            for part in ("content", "refusal"):
+                tokens = getattr(choice.logprobs, part) if choice.logprobs is not None else None
+                if tokens:
+                    snapshot = self.logprobs.setdefault(part, [])
+                    snapshot.extend(tokens)
+                    events.append(_logprobs_event(f"logprobs.{part}.delta", part, tokens, list(snapshot)))
         return events
 
     def done(self) -> List[StreamEvent]:
@@ -198,11 +293,13 @@ class _Events:
             events.append(StreamEvent(type="refusal.done", refusal=self.refusal))
         for index, tool in sorted(self.tools.items()):
             try:
-                parsed_arguments = json.loads(tool["arguments"]) if tool["arguments"] else None
+                parsed = parsed_arguments(self.input_tools, tool["name"], tool["arguments"]) if tool["arguments"] else None
             except ValueError:
-                parsed_arguments = None
+                parsed = None  # arguments that do not read as the tool says: the text is still there
             events.append(StreamEvent(type="tool_calls.function.arguments.done", name=tool["name"], index=index,
-                                      arguments=tool["arguments"], parsed_arguments=parsed_arguments))
+                                      arguments=tool["arguments"], parsed_arguments=parsed))
+        for part, tokens in self.logprobs.items():
+            events.append(_logprobs_event(f"logprobs.{part}.done", part, tokens, None))
         return events
 
 
@@ -220,10 +317,11 @@ class ChatCompletionStream:
     """What `with client.chat.completions.stream(...) as stream:` gives: iterate for events, then
     `get_final_completion()` (a `ParsedChatCompletion`); `until_done()` reads to the end."""
 
-    def __init__(self, stream: Any, response_format: Any) -> None:
+    def __init__(self, stream: Any, response_format: Any, tools: Any = None) -> None:
         self._stream = stream
-        self._events = _Events(response_format)
+        self._events = _Events(response_format, tools)
         self._response_format = response_format
+        self._tools = tools
 
     def __iter__(self) -> Iterator[StreamEvent]:
         for chunk in self._stream:
@@ -236,7 +334,7 @@ class ChatCompletionStream:
         return self
 
     def get_final_completion(self) -> ParsedChatCompletion:
-        return parsed_completion(self._stream.get_final_completion(), self._response_format)
+        return parsed_completion(self._stream.get_final_completion(), self._response_format, self._tools)
 
     def close(self) -> None:
         self._stream.close()
@@ -253,7 +351,8 @@ class ChatCompletionStreamManager:
         self._stream: ChatCompletionStream | None = None
 
     def __enter__(self) -> ChatCompletionStream:
-        self._stream = ChatCompletionStream(self._completions.create(**self._kwargs), self._response_format)
+        self._stream = ChatCompletionStream(self._completions.create(**self._kwargs), self._response_format,
+                                            self._kwargs.get("tools"))
         return self._stream
 
     def __exit__(self, *exc: Any) -> None:
@@ -264,10 +363,11 @@ class ChatCompletionStreamManager:
 class AsyncChatCompletionStream:
     """`async with client.chat.completions.stream(...) as stream:`; `async for event in stream`."""
 
-    def __init__(self, stream: Any, response_format: Any) -> None:
+    def __init__(self, stream: Any, response_format: Any, tools: Any = None) -> None:
         self._stream = stream
-        self._events = _Events(response_format)
+        self._events = _Events(response_format, tools)
         self._response_format = response_format
+        self._tools = tools
 
     def __aiter__(self) -> AsyncIterator[StreamEvent]:
         return self._iterate()
@@ -285,7 +385,7 @@ class AsyncChatCompletionStream:
         return self
 
     async def get_final_completion(self) -> ParsedChatCompletion:
-        return parsed_completion(await self._stream.get_final_completion(), self._response_format)
+        return parsed_completion(await self._stream.get_final_completion(), self._response_format, self._tools)
 
     async def close(self) -> None:
         await self._stream.aclose()
@@ -303,7 +403,7 @@ class AsyncChatCompletionStreamManager:
 
     async def __aenter__(self) -> AsyncChatCompletionStream:
         self._stream = AsyncChatCompletionStream(await self._completions.create(**self._kwargs),
-                                                 self._response_format)
+                                                 self._response_format, self._kwargs.get("tools"))
         return self._stream
 
     async def __aexit__(self, *exc: Any) -> None:

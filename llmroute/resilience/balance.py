@@ -32,7 +32,9 @@ Delays within 10% of the best count as ties (two equal servers' estimates differ
 lower utilization goes first, then at random.
 
 Sticky keys: the deployment the sticky value hashes to keeps the call unless its expected delay is
-more than `STICKY_SLACK` times the best's (bounded-load affinity); the route says when load won.
+more than `STICKY_SLACK` times the best's and more than `STICKY_GAP_S` longer (bounded-load affinity:
+a prefix cache on the sticky server is worth tens of milliseconds, and a few milliseconds of noise
+between two fast servers is not load); the route says when load won.
 
 **Slow start** (TCP's slow start, Envoy's slow-start mode, Finagle's probation): a deployment whose
 capacity is not learned yet holds at most a small *window* of this process's calls in flight. The
@@ -63,11 +65,12 @@ from typing import Mapping, Sequence, TypeVar
 from llmroute._runtime.forksafe import renew_at_fork
 
 __all__ = ["QueueGauges", "LoadBalancer", "BalanceChoice", "DeploymentLoad", "BALANCE_MODES", "STICKY_SLACK",
-           "grow_window"]
+           "STICKY_GAP_S", "grow_window"]
 
 BALANCE_MODES = ("load", "weighted", "order")
 
 STICKY_SLACK = 2.0  # a sticky deployment keeps the call while its delay is within this factor of the best
+STICKY_GAP_S = 0.05  # ... or within this many seconds of it
 UP_ALPHA = 0.25  # a slower service sample moves the estimate this far up at once (peak-sensitive)
 DOWN_ALPHA = 0.05  # a faster one this far down
 DOWN_TAU_S = 2.0  # the raw latency average (display) decays with this time constant
@@ -230,7 +233,7 @@ class LoadBalancer:
         """`candidates` (with their deployment `ids`) ordered by expected delay, lowest first.
 
         `sticky`: the index of the candidate a sticky value chose; it stays first unless its delay
-        is over `STICKY_SLACK` times the best's."""
+        is over `STICKY_SLACK` times the best's and over `STICKY_GAP_S` longer."""
         if len(candidates) < 2:
             return list(candidates), None
         with self._lock:
@@ -255,7 +258,7 @@ class LoadBalancer:
         overridden: str | None = None
         if sticky is not None:
             pos = next(k for k, s in enumerate(scored) if s[3] == sticky)
-            if scored[pos][0] <= STICKY_SLACK * scored[0][0]:
+            if scored[pos][0] <= max(STICKY_SLACK * scored[0][0], scored[0][0] + STICKY_GAP_S):
                 scored.insert(0, scored.pop(pos))
             else:
                 overridden = ids[sticky]

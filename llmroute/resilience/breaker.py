@@ -74,6 +74,7 @@ class Transition:
     at: float
     open_until: float | None
     disabled: bool = False
+    cause: BaseException | None = None  # the error that opened it (detached), when one did
 
 
 @dataclass(frozen=True)
@@ -241,20 +242,25 @@ class CircuitBreaker:
                 now,
                 self._open_until,
                 disabled=self._disabled_reason is not None,
+                cause=self._cause if self._state == "open" else None,
             )
 
-    def extend_open(self, now: float, until: float, *, reason: str = "platform asked to wait") -> None:
+    def extend_open(self, now: float, until: float, *, reason: str = "platform asked to wait",
+                    cause: BaseException | None = None) -> None:
         """Keep the breaker open until at least `until`: extends an open deadline, never shortens it.
 
         A closed or half-open breaker opens (a hold, not a trip: later open periods do not grow).
+        `cause` is the error that holds it (kept as `held_by`) when no error of this process does.
         """
         with self._lock:
             self._advance(now)
             self._hold(now, until, reason)
+            if cause is not None and self._state == "open" and self._cause is None:
+                self._cause = cause
 
     def held_by(self, now: float) -> BaseException | None:
         """The error that holds the breaker open (or half-open), detached; None when closed or when no
-        error opened it (a slow-call trip, a hold adopted from another process)."""
+        error opened it (a slow-call trip, a hold adopted from a process that did not name its error)."""
         with self._lock:
             self._advance(now)
             return None if self._state == "closed" else self._cause

@@ -31,6 +31,7 @@ import uuid
 from dataclasses import replace
 from typing import Any, Callable, Iterable, Literal
 
+from llmroute import errors as E
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.resilience.breaker import SAMPLES_KEPT, BreakerSnapshot, CircuitBreaker, Permit, Transition, percentile
 from llmroute.resilience.policy import ResiliencePolicy
@@ -42,7 +43,8 @@ __all__ = ["SharedBreakers", "SharedCircuitBreaker", "PUBLISH_LUA"]
 log = logging.getLogger("llmroute.state")
 
 # KEYS: the deployment's hash. ARGV: state ("open"/"closed"), open_until (wall s, "inf"), reason,
-# disabled ("1"/"0"), now (wall s), process id, ttl_s. Returns 1 when written.
+# disabled ("1"/"0"), now (wall s), process id, ttl_s, cause ("ErrorClass|status" or ""). Returns 1
+# when written.
 PUBLISH_LUA = """
 local cur = redis.call('HMGET', KEYS[1], 'state', 'open_until')
 local now = tonumber(ARGV[5])
@@ -56,11 +58,32 @@ else
   if cur[1] == 'open' and cur_until > now and ARGV[4] ~= '1' then return 0 end
 end
 redis.call('HSET', KEYS[1], 'state', ARGV[1], 'open_until', ARGV[2], 'reason', ARGV[3], 'disabled', ARGV[4],
-           'changed_at', ARGV[5], 'by', ARGV[6])
+           'changed_at', ARGV[5], 'by', ARGV[6], 'cause', ARGV[8] or '')
 redis.call('HINCRBY', KEYS[1], 'trips', ARGV[1] == 'open' and 1 or 0)
 redis.call('EXPIRE', KEYS[1], ARGV[7])
 return 1
 """
+
+def cause_field(cause: BaseException | None) -> str:
+    """What the fleet is told of the error that opened a breaker: its class and status, no message
+    (a message may quote a request or a platform's text; the reason field carries the summary)."""
+    if not isinstance(cause, E.ProviderError):
+        return ""
+    return f"{type(cause).__name__}|{'' if cause.status is None else cause.status}"
+
+
+def cause_from_field(field: str | None, reason: str, deployment_id: str) -> BaseException | None:
+    """The error another process's breaker was opened by, rebuilt from `cause_field` (same class and
+    status, `reason` as its message); None for an empty or unknown field."""
+    name, _, status = (field or "").partition("|")
+    cls = getattr(E, name, None) if name else None
+    if not (isinstance(cls, type) and issubclass(cls, E.ProviderError)):
+        return None
+    try:
+        return cls(reason, deployment=deployment_id, status=int(status) if status.isdigit() else None)
+    except Exception:  # noqa: BLE001 - a class with a constructor of its own: not named, as before
+        return None
+
 
 # Shared breaker records outlive any open period worth remembering.
 RECORD_TTL_S = 7 * 86400
@@ -207,7 +230,7 @@ class SharedBreakers:
         if transition.to_state == "open" and transition.open_until is not None:
             until = "inf" if math.isinf(transition.open_until) else repr(now_wall + (transition.open_until - now_mono))
         args = [transition.to_state, until, transition.reason[:300], "1" if transition.disabled else "0",
-                repr(now_wall), self._owner, RECORD_TTL_S]
+                repr(now_wall), self._owner, RECORD_TTL_S, cause_field(transition.cause)]
         key = self.key(transition.deployment_id)
         if self.later is not None:
             self.later(self._send_publish, key, args)
@@ -320,7 +343,9 @@ class SharedBreakers:
                 continue
             if rec.get("by") == self._owner and local_until is not None:
                 continue
-            breaker.extend_open(now_mono, until_mono, reason=f"opened by another process: {rec.get('reason', '')}")
+            reason = f"opened by another process: {rec.get('reason', '')}"
+            breaker.extend_open(now_mono, until_mono, reason=reason,
+                                cause=cause_from_field(rec.get("cause"), reason, deployment_id))
             self.adopted += 1
         self.fleet = fleet
         return True

@@ -149,3 +149,33 @@ def test_who_is_asked(fresh, kind, setting, asked):
         client.chat.completions.create(model="t", messages=[{"role": "user", "content": "hi"}])
         client._engine.identities.wait(["p"], timeout_s=10.0)
     assert bool(srv.probes) is asked
+
+
+@pytest.mark.parametrize("server, age_s, stale", [
+    ("vllm", 3599.0, False), ("vllm", 3600.0, True), (None, 59.0, False), (None, 60.0, True)])
+def test_an_answer_is_asked_again_once_it_is_old(server, age_s, stale):
+    from llmroute._call.server_probe import stale as is_stale
+    from llmroute.providers.server_identity import Identity
+    assert is_stale(Identity(server, "evidence"), found_at=100.0, now=100.0 + age_s) is stale
+
+
+def test_a_server_down_at_the_first_ask_is_identified_once_the_retry_interval_passed(fresh):
+    from llmroute._call.server_probe import _REGISTRY, UNIDENTIFIED_RETRY_S
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again at once: refused until the server below starts
+    prov = provider(f"http://127.0.0.1:{port}/v1")
+    identities = ServerIdentities()
+    identities.want([prov])
+    identities.wait([prov.name], timeout_s=10.0)
+    assert identities.known(prov.name).server is None  # down: not identified
+    srv = fresh(VLLMServer(port=port))
+    identities.refresh([prov.name])  # fresh answer: not asked again yet
+    assert not identities.pending([prov.name]) and srv.probes == []
+    with _REGISTRY.lock:  # the answer ages past the retry interval
+        for key in _REGISTRY.found_at:
+            _REGISTRY.found_at[key] -= UNIDENTIFIED_RETRY_S
+    identities.refresh([prov.name])
+    identities.wait([prov.name], timeout_s=10.0)
+    found = identities.known(prov.name)
+    assert found is not None and found.server == "vllm" and len(srv.probes) >= 1

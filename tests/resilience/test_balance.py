@@ -89,6 +89,23 @@ def test_a_sticky_value_keeps_its_deployment_until_it_is_far_worse():
     assert order[0] == A and choice is not None and choice.sticky_overridden == "b:m"
 
 
+def test_a_sticky_value_keeps_its_deployment_over_milliseconds_of_noise():
+    """Two fast servers 3x apart by a few milliseconds (noise on a loaded machine, not load): each
+    user keeps the deployment it hashes to; the same ratio at 100 ms vs 300 ms moves it."""
+    users = [f"user-{i}" for i in range(20)]
+    hashed = {u: order_tier([A, B], mode="weighted", rng=random.Random(0), now=0.0, sticky_value=u)[0][0].deployment_id
+              for u in users}
+    for fast, slow, kept in ((0.002, 0.006, True), (0.1, 0.3, False)):
+        b = LoadBalancer()
+        _serve(b, "a:m", 0.0, fast)
+        _serve(b, "b:m", 0.0, slow)
+        chosen = {u: order_tier([A, B], mode="load", rng=random.Random(5), now=1.0, sticky_value=u,
+                                balancer=b)[0][0].deployment_id for u in users}
+        assert (chosen == hashed) is kept, (fast, slow, chosen)
+        if not kept:
+            assert set(chosen.values()) == {"a:m"}
+
+
 def test_parse_gauges_of_each_server():
     vllm = ('# TYPE vllm:num_requests_running gauge\nvllm:num_requests_running{engine="0",model_name="m"} 3\n'
             'vllm:num_requests_running{engine="1",model_name="m"} 2\nvllm:num_requests_waiting{engine="0"} 4\n'

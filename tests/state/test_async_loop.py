@@ -207,8 +207,9 @@ def test_a_breaker_an_async_client_opens_is_published_to_the_fleet(make_server, 
     with L.Client(config=cfg) as other:
         view = other.health()
         assert view["p:m"].state == "open" and "another process" in view["p:m"].reason
-        with pytest.raises(L.AllDeploymentsFailedError):
+        with pytest.raises(L.InternalServerError) as held:  # the class that opened it: a 503
             other.chat.completions.create(model="chat", messages=[{"role": "user", "content": "y"}])
+        assert held.value.held and held.value.status_code == 503
     assert len(server.chat_requests()) == 2
 
 

@@ -10,6 +10,7 @@ import time
 import pytest
 
 import llmroute as L
+from llmroute import errors as E
 from llmroute.accounting.ledger_postgres import PostgresSink
 from llmroute.cli.health import main as health_main
 from tests.servers.fault import slow_ttft, status
@@ -66,14 +67,16 @@ def test_health_shows_a_breaker_another_process_opened(make_server, redis_server
     bad.push(status(503), status(503))
     with L.Client(config=cfg) as opener:
         for _ in range(2):
-            with pytest.raises(L.LLMRouteError):
+            with pytest.raises(L.LLMRouteError) as opened:
                 opener.chat.completions.create(model="chat", messages=MESSAGES)
         assert opener.health()["p:m"].state == "open"
     with L.Client(config=cfg) as fresh:  # another process: it never called p:m
         view = fresh.health()
         assert view["p:m"].state == "open" and "another process" in view["p:m"].reason
-        with pytest.raises(L.AllDeploymentsFailedError):
+        with pytest.raises(L.InternalServerError) as held:  # the class that opened it, there: a 503
             fresh.chat.completions.create(model="chat", messages=MESSAGES)
+        assert held.value.held and held.value.status_code == 503 and "another process" in str(held.value)
+        assert type(held.value) is type(opened.value)
     assert len(bad.chat_requests()) == 2
     path = tmp_path / "llmroute.toml"
     path.write_text(
@@ -323,3 +326,23 @@ def test_an_admission_the_plan_did_not_use_is_given_back(redis_server):
         assert r.zcard(slots % "x:m") == 1  # the other deployment's admission is the plan's to release
     finally:
         fleet.close()
+
+
+@pytest.mark.parametrize("error, field", [
+    (E.RateLimitError("slow down", status=429), "RateLimitError|429"),
+    (E.APIConnectionError("refused"), "APIConnectionError|"),
+    (ValueError("not a platform's error"), ""),
+    (None, ""),
+])
+def test_the_fleet_is_told_the_class_and_status_of_what_opened_a_breaker(error, field):
+    from llmroute.state.breakers import cause_field, cause_from_field
+    assert cause_field(error) == field
+    rebuilt = cause_from_field(field, "opened by another process: 2 failures", "p:m")
+    if not field:
+        assert rebuilt is None
+    else:
+        assert type(rebuilt) is type(error) and rebuilt.status == error.status and rebuilt.deployment == "p:m"
+        assert "slow down" not in str(rebuilt) and "another process" in str(rebuilt)
+    for unknown in ("NoSuchError|500", "Exception|500", "LLMRouteError|", "RateLimitError|x"):
+        got = cause_from_field(unknown, "r", "p:m")
+        assert got is None or (type(got) is E.RateLimitError and got.status is None)
