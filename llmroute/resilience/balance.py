@@ -268,7 +268,8 @@ class LoadBalancer:
 
     # -- slow start ------------------------------------------------------------------------------
     def holds(self, deployment_id: str, pool: Sequence[str], key: str, ticket: int | None, now: float) -> bool:
-        """Should a first attempt at `deployment_id` wait (slow start)? Yes when it is at its window,
+        """Should a first attempt at `deployment_id` wait (slow start)? Yes when it is at its window
+        (this process's calls in flight there; other processes' too while no one has measured it),
         or when the calls queued in `key`'s queue ahead of this one (`ticket`) fill every window of
         `pool` (first come, first served). A pool with a deployment out of slow start never holds
         calls behind the others' windows."""
@@ -276,7 +277,12 @@ class LoadBalancer:
             load = self._loads.get(deployment_id)
             if load is None or load.window is None:
                 return False
-            if load.in_flight >= load.window:
+            n = load.in_flight
+            if load.service_s is None and now - load.remote_at <= REMOTE_FRESH_S:
+                # Nobody has heard back from it yet: the fleet's calls there count too (one small
+                # server must not take one call from every process before any of them answers).
+                n += load.remote_in_flight
+            if n >= load.window:
                 return True
             queue = self._queues.get(key)
             if not queue:

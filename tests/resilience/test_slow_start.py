@@ -111,6 +111,14 @@ def test_a_process_starts_from_the_fleets_knowledge():
     assert snap["window"] is None and snap["capacity"] == 8.0
     b.adopt("b:m", ["1|0.1|5"], 2.0)  # a process without slow start (three fields): its estimate is learned
     assert b.snapshot(2.0)["b:m"]["window"] is None
+    # A deployment nobody measured yet: another process's call there fills the window here too...
+    b.set_prior({"c:m": 1.0, "d:m": 1.0})
+    b.adopt("c:m", ["1||"], 3.0)
+    assert b.holds("c:m", ["c:m", "d:m"], "t", None, 3.0)
+    assert not b.holds("d:m", ["c:m", "d:m"], "t", None, 3.0)
+    # ... but once measured, the window counts this process's calls only (each process ramps its own).
+    b.adopt("c:m", ["1|0.4|1|2"], 4.0)
+    assert not b.holds("c:m", ["c:m", "d:m"], "t", None, 4.0)
 
 
 class _World:
