@@ -217,3 +217,18 @@ def test_a_cold_burst_keeps_off_the_small_server_until_it_has_answered():
         waited = [r for r in routes if r.queued_s > 0]
         assert len(waited) >= 12 - 3 - 2  # three sent at once, a few more once the first answers came
         assert health["a:m"].load is not None and "window" in health["a:m"].load
+
+
+def test_a_declared_max_concurrency_is_a_known_capacity():
+    servers = {"a": "http://127.0.0.1:9/v1", "b": "http://127.0.0.1:9/v1"}
+    cfg = {
+        "providers": {n: {"kind": "vllm", "base_url": u, "queue_gauges": False} for n, u in servers.items()},
+        "tiers": {"t": {"deployments": [{"id": "a:m", "weight": 1, "resilience": {"max_concurrency": 4}},
+                                        {"id": "b:m", "weight": 1}]}},
+        "pricing": {f"{n}:*": {"input_per_million": 0, "output_per_million": 0} for n in servers},
+        "ledger": {"sink": "memory"},
+    }
+    with L.Client(config=cfg) as client:  # nothing is sent
+        loads = client.health()
+    assert loads["a:m"].load is not None and loads["a:m"].load["window"] is None
+    assert loads["b:m"].load is not None and loads["b:m"].load["window"] == 1.0
