@@ -42,9 +42,12 @@ def test_an_unmeasured_deployment_holds_one_call_until_it_answers():
     b.finished("a:m", 0.1, latency_s=0.1, met=1, ok=True)  # a answers at speed: its window doubles
     assert b.snapshot(0.1)["a:m"]["window"] == 2.0
     assert not b.holds("a:m", IDS, "t", None, 0.1) and b.holds("c:m", IDS, "t", None, 0.1)
-    # The route says which deployments are still in slow start.
+    # The route and `llmroute health` say which deployments are still in slow start.
     _, choice = b.rank(TIER, IDS, 0.1, rng=random.Random(1))
     assert choice is not None and "slow start window 2" in choice.text
+    from llmroute.resilience.deployment_health import load_line
+
+    assert "slow start window 2" in load_line(b.snapshot(0.1)["a:m"])
 
 
 def test_calls_queued_first_take_the_room_first():
