@@ -122,6 +122,7 @@ class DeploymentLoad:
     # Slow start: this process's calls in flight allowed while the capacity is not learned (None: learned).
     window: float | None = SLOW_START_WINDOW
     window_goal: float = MAX_WINDOW  # the window ends here (after a failure spell: the capacity learned before)
+    balanced: bool = False  # in a tier balanced by load (`set_prior`): the only place its window is used
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,7 @@ class LoadBalancer:
         with self._lock:
             for dep, w in weights.items():
                 load = self._load(dep)
+                load.balanced = True
                 prior = max(1.0, (w or smallest) / smallest)
                 if load.completed == 0:
                     load.capacity = max(load.capacity, prior)
@@ -468,7 +470,7 @@ class LoadBalancer:
                     "queue_waiting": g.waiting if g is not None else None,
                     "kv_cache": g.kv_cache if g is not None else None,
                     "gauge_error": load.gauge_error,
-                    "window": load.window,
+                    "window": load.window if load.balanced else None,
                 }
         return out
 

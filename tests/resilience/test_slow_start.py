@@ -95,6 +95,7 @@ def test_a_servers_queue_gauges_end_the_slow_start_once_its_speed_is_known():
     from llmroute.resilience.balance import QueueGauges
 
     b = LoadBalancer()
+    b.set_prior({"a:m": 1.0, "b:m": 1.0})
     b.set_gauges("a:m", QueueGauges(running=4, waiting=2), 0.0)
     assert b.snapshot(0.0)["a:m"]["window"] == 1.0  # its capacity, but not its speed: keep probing
     _answer(b, "a:m", 0.2, 0.1)
