@@ -31,10 +31,12 @@ process; P2C would, with three deployments, send a third of the pairs' choices t
 Delays within 10% of the best count as ties (two equal servers' estimates differ by noise): the
 lower utilization goes first, then at random.
 
-Sticky keys: the deployment the sticky value hashes to keeps the call unless its expected delay is
-more than `STICKY_SLACK` times the best's and more than `STICKY_GAP_S` longer (bounded-load affinity:
-a prefix cache on the sticky server is worth tens of milliseconds, and a few milliseconds of noise
-between two fast servers is not load); the route says when load won.
+Sticky keys: the deployment the sticky value hashes to keeps the call unless the call would queue
+there (its in-flight count, this process's, other processes' and the server's gauges, is at its
+capacity) and its expected delay is more than `STICKY_SLACK` times the best's and more than
+`STICKY_GAP_S` longer (bounded-load affinity, as consistent hashing with bounded loads: a prefix
+cache is not worth a queue, but a slower sample on an idle server is not load, and moving its users
+away would leave it unmeasured); the route says when load won.
 
 **Slow start** (TCP's slow start, Envoy's slow-start mode, Finagle's probation): a deployment whose
 capacity is not learned yet holds at most a small *window* of this process's calls in flight. The
@@ -234,8 +236,9 @@ class LoadBalancer:
              sticky: int | None = None) -> tuple[list[C], BalanceChoice | None]:
         """`candidates` (with their deployment `ids`) ordered by expected delay, lowest first.
 
-        `sticky`: the index of the candidate a sticky value chose; it stays first unless its delay
-        is over `STICKY_SLACK` times the best's and over `STICKY_GAP_S` longer."""
+        `sticky`: the index of the candidate a sticky value chose; it stays first unless the call
+        would queue there and its delay is over `STICKY_SLACK` times the best's and over
+        `STICKY_GAP_S` longer."""
         if len(candidates) < 2:
             return list(candidates), None
         with self._lock:
@@ -260,7 +263,8 @@ class LoadBalancer:
         overridden: str | None = None
         if sticky is not None:
             pos = next(k for k, s in enumerate(scored) if s[3] == sticky)
-            if scored[pos][0] <= max(STICKY_SLACK * scored[0][0], scored[0][0] + STICKY_GAP_S):
+            delay, utilization = scored[pos][0], scored[pos][1]
+            if utilization <= 1.0 or delay <= max(STICKY_SLACK * scored[0][0], scored[0][0] + STICKY_GAP_S):
                 scored.insert(0, scored.pop(pos))
             else:
                 overridden = ids[sticky]

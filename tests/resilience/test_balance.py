@@ -82,16 +82,19 @@ def test_a_sticky_value_keeps_its_deployment_until_it_is_far_worse():
                        balancer=b)[0][0].deployment_id for i in range(20)}
     assert kept == {"a:m", "b:m"}  # within 2x of the best: each user keeps the deployment it hashes to
     _serve(b, "b:m", 1.0, 2.0)
-    order, choice = order_tier([A, B], mode="load", rng=random.Random(5), now=3.0,
-                               sticky_value=next(f"user-{i}" for i in range(20) if order_tier(
-                                   [A, B], mode="weighted", rng=random.Random(0), now=0.0,
-                                   sticky_value=f"user-{i}")[0][0] == B), balancer=b)
+    b_user = next(f"user-{i}" for i in range(20) if order_tier(
+        [A, B], mode="weighted", rng=random.Random(0), now=0.0, sticky_value=f"user-{i}")[0][0] == B)
+    order, choice = order_tier([A, B], mode="load", rng=random.Random(5), now=3.0, sticky_value=b_user, balancer=b)
+    assert order[0] == B  # slow but idle: the call would not queue there, the user stays
+    b.started("b:m", 3.0)  # one call in flight fills its learned capacity (~1): the next would queue
+    order, choice = order_tier([A, B], mode="load", rng=random.Random(5), now=3.0, sticky_value=b_user, balancer=b)
     assert order[0] == A and choice is not None and choice.sticky_overridden == "b:m"
 
 
 def test_a_sticky_value_keeps_its_deployment_over_milliseconds_of_noise():
-    """Two fast servers 3x apart by a few milliseconds (noise on a loaded machine, not load): each
-    user keeps the deployment it hashes to; the same ratio at 100 ms vs 300 ms moves it."""
+    """Two fast servers 3x apart by a few milliseconds (noise on a loaded machine, not load), each
+    with a call in flight: each user keeps the deployment it hashes to; the same ratio at 100 ms vs
+    300 ms moves it."""
     users = [f"user-{i}" for i in range(20)]
     hashed = {u: order_tier([A, B], mode="weighted", rng=random.Random(0), now=0.0, sticky_value=u)[0][0].deployment_id
               for u in users}
@@ -99,6 +102,8 @@ def test_a_sticky_value_keeps_its_deployment_over_milliseconds_of_noise():
         b = LoadBalancer()
         _serve(b, "a:m", 0.0, fast)
         _serve(b, "b:m", 0.0, slow)
+        b.started("a:m", 0.5)
+        b.started("b:m", 0.5)
         chosen = {u: order_tier([A, B], mode="load", rng=random.Random(5), now=1.0, sticky_value=u,
                                 balancer=b)[0][0].deployment_id for u in users}
         assert (chosen == hashed) is kept, (fast, slow, chosen)
