@@ -206,3 +206,5 @@ def test_each_deployments_load_is_an_observable_gauge(recorded):
     latency = {p["attributes"]["llmroute.deployment"]: p for p in m["llmroute.deployment.latency"]}
     assert latency[f"tg:{TG_MODEL}"]["value"] > 0 and latency[f"tg:{TG_MODEL}"]["unit"] == "s"
     assert "llmroute.deployment.queue.waiting" not in m  # no gauges read from these platforms
+    # No tier here is balanced by load: no slow-start window is reported (tests/resilience/test_slow_start.py).
+    assert "llmroute.deployment.slow_start.window" not in m

@@ -174,6 +174,8 @@ class CallRun:
         self._announce_skips()
         if self.plan.queued_s != self.route.queued_s:  # the time it waited in the client-side queue (rarely any)
             self.route.queued_s = self.plan.queued_s
+        if (choice := self.plan.new_choice()) is not None:
+            self.route.balance = choice.text  # slow start held the first choice back
         if isinstance(step, Wait):
             return step
         if isinstance(step, _plan_steps.Exhausted):

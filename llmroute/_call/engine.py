@@ -107,6 +107,9 @@ class Engine:
             if tier.balance == "load":
                 for deps in (tier.deployments, *tier.pools.values()):
                     self.balancer.set_prior({d.id: d.weight for d in deps})
+                    for d in deps:
+                        if self.policy(d.id).max_concurrency is not None:
+                            self.balancer.known_capacity(d.id)  # a declared limit: no slow start
         self.gauges: Any = None  # the queue-gauge scraper the client starts (llmroute/_call/gauge_scraper.py)
         if self.fleet is not None:
             self.fleet.breakers.balancer = self.balancer  # shares in-flight counts in the breaker sync

@@ -201,6 +201,8 @@ LOAD_GAUGES = (
     ("llmroute.deployment.queue.waiting", "{request}", "Requests the server says are waiting (its gauges).",
      "queue_waiting"),
     ("llmroute.deployment.kv_cache.usage", "1", "KV-cache usage the server reports, 0..1.", "kv_cache"),
+    ("llmroute.deployment.slow_start.window", "{request}",
+     "Calls in flight this client allows the deployment while its capacity is not learned (slow start).", "window"),
 )
 
 

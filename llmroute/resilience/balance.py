@@ -38,6 +38,20 @@ capacity) and its expected delay is more than `STICKY_SLACK` times the best's an
 cache is not worth a queue, but a slower sample on an idle server is not load, and moving its users
 away would leave it unmeasured); the route says when load won.
 
+**Slow start** (TCP's slow start, Envoy's slow-start mode, Finagle's probation): a deployment whose
+capacity is not learned yet holds at most a small *window* of this process's calls in flight. The
+window starts at `SLOW_START_WINDOW` per unit of prior capacity (the weight over the smallest) and
+doubles with each call answered at its service time; it ends (the capacity estimate replaces it) at
+the first answer that shows queueing with two or more in flight, when it reaches `MAX_WINDOW`, or
+when the server's gauges show a waiting queue once its service time is measured. A
+deployment whose error rate passes one half (what opens a breaker) starts a new slow start when it
+recovers, which ends once the window is back at the capacity learned before. The window only holds
+calls back: the failover plan (`FailoverPlan`, `slow_start_wait_s`) makes a first attempt that finds
+every deployment of a load-balanced pool at its window wait in the tier's fair queue for an answer,
+up to `slow_start_wait_s`, then go to the lowest expected delay anyway. Without it, the first burst
+of calls (all sent before any answer, every deployment unmeasured with the same prior) goes
+round-robin and queues deep on the smallest server. `grow_window` is the rule, a plain function.
+
 Sans-I/O: every method takes `now`; nothing here sleeps, opens a socket or reads a clock. One lock
 guards the table (calls on several threads share a balancer).
 """
@@ -53,7 +67,7 @@ from typing import Mapping, Sequence, TypeVar
 from llmroute._runtime.forksafe import renew_at_fork
 
 __all__ = ["QueueGauges", "LoadBalancer", "BalanceChoice", "DeploymentLoad", "BALANCE_MODES", "STICKY_SLACK",
-           "STICKY_GAP_S"]
+           "STICKY_GAP_S", "grow_window"]
 
 BALANCE_MODES = ("load", "weighted", "order")
 
@@ -71,6 +85,10 @@ REMOTE_FRESH_S = 5.0  # other processes' counts older than this are ignored
 KV_KNEE = 0.85
 TIE = 1.10  # expected delays within 10% of the best count as equal
 MAX_CAPACITY = 4096.0
+SLOW_START_WINDOW = 1.0  # calls in flight a deployment not yet measured gets, per unit of prior capacity
+MAX_WINDOW = 64.0  # a slow-start window this large ends the slow start (the deployment never queued)
+SLOW_START_POLL_S = 0.01  # a call held by slow start checks the windows again this often
+RESTART_ERRORS = 0.5  # an error rate above this (a failing deployment) starts a new slow start
 
 C = TypeVar("C")
 
@@ -103,6 +121,10 @@ class DeploymentLoad:
     gauges_at: float = -math.inf
     gauge_others: float = 0.0  # the server's running + waiting beyond this process's in flight, at the scrape
     gauge_error: str | None = None  # the last scrape's failure (health line), None once one succeeds
+    # Slow start: this process's calls in flight allowed while the capacity is not learned (None: learned).
+    window: float | None = SLOW_START_WINDOW
+    window_goal: float = MAX_WINDOW  # the window ends here (after a failure spell: the capacity learned before)
+    balanced: bool = False  # in a tier balanced by load (`set_prior`): the only place its window is used
 
 
 @dataclass(frozen=True)
@@ -112,11 +134,19 @@ class BalanceChoice:
     deployment_id: str
     estimates: tuple[tuple[str, float, int, float], ...]  # (deployment, delay_s, in flight, capacity), ranked
     sticky_overridden: str | None = None  # the sticky deployment load moved the call away from
+    windows: tuple[tuple[str, float], ...] = ()  # deployments in slow start and their window
+    held: tuple[str, ...] = ()  # better-ranked deployments slow start held the call back from
 
     @property
     def text(self) -> str:
-        parts = [f"{d} {delay * 1000:.0f}ms (in flight {n}, capacity ~{cap:.0f})" for d, delay, n, cap in self.estimates]
-        head = f"load: {self.deployment_id} has the lowest expected delay: " + "; ".join(parts)
+        window = dict(self.windows)
+        parts = [f"{d} {delay * 1000:.0f}ms (in flight {n}, "
+                 + (f"slow start window {window[d]:.0f})" if d in window else f"capacity ~{cap:.0f})")
+                 for d, delay, n, cap in self.estimates]
+        head = f"load: {self.deployment_id} has the lowest expected delay"
+        if self.held:
+            head += f" of those with room ({', '.join(self.held)} at the slow-start window)"
+        head += ": " + "; ".join(parts)
         if self.sticky_overridden:
             head += f" (sticky {self.sticky_overridden} is over {STICKY_SLACK:g}x the best)"
         return head
@@ -156,10 +186,18 @@ class LoadBalancer:
         with self._lock:
             for dep, w in weights.items():
                 load = self._load(dep)
+                load.balanced = True
                 prior = max(1.0, (w or smallest) / smallest)
                 if load.completed == 0:
                     load.capacity = max(load.capacity, prior)
+                    if load.window is not None:
+                        load.window = max(load.window, SLOW_START_WINDOW * prior)
                 load.prior_capacity = max(load.prior_capacity, prior)
+
+    def known_capacity(self, deployment_id: str) -> None:
+        """`deployment_id`'s capacity is declared (a client-side `max_concurrency`): no slow start."""
+        with self._lock:
+            self._load(deployment_id).window = None
 
     # -- choosing --------------------------------------------------------------------------------
     def _service(self, load: DeploymentLoad, now: float, fallback: float) -> float:
@@ -207,9 +245,13 @@ class LoadBalancer:
             known = [load.service_s for d in ids if (load := self._loads.get(d)) is not None and load.service_s]
             fallback = min(known) if known else self.default_service_s  # an unmeasured one is tried
             scored = []
+            windows: list[tuple[str, float]] = []
             for i, dep in enumerate(ids):
-                delay, n, capacity, utilization = self._delay(self._load(dep), now, fallback)
+                load = self._load(dep)
+                delay, n, capacity, utilization = self._delay(load, now, fallback)
                 scored.append((delay, utilization, rng.random(), i, n, capacity))
+                if load.window is not None:
+                    windows.append((dep, load.window))
         scored.sort()
         best = scored[0]
         # Within TIE of the best: the lower utilization first (spreads load over equal servers whose
@@ -228,7 +270,44 @@ class LoadBalancer:
                 overridden = ids[sticky]
         order = [candidates[s[3]] for s in scored]
         estimates = tuple((ids[s[3]], s[0], s[4], s[5]) for s in scored)
-        return order, BalanceChoice(ids[scored[0][3]], estimates, overridden)
+        return order, BalanceChoice(ids[scored[0][3]], estimates, overridden, tuple(windows))
+
+    # -- slow start ------------------------------------------------------------------------------
+    def holds(self, deployment_id: str, pool: Sequence[str], key: str, ticket: int | None, now: float) -> bool:
+        """Should a first attempt at `deployment_id` wait (slow start)? Yes when it is at its window
+        (this process's calls in flight there; other processes' too while no one has measured it),
+        or when the calls queued in `key`'s queue ahead of this one (`ticket`) fill every window of
+        `pool` (first come, first served). A pool with a deployment out of slow start never holds
+        calls behind the others' windows."""
+        with self._lock:
+            load = self._loads.get(deployment_id)
+            if load is None or load.window is None:
+                return False
+            n = load.in_flight
+            if load.service_s is None and now - load.remote_at <= REMOTE_FRESH_S:
+                # Nobody has heard back from it yet: the fleet's calls there count too (one small
+                # server must not take one call from every process before any of them answers).
+                n += load.remote_in_flight
+            if n >= load.window:
+                return True
+            queue = self._queues.get(key)
+            if not queue:
+                return False
+            ahead = 0
+            for t, expires in queue.items():
+                if t == ticket:
+                    break
+                if expires >= now:
+                    ahead += 1
+            if not ahead:
+                return False
+            room = 0.0
+            for dep in pool:
+                other = self._loads.get(dep)
+                if other is None or other.window is None:
+                    return False
+                room += max(0.0, other.window - other.in_flight)
+            return ahead >= room
 
     # -- measuring -------------------------------------------------------------------------------
     def started(self, deployment_id: str, now: float) -> int:
@@ -250,6 +329,10 @@ class LoadBalancer:
             load = self._load(deployment_id)
             load.in_flight = max(0, load.in_flight - 1)
             load.errors += ERROR_ALPHA * ((0.0 if ok else 1.0) - load.errors)
+            if not ok and load.errors > RESTART_ERRORS and load.window is None and load.completed:
+                # Failing: once it recovers, ramp its traffic up again (as after a breaker opens).
+                load.window = SLOW_START_WINDOW * load.prior_capacity
+                load.window_goal = max(load.window * 2.0, load.capacity)
             if not ok or latency_s <= 0:
                 return
             # The requests ahead of it when it started (a FIFO server's queue): not those that came after.
@@ -262,6 +345,8 @@ class LoadBalancer:
             load.gauge_others = max(0.0, (gauges.running or 0.0) + (gauges.waiting or 0.0) - load.in_flight)
             if gauges.waiting and gauges.running:
                 load.capacity = max(1.0, min(MAX_CAPACITY, gauges.running))  # a queue: the batch is full
+                if load.service_s is not None:  # and its speed is measured: no slow start
+                    load.window = None
 
     def gauge_failed(self, deployment_id: str, reason: str) -> None:
         """A scrape failed: only the health line changes (the last gauges age out on their own)."""
@@ -307,7 +392,8 @@ class LoadBalancer:
 
     # -- shared state (llmroute/state/breakers.py carries these in its sync round trip) --------------
     def published(self, deployment_ids: Sequence[str]) -> list[str]:
-        """This process's "in_flight|service_s|capacity" per deployment, for the other processes."""
+        """This process's "in_flight|service_s|capacity|window" per deployment, for the other processes
+        (window empty once the slow start ended)."""
         with self._lock:
             out = []
             for dep in deployment_ids:
@@ -316,7 +402,8 @@ class LoadBalancer:
                     out.append("0||")
                 else:
                     service = "" if load.service_s is None else f"{load.service_s:.6g}"
-                    out.append(f"{load.in_flight}|{service}|{load.capacity:.6g}")
+                    window = "" if load.window is None else f"{load.window:.6g}"
+                    out.append(f"{load.in_flight}|{service}|{load.capacity:.6g}|{window}")
             return out
 
     def adopt(self, deployment_id: str, others: Sequence[str], now: float) -> None:
@@ -325,6 +412,8 @@ class LoadBalancer:
         total = 0
         services: list[float] = []
         capacities: list[float] = []
+        learned: list[float] = []  # capacities of processes out of slow start
+        windows: list[float] = []  # windows of processes still in it
         for value in others:
             parts = value.split("|")
             try:
@@ -332,6 +421,10 @@ class LoadBalancer:
                 if len(parts) > 2 and parts[1]:
                     services.append(float(parts[1]))
                     capacities.append(float(parts[2]))
+                    if len(parts) > 3 and parts[3]:
+                        windows.append(float(parts[3]))
+                    else:  # no window (a process without slow start publishes three fields): learned
+                        learned.append(capacities[-1])
             except ValueError:
                 continue
         with self._lock:
@@ -342,6 +435,14 @@ class LoadBalancer:
                 load.service_s = load.fastest_s = services[len(services) // 2]
                 load.capacity = max(load.capacity, sorted(capacities)[len(capacities) // 2])
                 load.updated_at = now
+            if load.window is not None and services:
+                # The fleet's knowledge: another process learned the capacity (its slow start ended),
+                # or ramped its window further than this one.
+                if learned:
+                    load.capacity = max(load.capacity, sorted(learned)[len(learned) // 2])
+                    load.window = None
+                elif windows:
+                    load.window = max(load.window, min(windows))
 
     def local_in_flight(self) -> dict[str, int]:
         with self._lock:
@@ -373,6 +474,7 @@ class LoadBalancer:
                     "queue_waiting": g.waiting if g is not None else None,
                     "kv_cache": g.kv_cache if g is not None else None,
                     "gauge_error": load.gauge_error,
+                    "window": load.window if load.balanced else None,
                 }
         return out
 
@@ -388,9 +490,12 @@ def _learn(load: DeploymentLoad, now: float, latency_s: float, n: float) -> None
         load.service_s = load.fastest_s = latency_s
         load.capacity = max(load.capacity, n)
         load.updated_at = now
+        load.window = grow_window(load.window, load.window_goal, fast=True, met=n)
         return
     capacity = load.capacity
-    if latency_s <= FAST * s:
+    fast = latency_s <= FAST * s
+    load.window = grow_window(load.window, load.window_goal, fast=fast, met=n)
+    if fast:
         capacity = max(capacity, n)  # served at speed with n in flight: it holds at least n
         sample = latency_s
     elif n > capacity:
@@ -407,3 +512,19 @@ def _learn(load: DeploymentLoad, now: float, latency_s: float, n: float) -> None
     # The fastest seen, forgotten slowly (a deployment that got faster for good becomes the new floor).
     load.fastest_s = min(s, fastest + (s - fastest) * 0.02)
     load.updated_at = now
+
+
+def grow_window(window: float | None, goal: float, *, fast: bool, met: float) -> float | None:
+    """Slow start: the window after one answered call (None: the slow start is over).
+
+    `fast`: answered at the deployment's service time (no queueing), with `met` calls in flight
+    (itself included). A fast answer doubles the window (the deployment held what it was given);
+    it ends at `goal`. A slow answer met with two or more in flight shows queueing: the capacity
+    estimate has learned what the window was probing for, and replaces it. A slow answer alone in
+    flight says the service got slower, not that the deployment is full: the window stays."""
+    if window is None:
+        return None
+    if not fast:
+        return None if met >= 2 else window
+    window *= 2.0
+    return None if window >= goal else window

@@ -166,6 +166,8 @@ def load_line(load: Mapping[str, Any]) -> str:
     latency = load.get("latency_s")
     parts.append(f"latency ~{_seconds(latency)}{'s' if latency is not None else ''}, "
                  f"capacity ~{float(load.get('capacity') or 1):.0f}")
+    if load.get("window") is not None:
+        parts.append(f"slow start window {float(load['window']):.0f}")
     if load.get("queue_running") is not None or load.get("queue_waiting") is not None:
         kv = load.get("kv_cache")
         parts.append(f"server running {load.get('queue_running') or 0:g}, waiting {load.get('queue_waiting') or 0:g}"

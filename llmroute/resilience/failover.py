@@ -55,12 +55,12 @@ from __future__ import annotations
 
 import hashlib
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.resilience.breaker import Permit, detached
-from llmroute.resilience.balance import BalanceChoice, LoadBalancer
+from llmroute.resilience.balance import SLOW_START_POLL_S, BalanceChoice, LoadBalancer
 from llmroute.resilience.deployment_health import BreakerRegistry
 from llmroute.resilience.limits import Lease, Limits, fits
 from llmroute.resilience.outcome import classify_failure, describe_error
@@ -314,9 +314,21 @@ class FailoverPlan:
         self._rng = rng
         self._balancer = balancer  # told of every attempt's start and end (its load estimates)
         self.balance_choice = choice  # why the first candidate is first, when load chose it
+        self._choice_changed = False  # slow start sent the call elsewhere: `new_choice` hands it over
         # A tier balanced by load: when every deployment is at its `max_concurrency`, the call waits
         # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
         self._queue_when_full = queue_when_full and limits is not None and balancer is not None
+        # Slow start (balance.py): a first attempt that finds every deployment of the load-balanced
+        # pool at its window waits for an answer, up to `slow_start_wait_s` after the call started.
+        self._slow_start: tuple[list[str], float] | None = None
+        self._warming: list[Candidate] = []  # candidates found at their window in this pass
+        self._held_ids: set[str] = set()  # every deployment slow start held this call back from
+        if queue_when_full and balancer is not None and len(candidates) > 1:
+            pool_ids = [c.deployment_id for c in candidates if c.weight is not None and c.weight > 0] or [
+                c.deployment_id for c in candidates]
+            wait_s = policies(pool_ids[0]).slow_start_wait_s if len(pool_ids) > 1 else 0.0
+            if wait_s > 0:
+                self._slow_start = (pool_ids, min(deadline_at, now + wait_s))
         self._full: list[Candidate] = []  # candidates found full in this pass over the queue
         self._ticket: int | None = None
         self._queued_since: float | None = None
@@ -409,6 +421,8 @@ class FailoverPlan:
                 if isinstance(step, Send) and step.is_restart:
                     self._recover = "restarted"
                 return step
+        if self._warming and not self._in_flight:
+            return self._wait_for_window(now)
         if self._full and not self._in_flight:
             return self._wait_in_queue(now)
         if self._in_flight:
@@ -601,6 +615,13 @@ class FailoverPlan:
         rec.duration_s = max(0.0, now - flight.started_at)
         rec.decision = note
 
+    def new_choice(self) -> BalanceChoice | None:
+        """The balance choice, once, when slow start changed it since the plan was made (the route's text)."""
+        if not self._choice_changed:
+            return None
+        self._choice_changed = False
+        return self.balance_choice
+
     # ------------------------------------------------------------------ internals
 
     def _has_backup(self, deployment_id: str, now: float) -> bool:
@@ -649,6 +670,9 @@ class FailoverPlan:
         if is_retry and not free and not self._budgets.retry(dep).allowed(now):
             self._skip(candidate, now, "retry not sent: retry budget exhausted")
             return None
+        if self._slow_start is not None and not (is_fallback or hedge or is_retry) and self._held_by_window(dep, now):
+            self._warming.append(candidate)
+            return None
         lease: Lease | None = None
         queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
         if queues and self._queued_behind(now):
@@ -690,6 +714,19 @@ class FailoverPlan:
             self.queued_s += now - self._queued_since
             self._queued_since = None
             self._leave_queue()
+        if self._slow_start is not None or self._held_ids:  # only a call's first send waits for a window
+            self._slow_start = None
+            choice = self.balance_choice
+            if choice is not None and choice.deployment_id != dep:
+                ranked = [e[0] for e in choice.estimates]
+                before = ranked[:ranked.index(dep)] if dep in ranked else ranked
+                held = tuple(d for d in before if d in self._held_ids)
+                if held:
+                    self.balance_choice = replace(choice, deployment_id=dep, held=held)
+                    self._choice_changed = True
+            self._held_ids = set()
+            self._queue.extend((c, False) for c in self._warming)  # still backups for failover
+            self._warming = []
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
         notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
                                  ("continuation", continuation), ("restart", restart), ("replay", replay)) if on]
@@ -719,6 +756,41 @@ class FailoverPlan:
                     return False  # a deployment without a concurrency limit is never full
                 free += max(0, limit - self._balancer.in_flight(candidate.deployment_id))
         return ahead >= free
+
+    def _held_by_window(self, dep: str, now: float) -> bool:
+        """Slow start: does a first attempt at `dep` wait for a window to open? (balance.py)"""
+        assert self._slow_start is not None and self._balancer is not None
+        pool, until = self._slow_start
+        if now >= until:
+            self._slow_start = None  # waited long enough: the order by expected delay decides alone
+            self._leave_queue()
+            self._queue.extend((c, False) for c in self._warming)
+            self._warming = []
+            return False
+        if dep not in pool:
+            return bool(self._warming)  # a backup of the pool does not take the calls the pool holds back
+        if self._balancer.holds(dep, pool, self.tier, self._ticket, now):
+            self._held_ids.add(dep)
+            return True
+        return False
+
+    def _wait_for_window(self, now: float) -> Wait:
+        """Every deployment of the pool is at its slow-start window: wait in the tier's queue for an
+        answer to open one (then try them again, by expected delay), up to `slow_start_wait_s`."""
+        assert self._balancer is not None
+        waiting = self._warming + [c for c in self._full if c not in self._warming]
+        self._warming, self._full = [], []
+        until = self._slow_start[1] if self._slow_start is not None else now
+        if self._ticket is None:
+            self._ticket = self._balancer.enqueue(self.tier, until + SLOW_START_POLL_S)
+        if self._queued_since is None:
+            self._queued_since = now
+        ranked, choice = self._balancer.rank(waiting, [c.deployment_id for c in waiting], now, rng=self._rng)
+        if choice is not None:
+            self.balance_choice, self._choice_changed = choice, True
+        self._queue.extend((c, False) for c in ranked)
+        return Wait(max(0.0, min(SLOW_START_POLL_S, until - now)), ranked[0].deployment_id,
+                    "slow start: every deployment is at its window")
 
     def _leave_queue(self) -> None:
         if self._ticket is not None and self._balancer is not None:

@@ -94,6 +94,10 @@ class ResiliencePolicy(BaseModel):
     tpm: float | None = Field(default=None, gt=0)  # tokens per minute (prompt + max_tokens)
     queue_timeout_s: float = Field(default=5.0, ge=0)  # wait this long for a limit, else move on
     queue_poll_s: float = Field(default=0.05, gt=0)  # re-check a full bulkhead this often
+    # -- slow start of a tier balanced by load (resilience/balance.py): a first attempt that finds every
+    # deployment not yet measured at its slow-start window waits up to this long for an answer to open
+    # one, then goes to the lowest expected delay anyway (0: no slow start).
+    slow_start_wait_s: float = Field(default=1.0, ge=0)
 
     @model_validator(mode="after")
     def _consistent(self) -> "ResiliencePolicy":

@@ -68,3 +68,34 @@ def test_another_process_sees_the_calls_in_flight_and_goes_elsewhere(request, ki
         finally:
             busy.close()
             other.close()
+
+
+@pytest.mark.parametrize("kind", ["single", "cluster"])
+def test_a_new_process_starts_from_the_capacity_the_fleet_learned(request, kind):
+    """Slow start (resilience/balance.py) is per process, but what one process learned ends it in the
+    others: a process that saw a:m queue publishes its capacity; a new one adopts it at the next sync
+    and holds no window there, while b:m, which nobody measured, is still in slow start."""
+    import concurrent.futures
+
+    url = request.getfixturevalue("redis_server" if kind == "single" else "redis_cluster").url
+    with CapacityServer(slots=1, service_s=0.1) as a, CapacityServer(slots=1, service_s=0.1) as b:
+        servers = {"a": a, "b": b}
+        first = L.Client(config=_config(servers, url, cluster=kind == "cluster", deployments=["a:m"]))
+        later: L.Client | None = None
+        try:
+            with concurrent.futures.ThreadPoolExecutor(3) as pool:  # three at once on one slot: two queue
+                list(pool.map(lambda _: first.chat.completions.create(model="t", messages=MESSAGES), range(3)))
+            assert first.health()["a:m"].load["window"] is None  # it saw the queue: the capacity is learned
+            later = L.Client(config=_config(servers, url, cluster=kind == "cluster",
+                                            deployments=[{"id": "a:m", "weight": 1}, {"id": "b:m", "weight": 1}]))
+            deadline = time.monotonic() + 5
+            while later.health()["a:m"].load["window"] is not None and time.monotonic() < deadline:
+                time.sleep(0.05)
+            loads = later.health()
+            assert loads["a:m"].load["window"] is None and loads["a:m"].load["service_s"] is not None
+            assert loads["b:m"].load["window"] == 1.0
+            assert a.served == 3 and b.served == 0  # the new process learned it without a call
+        finally:
+            first.close()
+            if later is not None:
+                later.close()
