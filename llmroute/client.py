@@ -425,6 +425,8 @@ class Client(_ClientSurface):
                 op = self._open(_opened(run, ctx))
                 if op.error is None:
                     return op
+                if self._life.closed:  # its pools were closed under it: the call ends as abandoned
+                    raise E.ClientClosedError("the client was closed while this call was in flight") from op.error
                 run.failed(ctx, op.error, _now(), partial=op.state)
                 continue
             winner = self._race(run, ctx, hedge)
@@ -486,6 +488,7 @@ class Client(_ClientSurface):
                 return stream
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 with Stream(run, op, self._attempts) as stream:
+                    self._streams.add(stream)  # close() on another thread ends it as abandoned
                     result = stream.get_final_completion()
             else:
                 completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None
@@ -714,6 +717,8 @@ class AsyncClient(_ClientSurface):
                 op = await self._open(_opened(run, ctx))
                 if op.error is None:
                     return op
+                if self._life.closed:  # its pools were closed under it: the call ends as abandoned
+                    raise E.ClientClosedError("the client was closed while this call was in flight") from op.error
                 run.failed(ctx, op.error, _now(), partial=op.state)
                 continue
             winner = await self._race(run, ctx, hedge)
@@ -775,6 +780,7 @@ class AsyncClient(_ClientSurface):
                 return stream
             if op.state is not None:  # a plain call read as a stream: the caller gets the assembled answer
                 async with AsyncStream(run, op, self._attempts) as stream:
+                    self._streams.add(stream)  # close() on another thread ends it as abandoned
                     result = await stream.get_final_completion()
             else:
                 completion, reported = op.parsed  # type: ignore[misc]  # set (not None) for a plain call: state is None

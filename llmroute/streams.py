@@ -271,6 +271,8 @@ class AsyncStream(_AsyncIO):
         state.ended = True  # this attempt is over: closing the stream must not end it twice
         await self._wait_identified(state)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+        if self._closed:  # ended while being read (its client closed on another thread): not finished elsewhere
+            raise E.ClientClosedError("the client was closed while this answer was being read") from error
         if self._run.plan.finished:
             raise self._final_error(state, error)
         self._switch(await self._reopen(self._run))  # raises the plan's error when nothing can finish it
@@ -367,6 +369,8 @@ class Stream(_SyncIO):
         state.ended = True  # this attempt is over: closing the stream must not end it twice
         self._wait_identified(state)
         self._run.failed(state.ctx, error, _now(), content_started=True, partial=state)
+        if self._closed:  # ended while being read (its client closed on another thread): not finished elsewhere
+            raise E.ClientClosedError("the client was closed while this answer was being read") from error
         if self._run.plan.finished:
             raise self._final_error(state, error)
         self._switch(self._reopen(self._run))  # raises the plan's error when nothing can finish it

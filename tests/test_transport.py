@@ -252,3 +252,27 @@ def test_sync_requests_carry_httpx_client_headers_and_its_cookie_jar():
         assert "\r\nconnection: keep-alive\r\n" in head and "\r\ncontent-length: " in head
     assert "cookie:" not in first
     assert "\r\ncookie: lb=node-7" in second + "\r\n"
+
+
+def test_every_pool_shares_the_process_tls_context():
+    """Loading the CA bundle costs 20-30 ms of CPU: one context for the process, not one per pool."""
+    import asyncio
+    import ssl
+
+    from llmroute._http import transport as T
+
+    sync_a, sync_b = T._SyncPool(4), T._SyncPool(8)
+    assert isinstance(sync_a.pool._ssl_context, ssl.SSLContext)
+    assert sync_a.pool._ssl_context is sync_b.pool._ssl_context is T._tls_context()
+    assert sync_a.pool._ssl_context.verify_mode == ssl.CERT_REQUIRED and sync_a.pool._ssl_context.check_hostname
+
+    async def session_context() -> object:
+        session = T._aiohttp_session(4)
+        try:
+            return session.connector._ssl
+        finally:
+            await session.close()
+
+    assert asyncio.run(session_context()) is T._tls_context()
+    sync_a.pool.close()
+    sync_b.pool.close()

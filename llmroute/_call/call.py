@@ -268,7 +268,8 @@ class CallRun:
         After content started, `recover` lets the plan finish the answer on another deployment
         (`recovery_mode`); the caller closing a stream passes `recover=False`."""
         rec = ctx.record
-        self.in_flight.pop(rec.number, None)
+        if self.in_flight.pop(rec.number, None) is None and rec.status == "abandoned":
+            return  # already ended when its client closed (`settle`): the read's error says nothing of the deployment
         closed = rec.status == "cancelled"  # the caller closed the stream (`caller_closed`): it stays so
         partial_text = ""
         if partial is not None and partial.content_started:

@@ -8,12 +8,15 @@ only names the ways a call can end (`exit_status` says which one an exception wa
 
 Ledger statuses: `ok` (completed), `error`, `interrupted` (the platform broke a stream after
 content), `cancelled` (the caller closed it, a hedge lost, `KeyboardInterrupt`, asyncio
-cancellation), `abandoned` (a stream garbage-collected unclosed).
+cancellation), `abandoned` (a stream garbage-collected unclosed, a call whose client was closed
+while it ran).
 """
 
 from __future__ import annotations
 
 from typing import Literal
+
+from llmroute import errors as E
 
 ExitStatus = Literal["ok", "error", "interrupted", "cancelled", "abandoned"]  # EXIT_STATUSES, as a type
 
@@ -24,7 +27,7 @@ EXIT_STATUSES = ("ok", "error", "interrupted", "cancelled", "abandoned")
 
 def exit_status(exc: BaseException | None) -> ExitStatus:
     """How a call that ended with `exc` ended: None is a stream dropped unclosed ("abandoned")."""
-    if exc is None:
+    if exc is None or isinstance(exc, E.ClientClosedError):  # dropped unclosed, or its client closed mid-call
         return "abandoned"
     if isinstance(exc, (KeyboardInterrupt, GeneratorExit)) or type(exc).__name__ == "CancelledError":
         return "cancelled"

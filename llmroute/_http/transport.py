@@ -326,6 +326,24 @@ class _OnTheWireBytes(bytes):
         return f"b'{MASK}'"
 
 
+_TLS_LOCK = threading.Lock()
+_TLS_CONTEXT: Any = None
+
+
+def _tls_context() -> Any:
+    """The process's one client TLS context (httpx's: certifi's CA bundle, no SSL_CERT_* from the
+    environment), made on first use and shared by every pool: loading the CA bundle costs 20-30 ms
+    of CPU, which a context per pool paid again for every provider of every client."""
+    global _TLS_CONTEXT
+    if _TLS_CONTEXT is None:
+        with _TLS_LOCK:
+            if _TLS_CONTEXT is None:
+                import httpx
+
+                _TLS_CONTEXT = httpx.create_ssl_context(trust_env=False)
+    return _TLS_CONTEXT
+
+
 def _limits(max_connections: int) -> "httpx.Limits":
     import httpx
 
@@ -394,10 +412,8 @@ def _aiohttp_session(max_connections: int) -> Any:
     as the sync side), no proxy settings from the environment, and a connector that times new
     connections (TCP + TLS) into the request's `ConnectTimer` (`_timed_connector`)."""
     import aiohttp
-    import httpx
 
-    ssl_context = httpx.create_ssl_context(trust_env=False)
-    connector = _timed_connector()(limit=max_connections, keepalive_timeout=30, ssl=ssl_context)
+    connector = _timed_connector()(limit=max_connections, keepalive_timeout=30, ssl=_tls_context())
     # Bodies arrive as sent: a server that compresses anyway is decoded by bounded.BodyReader, within
     # the read caps (aiohttp's own decompression has no cap: a gzip bomb would inflate whole).
     return aiohttp.ClientSession(connector=connector, trust_env=False, auto_decompress=False)
@@ -581,7 +597,7 @@ class _SyncPool:
 
         limits = _limits(max_connections)
         self.pool = httpcore.ConnectionPool(
-            ssl_context=httpx.create_ssl_context(trust_env=False), max_connections=limits.max_connections,
+            ssl_context=_tls_context(), max_connections=limits.max_connections,
             max_keepalive_connections=limits.max_keepalive_connections, keepalive_expiry=limits.keepalive_expiry,
             http1=True, http2=False, retries=0, network_backend=_DeadlineBackend(httpcore.SyncBackend()),  # type: ignore[arg-type]  # duck-typed: httpcore is imported on first use, so no subclass
         )
@@ -737,7 +753,8 @@ class AsyncTransport:
             return _aiohttp_session(max_connections)
         import httpx
 
-        return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False)
+        return httpx.AsyncClient(limits=_limits(max_connections), trust_env=False, follow_redirects=False,
+                                 verify=_tls_context())
 
     async def _pools(self) -> _LoopPools:
         import asyncio

@@ -395,3 +395,33 @@ def test_aclose_ends_streams_still_open_as_abandoned(config: dict[str, Any], fau
         assert len(records) == 1
 
     asyncio.run(main())
+
+
+@pytest.mark.parametrize("read_as_stream", [True, False])
+def test_a_plain_call_in_another_thread_when_the_client_closes_is_abandoned(fault_server: Any,
+                                                                           read_as_stream: bool) -> None:
+    """close() while another thread's plain call is reading its answer: the call ends (no hang), its
+    attempt is recorded once as `abandoned` (not an error of the deployment: the breaker is not told),
+    and the caller gets ClientClosedError."""
+    deployment = {"id": DEP, "plain_via_stream": read_as_stream}
+    client = L.Client(config=tier_config({"a": fault_server}, deployments=[deployment]))
+    # 3 s of answer (streamed) or of waiting for the status line (plain): close() lands in the middle.
+    fault_server.push(timed(0.0, [0.05] * 60) if read_as_stream else slow_headers(3.0))
+    outcome: dict[str, Any] = {}
+
+    def call() -> None:
+        try:
+            outcome["result"] = client.chat.completions.create(model=TIER, messages=MESSAGES)
+        except BaseException as exc:  # noqa: BLE001 - the test reads what the caller got
+            outcome["error"] = exc
+
+    worker = threading.Thread(target=call)
+    worker.start()
+    time.sleep(0.5)
+    client.close()
+    worker.join(10)
+    assert not worker.is_alive()
+    assert isinstance(outcome.get("error"), L.ClientClosedError), outcome
+    assert _statuses(client) == ["abandoned"]
+    breaker = client._engine.breakers.breaker(DEP).snapshot(time.monotonic())
+    assert breaker.state == "closed" and breaker.consecutive_failures == 0
