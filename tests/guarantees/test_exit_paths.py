@@ -425,3 +425,27 @@ def test_a_plain_call_in_another_thread_when_the_client_closes_is_abandoned(faul
     assert _statuses(client) == ["abandoned"]
     breaker = client._engine.breakers.breaker(DEP).snapshot(time.monotonic())
     assert breaker.state == "closed" and breaker.consecutive_failures == 0
+
+
+@pytest.mark.parametrize("read_as_stream", [True, False])
+def test_an_async_call_in_another_task_when_the_client_closes_is_abandoned(fault_server: Any,
+                                                                          read_as_stream: bool) -> None:
+    """aclose() while another task's plain call is reading its answer: the same as on a thread."""
+    deployment = {"id": DEP, "plain_via_stream": read_as_stream}
+    fault_server.push(timed(0.0, [0.05] * 60) if read_as_stream else slow_headers(3.0))
+
+    async def main() -> tuple[Any, list[str], Any]:
+        client = L.AsyncClient(config=tier_config({"a": fault_server}, deployments=[deployment]))
+        task = asyncio.ensure_future(client.chat.completions.create(model=TIER, messages=MESSAGES))
+        await asyncio.sleep(0.5)
+        await client.aclose()
+        try:
+            outcome: Any = await asyncio.wait_for(task, 10)
+        except BaseException as exc:  # noqa: BLE001 - the test reads what the caller got
+            outcome = exc
+        return outcome, _statuses(client), client._engine.breakers.breaker(DEP).snapshot(time.monotonic())
+
+    outcome, statuses, breaker = asyncio.run(main())
+    assert isinstance(outcome, L.ClientClosedError), outcome
+    assert statuses == ["abandoned"]
+    assert breaker.state == "closed" and breaker.consecutive_failures == 0
