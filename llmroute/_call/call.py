@@ -81,6 +81,7 @@ class AttemptContext:
     trace: Any = None
     streamed: bool = False  # sent as a stream (every stream, and plain calls read as streams)
     continuation: bool = False  # continues the partial answer of a cut attempt
+    hedge: bool = False  # raced against a slow attempt (a hedge is not hedged again)
     replay_of: str | None = None  # a replay: the text the caller saw, to be repeated before anything is delivered
     resume_offset: int = 0  # a continuation: where its text begins in the answer
     partial: Any = None  # the attempt's StreamState, when read as a stream
@@ -253,7 +254,8 @@ class CallRun:
         )
         record = step.record  # the plan made the attempt's line of the route with the step
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
-                             continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None)
+                             continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None,
+                             hedge=step.is_hedge)
         if step.is_continuation:
             ctx.resume_offset = len(cut_text)  # route.recovery says "continued" once its text comes
         self.in_flight[record.number] = ctx
@@ -503,7 +505,7 @@ class CallRun:
     def hedge_plan(self, ctx: AttemptContext, now: float) -> Any:
         """When to race a second deployment against this attempt (None: this tier does not hedge)."""
         policy = self.engine.policy(ctx.deployment.id)
-        if (policy.hedge_after_ms is None or ctx.record.note and "hedge" in ctx.record.note or ctx.continuation
+        if (policy.hedge_after_ms is None or ctx.hedge or ctx.continuation
                 or ctx.replay_of is not None):  # a hedge of a replay would deliver the answer from its start
             return None
         from llmroute.resilience.hedge import HedgePlan  # the resilience package loads with the first client, not at import
