@@ -7,6 +7,15 @@ from typing import Any, Iterator
 
 import pytest
 
+from tests.servers.hostile import HostileServer
+
+
+@pytest.fixture(scope="module")
+def hostile() -> Iterator[HostileServer]:
+    """One hostile loopback server per test module (each test sets its `mode`)."""
+    with HostileServer() as server:
+        yield server
+
 
 @pytest.fixture
 def alarm() -> Iterator[Any]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import tracemalloc
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -19,12 +19,6 @@ from tests.resilience.client_helpers import MESSAGES, TIER, tier_config
 from tests.servers.hostile import HostileServer
 
 BIG = {"max_response_bytes": 1 << 30, "max_decoded_bytes": 1 << 30}  # the byte caps out of the way
-
-
-@pytest.fixture(scope="module")
-def hostile() -> Iterator[HostileServer]:
-    with HostileServer() as server:
-        yield server
 
 
 @pytest.fixture

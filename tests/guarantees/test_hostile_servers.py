@@ -10,7 +10,7 @@ import asyncio
 import resource
 import time
 import tracemalloc
-from typing import Any, Iterator
+from typing import Any
 
 import pytest
 
@@ -20,12 +20,6 @@ from tests.resilience.client_helpers import MESSAGES, TIER, tier_config
 from tests.servers.hostile import HostileServer
 
 LIMITS = L.ReadLimits(max_response_bytes=4 << 20, max_decoded_bytes=4 << 20, max_sse_line_bytes=1 << 20)
-
-
-@pytest.fixture(scope="module")
-def hostile() -> Iterator[HostileServer]:
-    with HostileServer() as server:
-        yield server
 
 
 @pytest.fixture
