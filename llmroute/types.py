@@ -8,7 +8,7 @@ This module does no I/O.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Dict, List, Literal, Protocol
+from typing import Any, Callable, Dict, List, Literal, Protocol, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -179,10 +179,63 @@ class ChunkChoice(_OpenAIModel):
     logprobs: ChoiceLogprobs | None = None
 
 
-class Attempt(BaseModel):
-    """One try at one deployment: what was sent where, how it ended, how long it took."""
+_R = TypeVar("_R", bound="_CallRecord")
+
+
+class _CallRecord(BaseModel):
+    """The base of `Attempt` and `Route`: public pydantic models that the call core (`_call/call.py`,
+    `resilience/failover.py`) makes and fills field by field as a call goes, ~20 writes per call.
+
+    Their values come from llmroute's own code, never from the wire or the user, so the core makes
+    them with `_filled` (no validation: what `model_construct` gives, without its per-field walk) and
+    a write to a field stores it and marks it set, as pydantic's own assignment does for a model
+    without `validate_assignment`, without pydantic's dispatch. Anything else (an unknown name, a
+    private attribute) goes to pydantic's `__setattr__`. `model_dump()` and the fields are as before."""
 
     model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        if name in self.__pydantic_fields__:
+            self.__dict__[name] = value
+            self.__pydantic_fields_set__.add(name)
+        else:
+            super().__setattr__(name, value)
+
+    @classmethod
+    def _filled(cls: type[_R], **values: Any) -> _R:
+        """An instance from trusted values (every required field given), unvalidated; the fields not
+        given take their defaults and are not marked set (as `model_construct`). The fields keep
+        their declared order (`model_dump`'s order)."""
+        defaults = _DEFAULTS.get(cls)
+        if defaults is None:
+            defaults = _DEFAULTS[cls] = _defaults_of(cls)
+        template, factories = defaults
+        state = template.copy()  # in declared order; `update` keeps a key's place
+        for name, factory in factories:
+            state[name] = factory()
+        state.update(values)
+        record = cls.__new__(cls)
+        object.__setattr__(record, "__dict__", state)
+        object.__setattr__(record, "__pydantic_fields_set__", set(values))
+        object.__setattr__(record, "__pydantic_extra__", None)
+        object.__setattr__(record, "__pydantic_private__", None)
+        return record
+
+
+# class -> (every field in declared order with its default (None when required), (name, default
+# factory) pairs): `_CallRecord._filled`.
+_DEFAULTS: Dict[type, tuple[Dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]] = {}
+
+
+def _defaults_of(cls: type[BaseModel]) -> tuple[Dict[str, Any], tuple[tuple[str, Callable[[], Any]], ...]]:
+    template = {name: None if info.is_required() else info.default for name, info in cls.__pydantic_fields__.items()}
+    factories = tuple((name, info.default_factory) for name, info in cls.__pydantic_fields__.items()
+                      if info.default_factory is not None)
+    return template, factories  # type: ignore[return-value]  # no validated-data factories on these models
+
+
+class Attempt(_CallRecord):
+    """One try at one deployment: what was sent where, how it ended, how long it took."""
 
     deployment: str
     provider: str
@@ -221,10 +274,8 @@ class Attempt(BaseModel):
         return self.deployment
 
 
-class Route(BaseModel):
+class Route(_CallRecord):
     """What llmroute did for a call: which tier and deployment served it, and every attempt on the way."""
-
-    model_config = ConfigDict(arbitrary_types_allowed=True, defer_build=True)
 
     provider: str | None = None
     deployment: str | None = None

@@ -121,7 +121,7 @@ class CallRun:
         self.started = now
         self.wall = wall
         routed = prepared.target or resolve_target(engine.config, prepared)
-        self.route = Route(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
+        self.route = Route._filled(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
         # Guards and budgets: may refuse (raises), cap the output, or downgrade the tier.
         self.admission: "Admission" = engine.admit(prepared, routed, self.input_tokens, now, wall())
         self.target = self.admitted_target(routed, self.admission.target)

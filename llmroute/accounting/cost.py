@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 
 from llmroute.accounting.tokens import cache_write_tokens, explicit_cache, normalize_usage, thinking_requested
 from llmroute.accounting.cost_value import Cost
+from llmroute.accounting.frozen import Fill
 from llmroute.accounting.prices import MILLION, ExchangeRates, Price
 
 __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage", "sum_costs", "MIXED",
@@ -42,6 +43,7 @@ __all__ = ["TokenUsage", "Cost", "read_usage", "compute_cost", "cost_from_usage"
 # The currency of a sum over attempts billed in different currencies with no rate to join them.
 MIXED = "mixed"
 _ZERO = Decimal(0)
+_FILL_COST = Fill(Cost)
 
 
 @dataclass(frozen=True)
@@ -132,7 +134,7 @@ def compute_cost(
     write_amount = Decimal(written) * rates.cache_write_rate / MILLION if written else _ZERO
     output_amount = Decimal(output) * output_rate / MILLION
     amount = input_amount + cached_amount + write_amount + output_amount
-    return Cost(
+    return _FILL_COST.make(dict(  # one per attempt on the request path: made in one step (frozen.Fill)
         amount=amount,
         currency=price.currency,
         input_tokens=prompt,
@@ -153,7 +155,7 @@ def compute_cost(
         # Only a thinking rate of its own makes "thinking" a pricing fact worth recording.
         thinking=own_thinking_rate,
         tier_above=rates.tier_above,
-    )
+    ))
 
 
 def cost_from_usage(

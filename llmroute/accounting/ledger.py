@@ -97,6 +97,7 @@ from llmroute._runtime.lifecycle import start_daemon
 from llmroute._runtime.secrets import scrub
 
 from llmroute.accounting.cost_value import Cost
+from llmroute.accounting.frozen import Fill
 
 __all__ = [
     "LedgerRecord",
@@ -207,8 +208,9 @@ class LedgerRecord:
 
     @classmethod
     def from_cost(cls, cost: Cost, **kw: Any) -> "LedgerRecord":
-        """A record whose token and money fields come from a `Cost` (see cost.py)."""
-        return cls(
+        """A record whose token and money fields come from a `Cost` (see cost.py). Made in one step
+        (`frozen.Fill`: the request path makes one per attempt), as `LedgerRecord(...)` would."""
+        kw.update(
             input_tokens=cost.input_tokens,
             output_tokens=cost.output_tokens,
             cached_tokens=cost.cached_tokens,
@@ -220,8 +222,8 @@ class LedgerRecord:
             price_version=cost.price_version,
             cache_write_tokens=cost.cache_write_tokens,
             price_detail=cost.price_detail,
-            **kw,
         )
+        return _FILL_RECORD.make(kw)
 
     def to_row(self) -> tuple[Any, ...]:
         """Values in `COLUMNS` order, as stored in SQLite."""
@@ -261,6 +263,9 @@ class LedgerRecord:
             d[name] = None if d[name] is None else str(d[name])
         d["metadata"] = dict(self.metadata)
         return json.dumps(d, ensure_ascii=False, default=str, separators=(",", ":"))
+
+
+_FILL_RECORD = Fill(LedgerRecord)
 
 
 COLUMNS: tuple[str, ...] = tuple(f.name for f in fields(LedgerRecord))

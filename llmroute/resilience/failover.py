@@ -861,9 +861,9 @@ class FailoverPlan:
         provider, model = candidate.provider, candidate.model
         if provider is None or model is None:
             provider, _, model = candidate.deployment_id.partition(":")
-        record = Attempt(deployment=candidate.deployment_id, provider=provider, model=model, tier=tier,
-                         number=len(self.attempts) + 1, started_at=now if self._wall is None else self._wall(),
-                         **fields)
+        record = Attempt._filled(deployment=candidate.deployment_id, provider=provider, model=model, tier=tier,
+                                 number=len(self.attempts) + 1, started_at=now if self._wall is None else self._wall(),
+                                 **fields)
         self.attempts.append(record)
         return record
 
