@@ -201,6 +201,12 @@ class _CallRecord(BaseModel):
         else:
             super().__setattr__(name, value)
 
+    def _set(self, **values: Any) -> None:
+        """Write several fields at once (the core's own values): each stored and marked set, as
+        that many assignments."""
+        self.__dict__.update(values)
+        self.__pydantic_fields_set__.update(values)
+
     @classmethod
     def _filled(cls: type[_R], **values: Any) -> _R:
         """An instance from trusted values (every required field given), unvalidated; the fields not

@@ -121,16 +121,15 @@ class CallRun:
         self.started = now
         self.wall = wall
         routed = prepared.target or resolve_target(engine.config, prepared)
-        self.route = Route._filled(pool=prepared.pool, feature=prepared.feature, request_id=prepared.request_id)
         # Guards and budgets: may refuse (raises), cap the output, or downgrade the tier.
         self.admission: "Admission" = engine.admit(prepared, routed, self.input_tokens, now, wall())
         self.target = self.admitted_target(routed, self.admission.target)
         if self.admission.max_tokens is not None:
             self.apply_output_cap(self.admission.max_tokens)
         target = self.target
-        self.route.tier, self.route.reason, self.route.score = target.tier, target.reason, target.score
-        if target.pool:
-            self.route.pool = target.pool
+        self.route = Route._filled(pool=target.pool or prepared.pool, feature=prepared.feature,
+                                   request_id=prepared.request_id, tier=target.tier, reason=target.reason,
+                                   score=target.score)
         budget = prepared.timeout_s if prepared.timeout_s is not None else engine.call_deadline_s(target)
         self.deadline = now + budget
         self.plan = engine.plan_for(prepared, target, self.admission, self.input_tokens, self.deadline, now, wall=wall)
@@ -403,14 +402,11 @@ class CallRun:
         ctx.reasoned = any(c.message.reasoning_content for c in completion.choices)
         if self.earlier_usage:
             completion.usage = sum_usage([*self.earlier_usage, rec.usage])
-        rec.usage_estimated = not usage_reported
-        rec.billed = True
-        rec.http_status = rec.http_status or 200
+        rec._set(usage_estimated=not usage_reported, billed=True, http_status=rec.http_status or 200)
         route = self.route
-        route.provider = ctx.deployment.provider.name
-        route.deployment = ctx.deployment.id
-        route.model = ctx.deployment.model
-        route.usage_estimated = not usage_reported
+        deployment = ctx.deployment
+        route._set(provider=deployment.provider.name, deployment=deployment.id, model=deployment.model,
+                   usage_estimated=not usage_reported)
         if rec.tier and rec.tier != route.tier and route.tier is not None:
             route.reason = f"{route.reason}; fell back to tier {rec.tier}"
             route.tier = rec.tier

@@ -405,16 +405,20 @@ class Engine:
         """What `usage` on `dep` costs (no usage: nothing was billed, a zero cost). Reported reasoning
         tokens bill the output at the thinking rate; `thinking=True` does so without them (the call
         decides: a thinking request whose usage cannot tell, docs/pricing.md)."""
+        if usage is None:
+            return self._compute_cost(self._price(dep), prompt_tokens=0, completion_tokens=0, estimated=estimated)
+        details = usage.prompt_tokens_details
+        extras = details.__pydantic_extra__  # a context cache's fields, when the platform reported them
         return self._compute_cost(
             self._price(dep),
-            prompt_tokens=usage.prompt_tokens if usage else 0,
-            completion_tokens=usage.completion_tokens if usage else 0,
-            cached_tokens=usage.prompt_tokens_details.cached_tokens if usage else 0,
-            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens if usage else 0,
+            prompt_tokens=usage.prompt_tokens,
+            completion_tokens=usage.completion_tokens,
+            cached_tokens=details.cached_tokens,
+            reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
             estimated=estimated,
-            cache_write_tokens=cache_write_tokens(usage),
-            explicit_cache=explicit_cache(usage),
-            thinking=thinking and usage is not None,
+            cache_write_tokens=cache_write_tokens(usage) if extras else 0,
+            explicit_cache=explicit_cache(usage) if extras else False,
+            thinking=thinking,
         )
 
     def total_cost(self, costs: List["Cost"]) -> "Cost" | None:

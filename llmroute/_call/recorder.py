@@ -60,8 +60,12 @@ class CallRecorder:
 
     def __init__(self, *, ledger: Any, budget_book: Any, telemetry: Any, breakers: Any) -> None:
         from llmroute.accounting.ledger import LedgerRecord  # loaded with the first client: import llmroute stays light
+        from llmroute._runtime.telemetry import _NOOP_ATTEMPT, _NOOP_CALL
 
         self._record = LedgerRecord
+        # What `telemetry.start_call` returns when nothing records (no SDK, or telemetry off): the
+        # spans' arguments are not gathered for it.
+        self._noop_call, self._noop_attempt = _NOOP_CALL, _NOOP_ATTEMPT
         self.ledger = ledger
         self.budget_book = budget_book
         self.telemetry = telemetry
@@ -94,11 +98,15 @@ class CallRecorder:
             run.trace.set_cache(outcome, similarity)
 
     def attempt_skipped(self, run: "CallRun", attempt: "Attempt", provider_kind: str | None) -> None:
+        if run.trace is self._noop_call:
+            return
         run.trace.skip(deployment=attempt.deployment, reason=attempt.note or "skipped", provider_name=provider_kind,
                        breaker_state=self.breakers.breaker(attempt.deployment).state)
 
     def attempt_started(self, run: "CallRun", ctx: "AttemptContext", now: float, kind: str) -> Any:
         """Open the attempt's span (returned; the attempt keeps it)."""
+        if run.trace is self._noop_call:
+            return self._noop_attempt
         host, port = _server(ctx.request.url)
         return run.trace.start_attempt(
             now=now, attempt_number=ctx.record.number, provider_name=ctx.deployment.provider.kind,
@@ -142,7 +150,7 @@ class CallRecorder:
             self.ledger.write(record)
         if self.budget_book is not None:
             self.budget_book.record_ledger(record)
-        if ctx.trace is not None:
+        if ctx.trace is not None and ctx.trace is not self._noop_attempt:
             ctx.trace.end(now=now, response_model=ctx.deployment.model,
                           input_tokens=usage.prompt_tokens if usage else None,
                           output_tokens=usage.completion_tokens if usage else None, error=error,
@@ -178,6 +186,8 @@ class CallRecorder:
     def call_ended(self, run: "CallRun", completion: Any, total: "Cost" | None, error: BaseException | None,
                    now: float) -> None:
         """End the call's span with what the call produced and cost."""
+        if run.trace is self._noop_call:
+            return
         usage = completion.usage if completion is not None else None
         run.trace.end(
             now=now,

@@ -234,6 +234,10 @@ def check_messages(messages: Any) -> List[Dict[str, Any]]:
         raise _bad("messages", "must be a non-empty list of messages")
     out = []
     for i, message in enumerate(messages):
+        if (type(message) is dict and len(message) == 2 and type(message.get("content")) is str
+                and type(message.get("role")) is str and message["role"] in _ROLES):
+            out.append(message.copy())  # the common message, {"role": ..., "content": "text"}: valid JSON as it is
+            continue
         where = f"messages[{i}]"
         if hasattr(message, "model_dump"):
             message = message.model_dump(exclude_none=True)

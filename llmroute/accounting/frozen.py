@@ -44,10 +44,16 @@ class Fill(Generic[T]):
             if name not in values:
                 state[name] = factory()
         state.update(values)
-        if len(state) != len(self._template) or any(state[name] is MISSING for name in self._required):
+        if len(state) != len(self._template) or self._missing(state):
             unknown = sorted(set(values) - set(self._template))
             missing = [name for name in self._required if name not in values]
             raise TypeError(f"{self._cls.__name__}: unknown fields {unknown}, missing fields {missing}")
         instance: T = object.__new__(self._cls)
         instance.__dict__.update(state)
         return instance
+
+    def _missing(self, state: Dict[str, Any]) -> bool:
+        for name in self._required:
+            if state[name] is MISSING:
+                return True
+        return False

@@ -268,6 +268,8 @@ class CircuitBreaker:
     def note_key(self, fingerprint: str | None, now: float) -> bool:
         """The deployment's key as calls use it now (a fingerprint, never the key). A breaker disabled
         by a 401 of another key closes: True when it did."""
+        if fingerprint == self._key and self._refused_key is None:  # every call with the same key
+            return False
         with self._lock:
             self._key = fingerprint
             if self._refused_key is None or self._refused_key == fingerprint or self._disabled_reason is None:

@@ -57,6 +57,9 @@ class BreakerRegistry:
         return self._policy_of(deployment_id)
 
     def breaker(self, deployment_id: str) -> CircuitBreaker:
+        breaker = self._breakers.get(deployment_id)  # made once, never replaced: read without the lock
+        if breaker is not None:
+            return breaker
         with self._lock:
             breaker = self._breakers.get(deployment_id)
             if breaker is None:
