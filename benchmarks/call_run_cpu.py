@@ -3,9 +3,13 @@
 Each call: `CallRun(...)` (admission, the failover plan), `next_step` (the attempt and its record),
 a `StreamState` fed one 3-piece SSE answer, `eof`, `finish` (usage, price, the ledger row to the memory
 sink, the spans' no-op telemetry). The figure is the best of 7 rounds of `--calls` calls, in µs per call.
+With `--plain`, each call is a plain call read whole (`plain_via_stream = false`, as `client_overhead_ab.py`'s
+plain-body rows: one tier, pricing, `max_tokens`): `prepare_call`, `CallRun(...)`, `next_step`, `parse_answer`
+of a JSON body with usage, `succeeded`.
 
     python benchmarks/call_run_cpu.py                        # this tree
     python benchmarks/call_run_cpu.py --against /tmp/base    # A/B against another checkout, interleaved
+    python benchmarks/call_run_cpu.py --plain --against /tmp/base
 
 With `--against`, each round runs this tree's and the other tree's measurement in fresh child
 processes, alternately (`--rounds` times), and prints the median of the per-round ratios (this / other).
@@ -21,7 +25,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, List
+from typing import Any, Callable, List
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "say hello"}]
@@ -36,8 +40,60 @@ def _sse(*pieces: str) -> bytes:
     return out + b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n"
 
 
-def measure(tree: Path, calls: int) -> float:
+def _plain(tree: Path) -> Callable[[float], None]:
+    """One plain call read whole, as `client_overhead_ab.py`'s `plain_via_stream = false` rows make it."""
+    sys.path.insert(0, str(tree))
+    from llmroute._call.call import CallRun, prepare_call
+    from llmroute._call.engine import Engine
+    from llmroute._http.bounded import DEFAULT_READ_LIMITS
+    from llmroute.config import Config
+
+    url = "http://127.0.0.1:9/v1"  # never dialled
+    model = "gpt-4o-mini"
+    cfg = Config.from_dict({
+        "providers": {"bench": {"kind": "openai-compatible", "base_url": url, "api_key": "sk-test",
+                                "max_connections": 4, "connect_timeout_s": 60, "ttft_timeout_s": 100,
+                                "timeout_s": 110}},
+        "tiers": {"small": {"deployments": [{"id": f"bench:{model}", "plain_via_stream": False}]}},
+        "pricing": {f"bench:{model}": {"input_per_million": 0.15, "output_per_million": 0.6, "currency": "USD"}},
+        "ledger": {"sink": "memory"},
+    })
+    engine = Engine(cfg)
+    body = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
+                       "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there! " * 8},
+                                    "finish_reason": "stop"}],
+                       "usage": {"prompt_tokens": 9, "completion_tokens": 32, "total_tokens": 41}}).encode()
+    headers = {"content-type": "application/json"}
+
+    def one(now: float) -> None:
+        run = CallRun(engine, prepare_call(cfg, {"model": "small", "messages": MESSAGES, "max_tokens": 64}), now,
+                      wall=time.time)
+        ctx: Any = run.next_step(now)
+        completion, reported = run.parse_answer(ctx, headers, body, DEFAULT_READ_LIMITS)
+        run.succeeded(ctx, completion, reported, now + 0.01, None)
+
+    return one
+
+
+def measure(tree: Path, calls: int, plain: bool = False) -> float:
     """Best µs per call over 7 rounds, with `tree`'s llmroute."""
+    one = _plain(tree) if plain else _streamed(tree)
+    now = 1000.0
+    for _ in range(300):  # warm-up
+        now += 1.0
+        one(now)
+    best = float("inf")
+    for _ in range(7):
+        started = time.perf_counter()
+        for _ in range(calls):
+            now += 1.0  # a second apart: no breaker window or limit carries over between calls
+            one(now)
+        best = min(best, (time.perf_counter() - started) / calls)
+    return best * 1e6
+
+
+def _streamed(tree: Path) -> Callable[[float], None]:
+    """One call read as a 3-piece stream."""
     sys.path.insert(0, str(tree))
     from llmroute._call.call import CallRun, StreamState, prepare_call
     from llmroute._call.engine import Engine
@@ -61,23 +117,12 @@ def measure(tree: Path, calls: int) -> float:
         state.eof(now + 0.01)
         state.finish(now + 0.02)
 
-    now = 1000.0
-    for _ in range(300):  # warm-up
-        now += 1.0
-        one(now)
-    best = float("inf")
-    for _ in range(7):
-        started = time.perf_counter()
-        for _ in range(calls):
-            now += 1.0  # a second apart: no breaker window or limit carries over between calls
-            one(now)
-        best = min(best, (time.perf_counter() - started) / calls)
-    return best * 1e6
+    return one
 
 
-def _child(tree: Path, calls: int) -> float:
-    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--calls", str(calls)],
-                         capture_output=True, text=True, check=True, timeout=600)
+def _child(tree: Path, calls: int, plain: bool) -> float:
+    out = subprocess.run([sys.executable, str(Path(__file__).resolve()), "--tree", str(tree), "--calls", str(calls)]
+                         + (["--plain"] if plain else []), capture_output=True, text=True, check=True, timeout=600)
     return float(out.stdout.strip().splitlines()[-1])
 
 
@@ -87,17 +132,18 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--against", help="another checkout: interleaved A/B rounds, the median ratio printed")
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--plain", action="store_true", help="a plain call read whole (plain_via_stream = false)")
     args = parser.parse_args(argv)
     if not args.against:
-        print(f"{measure(Path(args.tree), args.calls):.1f}")
+        print(f"{measure(Path(args.tree), args.calls, args.plain):.1f}")
         return 0
     other = Path(args.against)
     if not (other / "llmroute" / "__init__.py").is_file():
         parser.error(f"--against {other}: no llmroute/ package there")
     ratios = []
     for i in range(args.rounds):
-        pair = (_child(ROOT, args.calls), _child(other, args.calls)) if i % 2 == 0 else \
-            tuple(reversed((_child(other, args.calls), _child(ROOT, args.calls))))
+        pair = (_child(ROOT, args.calls, args.plain), _child(other, args.calls, args.plain)) if i % 2 == 0 else \
+            tuple(reversed((_child(other, args.calls, args.plain), _child(ROOT, args.calls, args.plain))))
         ours, theirs = pair
         ratios.append(ours / theirs)
         print(f"round {i + 1}: this {ours:.1f} µs, other {theirs:.1f} µs, ratio {ours / theirs:.3f}")

@@ -59,6 +59,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Literal, Sequence, Union
 
 from llmroute import errors as E
+from llmroute.accounting.frozen import Fill
 from llmroute.resilience.breaker import Permit, detached
 from llmroute.resilience.balance import SLOW_START_POLL_S, BalanceChoice, LoadBalancer
 from llmroute.resilience.deployment_health import BreakerRegistry
@@ -110,6 +111,9 @@ class Send:
     is_replay: bool = False  # start a cut stream again, delivered only past the text the caller saw
     # The attempt's line in `plan.attempts` (the route's), made by the plan; ended by `record`/`cancel`.
     record: Attempt | None = field(default=None, compare=False, repr=False)
+
+
+_FILL_SEND = Fill(Send)
 
 
 @dataclass(frozen=True)
@@ -270,6 +274,27 @@ class _ContextState:
 class FailoverPlan:
     """Plans one call's attempts over a tier's candidates and an optional fallback tier."""
 
+    # State that starts empty and changes only on the less common paths (retries, queues, cuts):
+    # class-level starting values, set on the plan when they change (a plan is made per call).
+    _choice_changed = False  # slow start sent the call elsewhere: `new_choice` hands it over
+    # Slow start (balance.py): a first attempt that finds every deployment of the load-balanced
+    # pool at its window waits for an answer, up to `slow_start_wait_s` after the call started.
+    _slow_start: tuple[list[str], float] | None = None
+    _ticket: int | None = None
+    _queued_since: float | None = None
+    queued_s = 0.0  # time spent in the client-side queue
+    _pos = 0
+    _sent = 0
+    _pending: _Pending | None = None
+    _terminal: Union[Exhausted, Done] | None = None
+    used_fallback_tier: str | None = None
+    # Recovery after a cut: None, "continue", "continue_or_replay", "continue_or_restart", "restart",
+    # or "restarted" (done).
+    _recover: str | None = None
+    _cut: tuple[_InFlight, BaseException, str] | None = None
+    _again: tuple[Candidate, bool] | None = None  # the cut deployment, to continue there once
+    _replay: str | None = None  # after a cut: which candidates may replay it ("family", "any")
+
     def __init__(
         self,
         candidates: Sequence[Candidate],
@@ -314,13 +339,9 @@ class FailoverPlan:
         self._rng = rng
         self._balancer = balancer  # told of every attempt's start and end (its load estimates)
         self.balance_choice = choice  # why the first candidate is first, when load chose it
-        self._choice_changed = False  # slow start sent the call elsewhere: `new_choice` hands it over
         # A tier balanced by load: when every deployment is at its `max_concurrency`, the call waits
         # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
         self._queue_when_full = queue_when_full and limits is not None and balancer is not None
-        # Slow start (balance.py): a first attempt that finds every deployment of the load-balanced
-        # pool at its window waits for an answer, up to `slow_start_wait_s` after the call started.
-        self._slow_start: tuple[list[str], float] | None = None
         self._warming: list[Candidate] = []  # candidates found at their window in this pass
         self._held_ids: set[str] = set()  # every deployment slow start held this call back from
         if queue_when_full and balancer is not None and len(candidates) > 1:
@@ -330,32 +351,18 @@ class FailoverPlan:
             if wait_s > 0:
                 self._slow_start = (pool_ids, min(deadline_at, now + wait_s))
         self._full: list[Candidate] = []  # candidates found full in this pass over the queue
-        self._ticket: int | None = None
-        self._queued_since: float | None = None
-        self.queued_s = 0.0  # time spent in the client-side queue
         if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
             candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
             fallback = order_candidates(fallback, rng=rng, sticky_value=sticky_value)
         self._queue: list[tuple[Candidate, bool]] = [(c, False) for c in candidates] + [(c, True) for c in fallback]
-        self._pos = 0
-        self._sent = 0
         self._retries: dict[str, int] = {}
         self._in_flight: dict[str, _InFlight] = {}
-        self._pending: _Pending | None = None
-        self._terminal: Union[Exhausted, Done] | None = None
         self._context = _ContextState()
-        self.used_fallback_tier: str | None = None
         self._can_continue = can_continue or (lambda deployment_id: False)
         # (candidate, cut deployment) -> may the candidate replay the cut stream? (same model family)
         self._can_replay = can_replay or (lambda deployment_id, cut: True)
-        # Recovery after a cut: None, "continue", "continue_or_replay", "continue_or_restart", "restart",
-        # or "restarted" (done).
-        self._recover: str | None = None
-        self._cut: tuple[_InFlight, BaseException, str] | None = None
         self._no_continue: set[str] = set()
         self._resent_after_drop: set[str] = set()
-        self._again: tuple[Candidate, bool] | None = None  # the cut deployment, to continue there once
-        self._replay: str | None = None  # after a cut: which candidates may replay it ("family", "any")
         self._held: list[_Held] = []  # candidates skipped for an open breaker, for a short wait
         self._waited: set[str] = set()  # candidates whose hold this call already waited out
 
@@ -728,17 +735,22 @@ class FailoverPlan:
             self._queue.extend((c, False) for c in self._warming)  # still backups for failover
             self._warming = []
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
-        notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
-                                 ("continuation", continuation), ("restart", restart), ("replay", replay)) if on]
-        record = self._line(candidate, now, candidate.tier or None, note=", ".join(notes) or None,
-                            recovery=("continued" if continuation else "replayed" if replay
-                                      else "restarted" if restart else None))
+        if is_retry or is_fallback or hedge or continuation or restart or replay:
+            notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
+                                     ("continuation", continuation), ("restart", restart), ("replay", replay)) if on]
+            record = self._line(candidate, now, candidate.tier or None, note=", ".join(notes),
+                                recovery=("continued" if continuation else "replayed" if replay
+                                          else "restarted" if restart else None))
+        else:  # a first send: the line's note and recovery stay unset (None)
+            record = self._line(candidate, now, candidate.tier or None, note=None, recovery=None)
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease, record,
                                          continuation, replay, met)
         if is_fallback and self.used_fallback_tier is None:
             self.used_fallback_tier = candidate.tier
-        send = Send(dep, candidate.tier, self._sent, number, is_retry, is_fallback, hedge, self.deadline_at - now,
-                    continuation, restart, replay, record)
+        send = _FILL_SEND.make({  # one per attempt: made in one step (frozen.Fill), as Send(...) would
+            "deployment_id": dep, "tier": candidate.tier, "attempt_index": self._sent, "number": number,
+            "is_retry": is_retry, "is_fallback": is_fallback, "is_hedge": hedge, "timeout_s": self.deadline_at - now,
+            "is_continuation": continuation, "is_restart": restart, "is_replay": replay, "record": record})
         self._sent += 1
         return send
 
