@@ -143,6 +143,7 @@ class Engine:
         self.recorder.telemetry.load_source = lambda: balancer.snapshot(time.monotonic())  # OTel load gauges
         self._deployments: Dict[str, Deployment] = {d.id: d for d in config.all_deployments()}
         self._fingerprints: Dict[str, Tuple[Any, str | None]] = {}  # deployment -> (its key object, fingerprint)
+        self._candidate_of: Dict[str, Tuple[Deployment, str, Any]] = {}  # deployment -> (it, tier, its Candidate)
         self.identities: Any = None  # the client's server_probe.ServerIdentities (I/O in its own thread)
         self._identify_asked: set[str] = set()  # deployments already handed to `identities`
 
@@ -234,27 +235,37 @@ class Engine:
 
     def _plan_inputs(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int]) -> Dict[str, Any]:
         """The failover plan's arguments that depend on the call and its target."""
-        candidate = self._candidate
-
-        def candidates(deps: List[Deployment], tier: str | None) -> List[Any]:
-            return [candidate(d.id, tier or d.tier or "", d.weight, d.context_window, d.provider.name, d.model)
-                    for d in deps]
-
         tier = self.config.tiers.get(target.tier) if target.tier else None
         sticky_value = None
         if tier is not None and tier.sticky_key:
             sticky_value = prepared.metadata.get(tier.sticky_key)
-        needs_context = any(d.context_window for d in [*target.deployments, *target.fallback])
+        primary = self._candidates(target.deployments, target.tier)
+        fallback = self._candidates(target.fallback, target.fallback_tier) if target.fallback else []
+        needs_context = any(c.context_window for c in primary) or any(c.context_window for c in fallback)
         params = prepared.call.params
         max_tokens = params.get("max_tokens") or params.get("max_completion_tokens") or 0
         return dict(
-            candidates=candidates(target.deployments, target.tier),
+            candidates=primary,
             sticky_value=sticky_value,
             required_context_tokens=input_tokens() + max_tokens if needs_context else None,
-            fallback=candidates(target.fallback, target.fallback_tier),
+            fallback=fallback,
             pool=prepared.pool if target.pool is None else target.pool,
             request_tokens=input_tokens() + max_tokens if self.limits is not None else 0,
         )
+
+    def _candidates(self, deps: List[Deployment], tier: str | None) -> List[Any]:
+        """The plan's candidates for `deps` in `tier`: a `failover.Candidate` (immutable) made once per
+        deployment and tier, not per call (made again if the call's deployment object is another one)."""
+        out = []
+        known = self._candidate_of
+        for d in deps:
+            name = tier or d.tier or ""
+            hit = known.get(d.id)
+            if hit is None or hit[0] is not d or hit[1] != name:
+                hit = known[d.id] = (d, name, self._candidate(d.id, name, d.weight, d.context_window,
+                                                              d.provider.name, d.model))
+            out.append(hit[2])
+        return out
 
     def _ordered(self, prepared: "PreparedCall", target: Target, inputs: Dict[str, Any], rng: random.Random,
                  now: float) -> Any:
@@ -264,8 +275,10 @@ class Engine:
         sticky = inputs["sticky_value"]
         primary, choice = self._order_tier(inputs["candidates"], mode=modes[0], rng=rng, now=now,
                                            sticky_value=sticky, balancer=self.balancer)
-        fallback, _ = self._order_tier(inputs["fallback"], mode=modes[1], rng=rng, now=now, sticky_value=sticky,
-                                       balancer=self.balancer)
+        fallback: List[Any] = []
+        if inputs["fallback"]:
+            fallback, _ = self._order_tier(inputs["fallback"], mode=modes[1], rng=rng, now=now, sticky_value=sticky,
+                                           balancer=self.balancer)
         return primary, fallback, choice
 
     def _first_limits_request(self, prepared: "PreparedCall", target: Target, input_tokens: Callable[[], int],
@@ -305,11 +318,12 @@ class Engine:
                  wall: Callable[[], float] | None = None) -> "FailoverPlan":
         """The failover plan of one call to `target` (the call owns it from here); `wall` stamps the
         route's lines the plan writes (`plan.attempts`)."""
-        for dep in [*target.deployments, *target.fallback]:
+        deps = [*target.deployments, *target.fallback] if target.fallback else target.deployments
+        for dep in deps:
             self._deployments.setdefault(dep.id, dep)
             # A deployment disabled by a 401 comes back when its key is no longer the one refused.
             self.breakers.breaker(dep.id).note_key(self._key_fingerprint(dep), now)
-        self.identify([*target.deployments, *target.fallback])
+        self.identify(deps)
         inputs = self._plan_inputs(prepared, target, input_tokens)
         rng = admission.plan_rng or self.rng
         order = admission.order
@@ -423,6 +437,8 @@ class Engine:
 
     def total_cost(self, costs: List["Cost"]) -> "Cost" | None:
         """A call's cost: the sum of its billed attempts' (None when none was billed)."""
+        if len(costs) == 1:
+            return costs[0]  # what `sum_costs` gives for one, without reading the exchange rates
         return self._sum_costs(costs, rates=self.sections.pricing.rates()) if costs else None
 
     def health(self, now: float) -> Dict[str, Any]:
