@@ -145,6 +145,7 @@ class CallRecorder:
             cache=run.route.cache,
             recovery=rec.recovery,
             queued_ms=run.route.queued_s * 1000 if run.route.queued_s else None,
+            cost_saved=None,  # every column named: the record is made from these values as they are
         )
         if self.ledger is not None:
             self.ledger.write(record)
