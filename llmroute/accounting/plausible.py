@@ -18,6 +18,10 @@ WINDOW_FACTOR = 100  # "orders of magnitude" past a known context window
 def implausible_usage(usage: Any, context_window: int | None) -> str | None:
     """Why `usage` cannot be true (None if it can): a negative count, or a count past the bound."""
     bound = context_window * WINDOW_FACTOR if context_window else MAX_TOKENS_WITHOUT_WINDOW
+    values = (usage.prompt_tokens, usage.completion_tokens, usage.total_tokens,
+              usage.prompt_tokens_details.cached_tokens, usage.completion_tokens_details.reasoning_tokens)
+    if None not in values and min(values) >= 0 and max(values) <= bound:
+        return None  # every answer's usage: nothing to name
     counts = {
         "prompt_tokens": usage.prompt_tokens,
         "completion_tokens": usage.completion_tokens,

@@ -109,6 +109,18 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Mapping[str, Any] | None =
     `extra` is the rest of the response or chunk, for the fields some platforms put beside `usage`
     (llama.cpp `timings.cache_n`, Fireworks `perf_metrics`). docs/platforms.md §11.3.
     """
+    if len(raw) == 3 and (not extra or ("perf_metrics" not in extra and "timings" not in extra)):
+        # OpenAI's plain usage (three counts, no details, nothing beside it): what the walk below gives.
+        prompt, completion, total = raw.get("prompt_tokens"), raw.get("completion_tokens"), raw.get("total_tokens")
+        if type(prompt) is int and type(completion) is int and type(total) is int and prompt >= 0:
+            plain: Usage = Usage.__pydantic_validator__.validate_python({
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": total or prompt + completion,
+                "prompt_tokens_details": {"cached_tokens": 0},
+                "completion_tokens_details": {"reasoning_tokens": 0},
+            })
+            return plain
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))
     if prompt is None:
