@@ -398,11 +398,11 @@ class CallRun:
                 "".join((c.message.reasoning_content or "") for c in completion.choices),
                 prompt_tokens=self.input_tokens(),
             )
-        rec.usage = attempt_usage if attempt_usage is not None else completion.usage
         ctx.reasoned = any(c.message.reasoning_content for c in completion.choices)
+        usage = attempt_usage if attempt_usage is not None else completion.usage
+        rec._set(usage=usage, usage_estimated=not usage_reported, billed=True, http_status=rec.http_status or 200)
         if self.earlier_usage:
-            completion.usage = sum_usage([*self.earlier_usage, rec.usage])
-        rec._set(usage_estimated=not usage_reported, billed=True, http_status=rec.http_status or 200)
+            completion.usage = sum_usage([*self.earlier_usage, usage])
         route = self.route
         deployment = ctx.deployment
         route._set(provider=deployment.provider.name, deployment=deployment.id, model=deployment.model,

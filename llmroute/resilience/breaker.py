@@ -132,6 +132,7 @@ class CircuitBreaker:
         self._trips_in_row = 0
         self._closed_at: float | None = None
         self._epoch = 0  # half-open episode; a probe permit is only valid in its own episode
+        self._closed_permit: Permit | None = None  # what `acquire` hands out while closed (`_epoch`'s)
         self._probes: dict[int, float] = {}  # probe permit seq -> when it was granted (the lease)
         self._probe_seq = itertools.count(1)
         self._probe_successes = 0
@@ -170,7 +171,11 @@ class CircuitBreaker:
         with self._lock:
             self._advance(now)
             if self._state == "closed":
-                return Permit(self.deployment_id, False, self._epoch)
+                # The same for every call admitted while closed in this episode: made once per episode.
+                permit = self._closed_permit
+                if permit is None or permit.epoch != self._epoch:
+                    permit = self._closed_permit = Permit(self.deployment_id, False, self._epoch)
+                return permit
             if self._state == "half_open" and len(self._probes) < self.policy.half_open_probes:
                 seq = next(self._probe_seq)
                 self._probes[seq] = now

@@ -56,7 +56,8 @@ from __future__ import annotations
 import hashlib
 import random
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Literal, Sequence, Union
+from types import MappingProxyType
+from typing import AbstractSet, Any, Callable, Literal, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.frozen import Fill
@@ -271,6 +272,9 @@ class _ContextState:
     fitting_tried: bool = False  # a candidate was sent after the context-length error
 
 
+_NO_CONTEXT = _ContextState()  # no context-length error or skip yet: read, never written
+
+
 class FailoverPlan:
     """Plans one call's attempts over a tier's candidates and an optional fallback tier."""
 
@@ -294,6 +298,17 @@ class FailoverPlan:
     _cut: tuple[_InFlight, BaseException, str] | None = None
     _again: tuple[Candidate, bool] | None = None  # the cut deployment, to continue there once
     _replay: str | None = None  # after a cut: which candidates may replay it ("family", "any")
+    # Collections that stay empty on the common path: immutable empties here, replaced by a
+    # collection of the plan's own when something is added (never changed in place).
+    _warming: Sequence[Candidate] = ()  # candidates found at their window in this pass
+    _held_ids: AbstractSet[str] = frozenset()  # every deployment slow start held this call back from
+    _full: Sequence[Candidate] = ()  # candidates found full in this pass over the queue
+    _retries: Mapping[str, int] = MappingProxyType({})  # retries sent, per deployment
+    _no_continue: AbstractSet[str] = frozenset()
+    _resent_after_drop: AbstractSet[str] = frozenset()
+    _held: Sequence[_Held] = ()  # candidates skipped for an open breaker, for a short wait
+    _waited: AbstractSet[str] = frozenset()  # candidates whose hold this call already waited out
+    _context: _ContextState = _NO_CONTEXT  # the context-length state, the plan's own once written (`_own_context`)
 
     def __init__(
         self,
@@ -342,29 +357,20 @@ class FailoverPlan:
         # A tier balanced by load: when every deployment is at its `max_concurrency`, the call waits
         # in the balancer's fair queue (up to `queue_timeout_s`) instead of failing or picking one to wait on.
         self._queue_when_full = queue_when_full and limits is not None and balancer is not None
-        self._warming: list[Candidate] = []  # candidates found at their window in this pass
-        self._held_ids: set[str] = set()  # every deployment slow start held this call back from
         if queue_when_full and balancer is not None and len(candidates) > 1:
             pool_ids = [c.deployment_id for c in candidates if c.weight is not None and c.weight > 0] or [
                 c.deployment_id for c in candidates]
             wait_s = policies(pool_ids[0]).slow_start_wait_s if len(pool_ids) > 1 else 0.0
             if wait_s > 0:
                 self._slow_start = (pool_ids, min(deadline_at, now + wait_s))
-        self._full: list[Candidate] = []  # candidates found full in this pass over the queue
         if not ordered:  # `ordered`: the candidates come in the order to try (`order_tier`)
             candidates = order_candidates(candidates, rng=rng, sticky_value=sticky_value)
             fallback = order_candidates(fallback, rng=rng, sticky_value=sticky_value)
         self._queue: list[tuple[Candidate, bool]] = [(c, False) for c in candidates] + [(c, True) for c in fallback]
-        self._retries: dict[str, int] = {}
         self._in_flight: dict[str, _InFlight] = {}
-        self._context = _ContextState()
         self._can_continue = can_continue or (lambda deployment_id: False)
         # (candidate, cut deployment) -> may the candidate replay the cut stream? (same model family)
         self._can_replay = can_replay or (lambda deployment_id, cut: True)
-        self._no_continue: set[str] = set()
-        self._resent_after_drop: set[str] = set()
-        self._held: list[_Held] = []  # candidates skipped for an open breaker, for a short wait
-        self._waited: set[str] = set()  # candidates whose hold this call already waited out
 
     # ------------------------------------------------------------------ public
 
@@ -458,7 +464,7 @@ class FailoverPlan:
         if soonest is None or soonest.until is None:
             return None
         dep = soonest.candidate.deployment_id
-        self._waited.add(dep)
+        self._waited = {*self._waited, dep}
         self._pending = _Pending(soonest.candidate, soonest.is_fallback, False, soonest.until,
                                  "waiting out a short hold")
         return Wait(max(0.0, soonest.until - now), dep, "waiting out a short hold")
@@ -532,9 +538,7 @@ class FailoverPlan:
         note: str | None = None
         status: AttemptStatus = "ok" if error is None else ("interrupted" if content_started else "error")
         rec = flight.record
-        rec.status = status
-        rec.duration_s = max(0.0, now - flight.started_at)
-        rec.ttft_s = ttft_s
+        rec._set(status=status, duration_s=max(0.0, now - flight.started_at), ttft_s=ttft_s)
         if error is not None:
             rec.error = error
 
@@ -559,7 +563,7 @@ class FailoverPlan:
             note = "replay did not finish: " + (describe_error(error) or "failed")
         elif flight.is_continuation and outcome == "caller":
             # The platform does not take a prefill: not the caller's fault, not the real failure.
-            self._no_continue.add(deployment_id)
+            self._no_continue = {*self._no_continue, deployment_id}
             note = "cannot continue a partial answer: " + (describe_error(error) or "refused")
             if self._recover == "continue_or_restart":  # a plain call: the caller saw nothing, start again there
                 self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))
@@ -568,17 +572,17 @@ class FailoverPlan:
                 self._queue.insert(self._pos, (flight.candidate, flight.is_fallback))  # it may still replay it
         elif isinstance(error, E.ContextLengthError):
             note = "context window too small: trying a larger one"
-            self._context.error = error
+            self._own_context().error = error
             window = flight.candidate.context_window
             if window is not None:
-                self._context.refused_window = max(window, self._context.refused_window or 0)
+                self._own_context().refused_window = max(window, self._context.refused_window or 0)
         elif outcome == "caller":
             self._terminal = Exhausted("caller_error", error)
         elif outcome == "fatal":
             note = "deployment disabled: " + (describe_error(error) or "fatal error")
         elif dropped_before_reply(error) and deployment_id not in self._resent_after_drop and self._pending is None:
             # One immediate resend on a new connection, visible in the route and the ledger.
-            self._resent_after_drop.add(deployment_id)
+            self._resent_after_drop = {*self._resent_after_drop, deployment_id}
             self._pending = _Pending(flight.candidate, flight.is_fallback, True, now, "dropped keep-alive", free=True,
                                      continuation=flight.is_continuation, replay=flight.is_replay)
             note = "connection dropped before a reply: resending once on a new connection"
@@ -646,6 +650,12 @@ class FailoverPlan:
         dep = candidate.deployment_id
         return dep not in self._no_continue and self._can_continue(dep)
 
+    def _own_context(self) -> _ContextState:
+        """The plan's own context-length state, to write to (the shared empty one is never written)."""
+        if self._context is _NO_CONTEXT:
+            self._context = _ContextState()
+        return self._context
+
     def _put_continuers_first(self) -> None:
         """After a cut, the untried deployments that can continue the answer go first (stable)."""
         rest = self._queue[self._pos:]
@@ -678,17 +688,17 @@ class FailoverPlan:
             self._skip(candidate, now, "retry not sent: retry budget exhausted")
             return None
         if self._slow_start is not None and not (is_fallback or hedge or is_retry) and self._held_by_window(dep, now):
-            self._warming.append(candidate)
+            self._warming = [*self._warming, candidate]
             return None
         lease: Lease | None = None
         queues = self._queue_when_full and not (is_fallback or hedge or is_retry)
         if queues and self._queued_behind(now):
-            self._full.append(candidate)  # calls queued before this one go first
+            self._full = [*self._full, candidate]  # calls queued before this one go first
             return None
         if self._limits is not None:
             admission = self._limits.try_acquire(now, dep, pool=self.pool, tokens=self.request_tokens)
             if not admission.granted and queues and admission.reason.startswith("concurrency"):
-                self._full.append(candidate)
+                self._full = [*self._full, candidate]
                 return None
             if not admission.granted:
                 since = now if queued_since is None else queued_since
@@ -713,7 +723,7 @@ class FailoverPlan:
         budget = self._budgets.retry(dep)
         if is_retry and not free:
             budget.try_spend(now)
-            self._retries[dep] = self._retries.get(dep, 0) + 1
+            self._retries = {**self._retries, dep: self._retries.get(dep, 0) + 1}
         elif not is_retry:
             budget.note_request(now)
         number = 1 + self._retries.get(dep, 0) + (dep in self._resent_after_drop) if is_retry else 1
@@ -731,9 +741,9 @@ class FailoverPlan:
                 if held:
                     self.balance_choice = replace(choice, deployment_id=dep, held=held)
                     self._choice_changed = True
-            self._held_ids = set()
+            self._held_ids = frozenset()
             self._queue.extend((c, False) for c in self._warming)  # still backups for failover
-            self._warming = []
+            self._warming = ()
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
         if is_retry or is_fallback or hedge or continuation or restart or replay:
             notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
@@ -777,12 +787,12 @@ class FailoverPlan:
             self._slow_start = None  # waited long enough: the order by expected delay decides alone
             self._leave_queue()
             self._queue.extend((c, False) for c in self._warming)
-            self._warming = []
+            self._warming = ()
             return False
         if dep not in pool:
             return bool(self._warming)  # a backup of the pool does not take the calls the pool holds back
         if self._balancer.holds(dep, pool, self.tier, self._ticket, now):
-            self._held_ids.add(dep)
+            self._held_ids = {*self._held_ids, dep}
             return True
         return False
 
@@ -790,8 +800,8 @@ class FailoverPlan:
         """Every deployment of the pool is at its slow-start window: wait in the tier's queue for an
         answer to open one (then try them again, by expected delay), up to `slow_start_wait_s`."""
         assert self._balancer is not None
-        waiting = self._warming + [c for c in self._full if c not in self._warming]
-        self._warming, self._full = [], []
+        waiting = [*self._warming, *(c for c in self._full if c not in self._warming)]
+        self._warming, self._full = (), ()
         until = self._slow_start[1] if self._slow_start is not None else now
         if self._ticket is None:
             self._ticket = self._balancer.enqueue(self.tier, until + SLOW_START_POLL_S)
@@ -812,7 +822,7 @@ class FailoverPlan:
     def _wait_in_queue(self, now: float) -> Union[Wait, Exhausted]:
         """Every deployment was full: wait in the queue and try them again, or give up past the timeout."""
         assert self._balancer is not None and self._limits is not None
-        full, self._full = self._full, []
+        full, self._full = list(self._full), ()
         policy = self._limits.policy(self.pool, full[0].deployment_id)
         since = now if self._queued_since is None else self._queued_since
         if fits(policy.queue_poll_s, now=now, queued_since=since, queue_timeout_s=policy.queue_timeout_s,
@@ -855,7 +865,7 @@ class FailoverPlan:
         if reason is None:
             return True
         if note:
-            self._context.skipped.append(f"{candidate.deployment_id} ({reason})")
+            self._own_context().skipped.append(f"{candidate.deployment_id} ({reason})")
             self._skip(candidate, now, reason)
         return False
 
@@ -887,8 +897,8 @@ class FailoverPlan:
         breaker = self._breakers.breaker(candidate.deployment_id)
         until = breaker.open_until(now)
         disabled = breaker.snapshot(now).disabled_reason is not None
-        self._held.append(_Held(candidate, is_fallback, None if disabled or until is None or until == float("inf")
-                                else until))
+        self._held = [*self._held, _Held(candidate, is_fallback, None if disabled or until is None
+                                         or until == float("inf") else until)]
         self._skip(candidate, now, self._breaker_note(candidate.deployment_id, now),
                    held_by=breaker.held_by(now))
 

@@ -186,6 +186,9 @@ class BudgetRegistry:
         renew_at_fork(self, "_lock")
 
     def retry(self, deployment_id: str) -> RatioBudget:
+        budget = self._retry.get(deployment_id)  # made once, never replaced: read without the lock
+        if budget is not None:
+            return budget
         with self._lock:
             budget = self._retry.get(deployment_id)
             if budget is None:
