@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
+from llmroute.accounting.frozen import Fill
 from llmroute.accounting.plausible import implausible_usage
 from llmroute.config import Deployment
 from llmroute._call.exits import ExitStatus, exit_status
@@ -42,6 +43,7 @@ from llmroute.accounting.tokens import (cache_write_tokens, count_message_tokens
 from llmroute.types import Attempt, ChatCompletion, ChatCompletionChunk, CompletionTokensDetails, PromptTokensDetails, Route, Usage
 
 logger = logging.getLogger("llmroute._call.call")
+_FILL_TIMEOUTS = Fill(Timeouts)
 
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
@@ -247,10 +249,10 @@ class CallRun:
             read_s, read_kind = ttft_s, "ttft"
         else:
             read_s, read_kind = total, "total"
-        timeouts = Timeouts(
-            connect_s=min(deployment.connect_timeout_s, total), ttft_s=ttft_s, total_s=total,
-            read_s=read_s, read_kind=read_kind, stall_s=stall_s if streamed else None,
-        )
+        timeouts = _FILL_TIMEOUTS.make({  # one per attempt: made in one step (frozen.Fill), as Timeouts(...) would
+            "connect_s": min(deployment.connect_timeout_s, total), "ttft_s": ttft_s, "total_s": total,
+            "read_s": read_s, "read_kind": read_kind, "stall_s": stall_s if streamed else None,
+        })
         record = step.record  # the plan made the attempt's line of the route with the step
         ctx = AttemptContext(deployment, adapter, request, timeouts, now, now + total, record, streamed=streamed,
                              continuation=step.is_continuation, replay_of=cut_text if step.is_replay else None,

@@ -406,7 +406,7 @@ def check_timeout(timeout: Any) -> float | None:
 
 def check_create_args(args: Mapping[str, Any], *, pools: Any) -> CheckedArgs:
     """Check every argument of `create()`. `pools`: the configured pool names."""
-    unknown = sorted(set(args) - CREATE_PARAMS)
+    unknown = sorted(args.keys() - CREATE_PARAMS) if not CREATE_PARAMS.issuperset(args) else None
     if unknown:
         raise TypeError(f"create() got an unexpected keyword argument {unknown[0]!r} "
                         f"(platform-specific parameters go in extra_body={{...}})")
@@ -435,10 +435,11 @@ def check_create_args(args: Mapping[str, Any], *, pools: Any) -> CheckedArgs:
         stream=stream,
         params=params,
         feature=feature,
-        metadata=check_metadata(args.get("metadata")),
+        # (the checks of an argument not given return its empty value: not called for it)
+        metadata=check_metadata(args["metadata"]) if args.get("metadata") is not None else {},
         pool=pool,
-        timeout_s=check_timeout(args.get("timeout")),
+        timeout_s=check_timeout(args["timeout"]) if args.get("timeout") is not None else None,
         extra_body=dict(_mapping(extra_body, "extra_body")) if extra_body is not None else {},
-        extra_headers=check_headers(args.get("extra_headers")),
-        extra_query=check_query(args.get("extra_query")),
+        extra_headers=check_headers(args["extra_headers"]) if args.get("extra_headers") is not None else {},
+        extra_query=check_query(args["extra_query"]) if args.get("extra_query") is not None else {},
     )
