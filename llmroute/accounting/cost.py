@@ -114,11 +114,12 @@ def compute_cost(
     Counts are clamped to be consistent (cached + cache writes <= prompt, all >= 0) rather than
     raising: a platform's odd usage must not lose a response that already arrived.
     """
-    prompt = max(0, int(prompt_tokens))
-    cached = min(max(0, int(cached_tokens)), prompt)
+    prompt = prompt_tokens if type(prompt_tokens) is int and prompt_tokens >= 0 else max(0, int(prompt_tokens))
+    cached = min(max(0, int(cached_tokens)), prompt) if cached_tokens else 0
     written = min(max(0, int(cache_write_tokens)), prompt - cached) if cache_write_tokens else 0
-    reasoning = max(0, int(reasoning_tokens))
-    output = max(0, int(completion_tokens)) + (0 if reasoning_in_completion else reasoning)
+    reasoning = max(0, int(reasoning_tokens)) if reasoning_tokens else 0
+    output = (completion_tokens if type(completion_tokens) is int and completion_tokens >= 0
+              else max(0, int(completion_tokens))) + (0 if reasoning_in_completion else reasoning)
     thinking = bool(thinking or reasoning > 0)
     explicit = bool(explicit_cache and (cached or written))
     if price is None:
@@ -134,28 +135,28 @@ def compute_cost(
     write_amount = Decimal(written) * rates.cache_write_rate / MILLION if written else _ZERO
     output_amount = Decimal(output) * output_rate / MILLION
     amount = input_amount + cached_amount + write_amount + output_amount
-    return _FILL_COST.make(dict(  # one per attempt on the request path: made in one step (frozen.Fill)
-        amount=amount,
-        currency=price.currency,
-        input_tokens=prompt,
-        output_tokens=output,
-        cached_tokens=cached,
-        reasoning_tokens=reasoning,
-        input_amount=input_amount,
-        cached_amount=cached_amount,
-        output_amount=output_amount,
-        estimated=estimated,
-        priced=True,
-        price_version=price.version,
-        price_confirmed=price.confirmed,
-        by_currency={price.currency: amount},
-        cache_write_tokens=written,
-        cache_write_amount=write_amount,
-        explicit_cache=explicit,
+    return _FILL_COST.make({  # one per attempt on the request path: made in one step (frozen.Fill)
+        "amount": amount,
+        "currency": price.currency,
+        "input_tokens": prompt,
+        "output_tokens": output,
+        "cached_tokens": cached,
+        "reasoning_tokens": reasoning,
+        "input_amount": input_amount,
+        "cached_amount": cached_amount,
+        "output_amount": output_amount,
+        "estimated": estimated,
+        "priced": True,
+        "price_version": price.version,
+        "price_confirmed": price.confirmed,
+        "by_currency": {price.currency: amount},
+        "cache_write_tokens": written,
+        "cache_write_amount": write_amount,
+        "explicit_cache": explicit,
         # Only a thinking rate of its own makes "thinking" a pricing fact worth recording.
-        thinking=own_thinking_rate,
-        tier_above=rates.tier_above,
-    ))
+        "thinking": own_thinking_rate,
+        "tier_above": rates.tier_above,
+    })
 
 
 def cost_from_usage(

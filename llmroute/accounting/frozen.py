@@ -35,15 +35,15 @@ class Fill(Generic[T]):
                 self._factories.append((f.name, f.default_factory))
             elif f.default is MISSING:
                 self._required.append(f.name)
-        self._names = self._template.keys()
 
     def make(self, values: Dict[str, Any]) -> T:
         """An instance whose fields are `values` (each a field name; the required ones given) over
         the defaults. TypeError for a name that is not a field or a required field left out.
-        `values` must be a dict the caller made for this call: when it names every field, it becomes
-        the instance's own `__dict__` (a dataclass reads its fields by name, so their order there
-        does not matter)."""
-        if len(values) == len(self._template) and values.keys() == self._names:
+        `values` must be a dict the caller made for this call: when it has as many names as there are
+        fields, it is taken to name every field (the callers' literals do; a misspelt name would
+        leave a field unset, an AttributeError on first read) and becomes the instance's own
+        `__dict__` (a dataclass reads its fields by name, so their order there does not matter)."""
+        if len(values) == len(self._template):
             state = values
         else:
             state = self._template.copy()
