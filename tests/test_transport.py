@@ -276,3 +276,24 @@ def test_every_pool_shares_the_process_tls_context():
     assert asyncio.run(session_context()) is T._tls_context()
     sync_a.pool.close()
     sync_b.pool.close()
+
+
+def test_an_aiohttp_request_has_one_timer_at_the_deadline_never_rounded_up():
+    """aiohttp's own total timer ends a request (headers and every body read) at the attempt's deadline:
+    not rounded up to a whole second (aiohttp does that from 5 s unless told not to), and `sock_read`
+    (a stream's first-token limit) only when it can fire before the deadline."""
+    import time
+
+    from llmroute._http.timeouts import Timeouts
+    from llmroute._http.transport import _aiohttp_timeout
+
+    stream = Timeouts(connect_s=3.0, ttft_s=8.0, total_s=60.0, read_s=8.0, read_kind="ttft")
+    before = time.monotonic()
+    timeout = _aiohttp_timeout(stream, before + 30.0)
+    assert 29.0 < timeout.total <= 30.0 and timeout.sock_read == 8.0 and timeout.connect == 3.0
+    assert timeout.total < timeout.ceil_threshold  # no rounding: the timer fires at the deadline
+    plain = Timeouts(connect_s=3.0, ttft_s=8.0, total_s=30.0, read_s=30.0, read_kind="total")
+    timeout = _aiohttp_timeout(plain, time.monotonic() + 30.0)
+    assert timeout.sock_read is None  # the deadline comes first: no second timer per read
+    assert _aiohttp_timeout(plain, time.monotonic() - 1.0).total == 0.001  # past: fires at once
+    assert 29.0 < _aiohttp_timeout(plain).total <= 30.0  # no deadline given: total_s from now

@@ -31,7 +31,7 @@ from llmroute._http.bounded import ReadLimits
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport,
-                                      aiter_body, iter_body, map_transport_error)
+                                      aiter_body, aread_body, iter_body, map_transport_error)
 from llmroute._runtime.redaction import is_secret_header
 
 __all__ = ["Exchange", "Reply", "ErrorFromResponse", "send", "read", "chunks", "fetch", "asend", "aread", "achunks",
@@ -245,7 +245,7 @@ async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResp
     timer = AsyncConnectTimer()
     with ex.sending(timer):
         response = await transport.open(ex.request, ex.timeouts, provider=ex.provider,
-                                        max_connections=ex.max_connections, timer=timer)
+                                        max_connections=ex.max_connections, timer=timer, deadline=ex.deadline)
     if ex.opened(response, on_error):
         raise _error(on_error, response, await aread(response, ex))
     return response
@@ -254,7 +254,7 @@ async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResp
 async def aread(response: Any, ex: Exchange) -> bytes:
     """`read` for async responses."""
     try:
-        return b"".join([data async for data in achunks(response, ex)])
+        return await aread_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
     finally:
         await response.aclose()
 

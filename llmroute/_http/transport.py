@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DROPPED_BEFORE_REPLY", "BROKEN_AFTER_SEND", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body", "aread_body"]
 
 
 def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
@@ -266,34 +266,69 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
 
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
-    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
+    """`iter_body` for async responses; a trickle is cut at the deadline.
 
-    On aiohttp, a wait for bytes is also bounded by the request's `sock_read` limit (`read_s`), which
-    fires at most `read_s` after the last bytes came: while more than that is left before the
-    deadline, the deadline cannot pass during the wait, and no timer is set for it."""
+    On aiohttp the request's own total timer (`_aiohttp_timeout`: one timer per request, at the
+    deadline) bounds every wait for bytes, and `sock_read` each one: no timer is set here. On httpx,
+    each wait for bytes is cut by `asyncio.timeout` at the deadline."""
     import asyncio
 
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
-    raw = response.aiter_raw().__aiter__()
-    read_s = getattr(response, "read_s", None)  # AiohttpResponse: its sock_read limit
-    while True:
-        left = deadline - time.monotonic()
+    if type(response) is AiohttpResponse:
+        content = response._response.content
         try:
-            if read_s is not None and left > read_s:
-                data = await raw.__anext__()
-            else:
-                async with _async_timeout(max(0.0, left)):
-                    data = await raw.__anext__()
-        except StopAsyncIteration:
-            break
+            while True:
+                data = await content.readany()
+                if not data:
+                    break
+                out = reader.feed(data)
+                if out:
+                    yield out
         except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
             raise _past(deadline) from None
-        out = reader.feed(data)
-        if out:
-            yield out
+    else:
+        raw = response.aiter_raw().__aiter__()
+        while True:
+            try:
+                async with _async_timeout(max(0.0, deadline - time.monotonic())):
+                    data = await raw.__anext__()
+            except StopAsyncIteration:
+                break
+            except (E.BuiltinTimeoutError, asyncio.TimeoutError):
+                raise _past(deadline) from None
+            out = reader.feed(data)
+            if out:
+                yield out
     tail = reader.close()
     if tail:
         yield tail
+
+
+async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> bytes:
+    """The whole body of an async response, decoded, within the read caps and the deadline, as
+    `aiter_body` reads it. On aiohttp, in one loop over the response's buffer without a generator
+    (a plain answer is usually there whole: one read and the end)."""
+    import asyncio
+
+    if type(response) is not AiohttpResponse:
+        return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
+                                                          deployment=deployment)])
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    content = response._response.content
+    parts: List[bytes] = []
+    try:
+        while True:
+            data = await content.readany()
+            if not data:
+                break
+            parts.append(reader.feed(data))
+    except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
+        raise _past(deadline) from None
+    tail = reader.close()
+    if tail:
+        parts.append(tail)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _content(request: HttpRequest) -> bytes | None:
@@ -422,16 +457,15 @@ def _aiohttp_session(max_connections: int) -> Any:
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
     `headers` (case-insensitive), `aiter_raw()` (bytes as they arrive) and `aclose()`. Bodies are
-    read through `exchange.py` (within the read caps), never whole by the response itself.
-    `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
+    read through `exchange.py` (within the read caps), never whole by the response itself; every
+    wait for bytes is cut at the request's deadline by aiohttp's own timer (`_aiohttp_timeout`)."""
 
-    __slots__ = ("_response", "status_code", "headers", "read_s")
+    __slots__ = ("_response", "status_code", "headers")
 
-    def __init__(self, response: aiohttp.ClientResponse, read_s: float | None = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
-        self.read_s = read_s
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
@@ -790,9 +824,11 @@ class AsyncTransport:
 
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-        timer: AsyncConnectTimer | None = None,
+        timer: AsyncConnectTimer | None = None, deadline: float | None = None,
     ) -> Any:
-        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
+        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread.
+        `deadline` (monotonic; by default `total_s` from now): the headers and, on aiohttp, every read
+        of the body are cut there."""
         client = await self._client(provider, max_connections)
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
@@ -802,17 +838,17 @@ class AsyncTransport:
             except (TypeError, ValueError) as exc:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
-            # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
+            # One timer per request, aiohttp's own total, at the deadline: it bounds the wait for a
+            # connection and for the headers, and every later read of the body (`aiter_body`).
             token = _CONNECT_TIMER.set(timer)
             try:
-                async with _async_timeout(timeouts.total_s):
-                    response = await client.request(
-                        request.method, request.url, headers=_headers(request), data=content,
-                        timeout=_aiohttp_timeout(timeouts), allow_redirects=False,
-                    )
+                response = await client.request(
+                    request.method, request.url, headers=_headers(request), data=content,
+                    timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False,
+                )
             finally:
                 _CONNECT_TIMER.reset(token)
-            return AiohttpResponse(response, timeouts.read_s)
+            return AiohttpResponse(response)
         req = _build(client, request, timeouts, timer)
         async with _async_timeout(timeouts.total_s):
             return await client.send(req, stream=True)
@@ -850,21 +886,20 @@ class AsyncTransport:
                 pass
 
 
-_AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}
+_NO_CEILING = float("inf")  # aiohttp rounds a timer of 5 s or more up to a whole second unless told not to
 
 
-def _aiohttp_timeout(timeouts: Timeouts) -> Any:
-    """aiohttp's timeouts for one attempt's limits. `connect` covers
-    waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
-    `sock_read` bounds each wait for bytes; the total is checked between reads by the call.
-    Made once per pair of limits (a call's limits shrink with its deadline: a few hundred kept)."""
-    key = (timeouts.connect_s, timeouts.read_s)
-    timeout = _AIOHTTP_TIMEOUTS.get(key)
-    if timeout is None:
-        import aiohttp
+def _aiohttp_timeout(timeouts: Timeouts, deadline: float | None = None) -> Any:
+    """aiohttp's timeouts for one attempt's limits: `total` ends at the deadline (monotonic, the
+    event loop's clock; by default `total_s` from now) and covers the wait for a pooled connection,
+    the headers and every read of the body (aiohttp cancels the waiting read and raises
+    `TimeoutError`); `connect` covers waiting for a pooled connection and opening one, as httpx's
+    pool + connect timeouts do; `sock_read` bounds each wait for bytes (the first-token limit of a
+    stream), set only when it can fire before the deadline. One timer per request, none rounded up."""
+    import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
-                                        sock_read=timeouts.read_s)
-        if len(_AIOHTTP_TIMEOUTS) < 256:
-            _AIOHTTP_TIMEOUTS[key] = timeout
-    return timeout
+    left = (deadline - time.monotonic()) if deadline is not None else timeouts.total_s
+    left = max(0.001, left)
+    read_s = timeouts.read_s if timeouts.read_s < left else None
+    return aiohttp.ClientTimeout(total=left, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                                 sock_read=read_s, ceil_threshold=_NO_CEILING)
