@@ -747,6 +747,18 @@ class SyncTransport:
             client.pool.close()
 
 
+_GET_LOOP: List[Any] = []  # asyncio.get_running_loop, bound on first use (`import llmroute` stays light)
+
+
+def _loop() -> Any:
+    """The running event loop."""
+    if not _GET_LOOP:
+        import asyncio
+
+        _GET_LOOP.append(asyncio.get_running_loop)
+    return _GET_LOOP[0]()
+
+
 class _LoopPools:
     """The pools of one event loop, and the async generator that closes them when that loop shuts down
     (`asyncio.run` and every runner call `loop.shutdown_asyncgens()` before closing a loop)."""
@@ -822,6 +834,12 @@ class AsyncTransport:
             client = pools.clients[provider] = self._make(max_connections)
         return client
 
+    def _made(self, provider: str) -> Any:
+        """This loop's pool for `provider` when it is made and the transport open, else None (`_client`
+        makes it): a call on a warm pool awaits nothing before sending."""
+        pools = self._loops.get(_loop())
+        return pools.clients.get(provider) if pools is not None and not self._closed else None
+
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
         timer: AsyncConnectTimer | None = None, deadline: float | None = None,
@@ -829,7 +847,9 @@ class AsyncTransport:
         """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread.
         `deadline` (monotonic; by default `total_s` from now): the headers and, on aiohttp, every read
         of the body are cut there."""
-        client = await self._client(provider, max_connections)
+        client = self._made(provider)
+        if client is None:
+            client = await self._client(provider, max_connections)
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
@@ -886,6 +906,7 @@ class AsyncTransport:
                 pass
 
 
+_CLIENT_TIMEOUT: List[Any] = []  # aiohttp.ClientTimeout, bound with aiohttp's first import
 _NO_CEILING = float("inf")  # aiohttp rounds a timer of 5 s or more up to a whole second unless told not to
 
 
@@ -896,10 +917,12 @@ def _aiohttp_timeout(timeouts: Timeouts, deadline: float | None = None) -> Any:
     `TimeoutError`); `connect` covers waiting for a pooled connection and opening one, as httpx's
     pool + connect timeouts do; `sock_read` bounds each wait for bytes (the first-token limit of a
     stream), set only when it can fire before the deadline. One timer per request, none rounded up."""
-    import aiohttp
+    if not _CLIENT_TIMEOUT:
+        import aiohttp
 
+        _CLIENT_TIMEOUT.append(aiohttp.ClientTimeout)
     left = (deadline - time.monotonic()) if deadline is not None else timeouts.total_s
     left = max(0.001, left)
     read_s = timeouts.read_s if timeouts.read_s < left else None
-    return aiohttp.ClientTimeout(total=left, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
-                                 sock_read=read_s, ceil_threshold=_NO_CEILING)
+    return _CLIENT_TIMEOUT[0](total=left, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                              sock_read=read_s, ceil_threshold=_NO_CEILING)
