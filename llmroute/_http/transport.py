@@ -196,7 +196,11 @@ class _DeadlineStream:
         return left if timeout is None else min(timeout, left)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._cut(timeout))
+        deadline = _DEADLINE.get()  # `_cut`, inline: once per read of a body
+        if deadline is not None:
+            left = max(0.001, deadline - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._cut(timeout))
@@ -253,12 +257,24 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
               deployment: str) -> Iterator[bytes]:
     """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
-    for data in response.iter_raw():
-        if time.monotonic() > deadline:
-            raise _past(deadline)
-        out = reader.feed(data)
-        if out:
-            yield out
+    if type(response) is not SyncResponse:
+        for data in response.iter_raw():
+            if time.monotonic() > deadline:
+                raise _past(deadline)
+            out = reader.feed(data)
+            if out:
+                yield out
+    else:  # `SyncResponse.iter_raw`, inline: one generator per read instead of two
+        errors = _httpcore_errors()
+        try:
+            for data in response._response.stream:
+                if time.monotonic() > deadline:
+                    raise _past(deadline)
+                out = reader.feed(data)
+                if out:
+                    yield out
+        except errors as exc:
+            raise _as_httpx_error(exc) from exc
     tail = reader.close()
     if tail:
         yield tail
