@@ -209,20 +209,33 @@ class _DeadlineStream:
         self._inner.close()
 
     def start_tls(self, *args: Any, **kwargs: Any) -> "_DeadlineStream":
-        return _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+        started = time.perf_counter()
+        stream = _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+        timer = _CONNECT_TIMER.get()
+        if timer is not None and timer.connect_s is not None:  # TLS on the connection just opened
+            timer.connect_s += time.perf_counter() - started
+        return stream
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
 class _DeadlineBackend:
-    """httpcore's sync network backend, handing out `_DeadlineStream`s."""
+    """httpcore's sync network backend, handing out `_DeadlineStream`s. It also times each connection
+    it opens (TCP, then TLS in `_DeadlineStream.start_tls`) into the request's `ConnectTimer`, reached
+    through `_CONNECT_TIMER`: httpcore calls it only for a new connection, in the request's thread.
+    Not httpcore's `trace` extension: with one, httpcore formats and sends ten trace events per request."""
 
     def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
-        return _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+        started = time.perf_counter()
+        stream = _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+        timer = _CONNECT_TIMER.get()
+        if timer is not None:
+            timer.connect_s = time.perf_counter() - started
+        return stream
 
     def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
         return _DeadlineStream(self._inner.connect_unix_socket(*args, **kwargs))
@@ -402,10 +415,11 @@ def _limits(max_connections: int) -> "httpx.Limits":
 
 
 class ConnectTimer:
-    """httpx's `trace` extension: how long this request spent opening a connection (TCP, TLS).
+    """How long this request spent opening a connection (TCP, TLS).
 
-    `connect_s` stays None when the request reused a pooled connection. On aiohttp the same timer
-    is filled by aiohttp's own trace hooks (`_aiohttp_session`)."""
+    `connect_s` stays None when the request reused a pooled connection. The async httpx transport
+    passes it as httpx's `trace` extension; the sync pool's network backend (`_DeadlineBackend`) and
+    aiohttp's connector (`_timed_connector`) fill `connect_s` themselves."""
 
     __slots__ = ("_started", "connect_s")
 
@@ -570,12 +584,18 @@ class SyncHeaders(Mapping[str, str]):
 
     def __init__(self, raw: List[Tuple[bytes, bytes]]) -> None:
         self.raw = raw
+        try:
+            self._values = self._decoded(raw, "ascii")  # what servers send: one pass
+        except UnicodeDecodeError:
+            self._values = self._decoded(raw, _header_encoding(raw))
+
+    @staticmethod
+    def _decoded(raw: List[Tuple[bytes, bytes]], encoding: str) -> Dict[str, str]:
         values: Dict[str, str] = {}
-        encoding = _header_encoding(raw)
         for name, value in raw:
             key, text = name.decode("ascii", "replace").lower(), value.decode(encoding)
             values[key] = f"{values[key]}, {text}" if key in values else text
-        self._values = values
+        return values
 
     def __getitem__(self, name: str) -> str:
         return self._values[name.lower()]
@@ -663,7 +683,7 @@ class _SyncPool:
                 self.targets[url] = target
         return target
 
-    def build(self, request: HttpRequest, timeouts: Timeouts, timer: ConnectTimer | None) -> Any:
+    def build(self, request: HttpRequest, timeouts: Timeouts) -> Any:
         """httpcore's request, with the headers and body httpx would send. A request that cannot be
         built (a header value httpx could not encode, an unparsable URL) is an InvalidRequestError,
         raised before anything is sent."""
@@ -697,8 +717,6 @@ class _SyncPool:
         limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
                   "pool": timeouts.connect_s}
         extensions: Dict[str, Any] = {"timeout": _UntilDeadline(limits, time.monotonic() + timeouts.total_s)}
-        if timer is not None:
-            extensions["trace"] = timer
         return httpcore.Request(request.method, target.url, headers=raw, content=content, extensions=extensions)
 
     def _cookie_header(self, method: str, target: _Target) -> List[Tuple[bytes, bytes]]:
@@ -744,13 +762,15 @@ class SyncTransport:
              timer: ConnectTimer | None = None) -> SyncResponse:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
-        req = client.build(request, timeouts, timer)
+        req = client.build(request, timeouts)
         token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
+        timing = _CONNECT_TIMER.set(timer)  # a new connection is timed by `_DeadlineBackend`
         try:
             response = client.pool.handle_request(req)
         except _httpcore_errors() as exc:
             raise _as_httpx_error(exc) from exc
         finally:
+            _CONNECT_TIMER.reset(timing)
             _DEADLINE.reset(token)
         client.keep_cookies(request, response)
         return SyncResponse(response)
