@@ -347,7 +347,7 @@ async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, prov
     content = response._response.content
     parts: List[bytes] = []
     try:
-        while True:
+        while not content.at_eof():  # the whole body in the buffer: one read, no second one to see the end
             data = await content.readany()
             if not data:
                 break
