@@ -415,7 +415,10 @@ class Client(_ClientSurface):
 
     def _walk(self, run: CallRun) -> _Opened:
         while True:
-            step = self._offload.run(run.next_step, _now(), undo=mark_unsent)
+            if self._offload.inline:  # no thread hop to make: no coroutine to wrap the step in either
+                step = run.next_step(_now())
+            else:
+                step = self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 sleep(step.seconds)
                 continue
@@ -476,8 +479,11 @@ class Client(_ClientSurface):
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=False)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
         # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread (Client).
-        run = self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
-                                      undo=end_cancelled)
+        if self._offload.inline:
+            run = CallRun(self._engine, prepared, _now(), wall=time.time)
+        else:
+            run = self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
+                                          undo=end_cancelled)
         try:
             op = self._attempts(run)
             if prepared.stream:
@@ -707,7 +713,10 @@ class AsyncClient(_ClientSurface):
 
     async def _walk(self, run: CallRun) -> _Opened:
         while True:
-            step = await self._offload.run(run.next_step, _now(), undo=mark_unsent)
+            if self._offload.inline:  # no thread hop to make: no coroutine to wrap the step in either
+                step = run.next_step(_now())
+            else:
+                step = await self._offload.run(run.next_step, _now(), undo=mark_unsent)
             if isinstance(step, Wait):
                 await asleep(step.seconds)
                 continue
@@ -768,8 +777,11 @@ class AsyncClient(_ClientSurface):
         if cached is not None and cached.entry is not None:
             return cached.replay(self._engine, prepared, is_async=True)  # type: ignore[return-value]  # a CachedStream stands in for a Stream (the same members)
         # Admission (budget reservation, limits) may be a Redis round trip: in a worker thread (AsyncClient).
-        run = await self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
-                                      undo=end_cancelled)
+        if self._offload.inline:
+            run = CallRun(self._engine, prepared, _now(), wall=time.time)
+        else:
+            run = await self._offload.run(functools.partial(CallRun, self._engine, prepared, _now(), wall=time.time),
+                                          undo=end_cancelled)
         try:
             op = await self._attempts(run)
             if prepared.stream:

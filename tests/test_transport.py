@@ -276,3 +276,72 @@ def test_every_pool_shares_the_process_tls_context():
     assert asyncio.run(session_context()) is T._tls_context()
     sync_a.pool.close()
     sync_b.pool.close()
+
+
+def test_an_aiohttp_request_has_one_timer_at_the_deadline_never_rounded_up():
+    """aiohttp's own total timer ends a request (headers and every body read) at the attempt's deadline:
+    not rounded up to a whole second (aiohttp does that from 5 s unless told not to), and `sock_read`
+    (a stream's first-token limit) only when it can fire before the deadline."""
+    import time
+
+    from llmroute._http.timeouts import Timeouts
+    from llmroute._http.transport import _aiohttp_timeout
+
+    stream = Timeouts(connect_s=3.0, ttft_s=8.0, total_s=60.0, read_s=8.0, read_kind="ttft")
+    before = time.monotonic()
+    deadline = before + 30.0
+    timeout = _aiohttp_timeout(stream, deadline)
+    after = time.monotonic()
+    assert deadline - after <= timeout.total <= deadline - before  # what is left before the deadline
+    assert timeout.sock_read == 8.0 and timeout.connect == 3.0 and timeout.sock_connect == 3.0
+    assert timeout.total < timeout.ceil_threshold  # no rounding: the timer fires at the deadline
+    plain = Timeouts(connect_s=3.0, ttft_s=8.0, total_s=30.0, read_s=30.0, read_kind="total")
+    timeout = _aiohttp_timeout(plain, time.monotonic() + 30.0)
+    assert timeout.sock_read is None  # the deadline comes first: no second timer per read
+    assert _aiohttp_timeout(plain, time.monotonic() - 1.0).total == 0.001  # past: fires at once
+    assert _aiohttp_timeout(plain).total == 30.0  # no deadline given: total_s from now
+
+
+def test_the_sync_backend_times_tcp_and_tls_of_a_new_connection_only():
+    """The sync pool times a connection in its network backend (not httpcore's `trace` extension, which
+    costs ten trace events per request): TCP, then TLS on that connection, into the request's timer."""
+    import time
+
+    from llmroute._http.transport import _CONNECT_TIMER, ConnectTimer, _DeadlineBackend
+
+    class Inner:  # httpcore's backend and stream, as far as the wrapper uses them
+        def connect_tcp(self, *args, **kwargs):
+            time.sleep(0.002)
+            return self
+
+        def start_tls(self, *args, **kwargs):
+            time.sleep(0.002)
+            return self
+
+    timer = ConnectTimer()
+    token = _CONNECT_TIMER.set(timer)
+    try:
+        stream = _DeadlineBackend(Inner()).connect_tcp("127.0.0.1", 1)
+        tcp = timer.connect_s
+        stream.start_tls(None)
+    finally:
+        _CONNECT_TIMER.reset(token)
+    assert tcp is not None and tcp > 0 and timer.connect_s is not None and timer.connect_s > tcp
+    reused = ConnectTimer()  # TLS on a stream this request did not open: not this request's connect time
+    token = _CONNECT_TIMER.set(reused)
+    try:
+        stream.start_tls(None)
+    finally:
+        _CONNECT_TIMER.reset(token)
+    assert reused.connect_s is None
+
+
+def test_sync_headers_decode_as_httpx_does():
+    """ASCII, else UTF-8, else ISO-8859-1 for every value (httpx's choice); names case-insensitive,
+    repeated names joined with ", "."""
+    from llmroute._http.transport import SyncHeaders
+
+    plain = SyncHeaders([(b"Content-Type", b"application/json"), (b"X-A", b"1"), (b"x-a", b"2")])
+    assert plain["content-type"] == "application/json" and plain.get("X-A") == "1, 2" and len(plain) == 2
+    assert SyncHeaders([(b"X-Name", "café".encode()), (b"X-B", b"b")])["x-name"] == "café"
+    assert SyncHeaders([(b"X-Name", b"caf\xe9")]).get("x-name") == "café"  # not UTF-8: ISO-8859-1

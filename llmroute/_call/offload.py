@@ -76,11 +76,11 @@ class Offload:
         """`fn(*args)`, in a worker thread unless `inline`. When the awaiting task is cancelled, the
         step is waited for (it cannot be stopped mid-way), `undo(result)` gives back what it took,
         and the cancellation goes on."""
+        if self.inline or self._closed:
+            return fn(*args)
         import asyncio
         import contextvars
 
-        if self.inline or self._closed:
-            return fn(*args)
         # in a copy of the task's context: spans started there have the caller's span as parent
         step = asyncio.wrap_future(self._executor().submit(contextvars.copy_context().run, fn, *args))
         try:

@@ -31,7 +31,7 @@ from llmroute._http.bounded import ReadLimits
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
 from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport,
-                                      aiter_body, iter_body, map_transport_error)
+                                      aiter_body, aread_body, iter_body, map_transport_error)
 from llmroute._runtime.redaction import is_secret_header
 
 __all__ = ["Exchange", "Reply", "ErrorFromResponse", "send", "read", "chunks", "fetch", "asend", "aread", "achunks",
@@ -51,7 +51,7 @@ class Exchange:
     `deployment` is named in errors."""
 
     __slots__ = ("request", "timeouts", "limits", "provider", "deployment", "max_connections", "deadline",
-                 "connect_s", "sent", "status", "_timer")
+                 "connect_s", "sent", "status")
 
     def __init__(self, request: HttpRequest, timeouts: Timeouts, limits: ReadLimits, *, provider: str,
                  deployment: str, max_connections: int, deadline: float | None = None) -> None:
@@ -66,21 +66,6 @@ class Exchange:
         self.connect_s: float | None = None
         self.sent = True
         self.status: int | None = None
-        self._timer: ConnectTimer | None = None
-
-    def sending(self, timer: ConnectTimer) -> Exchange:
-        """`with ex.sending(timer): transport.open(...)`: on the way out, the connect time is recorded,
-        and a request the transport could not build (`InvalidRequestError`) is marked not sent."""
-        self._timer = timer
-        return self
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: type | None, exc: BaseException | None, tb: Any) -> None:
-        self.connect_s = self._timer.connect_s if self._timer is not None else None
-        if kind is not None and issubclass(kind, E.InvalidRequestError):
-            self.sent = False
 
     def opened(self, response: Any, on_error: ErrorFromResponse | None) -> bool:
         """Note the response's status; True if its body is an error for `on_error` to read."""
@@ -178,9 +163,14 @@ def send(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | N
     the error body is read within the caps and `on_error`'s error raised. Transport exceptions pass
     through (the caller maps them: `typed_error`, or the call core's `transport_error`)."""
     timer = ConnectTimer()
-    with ex.sending(timer):
+    try:
         response = transport.open(ex.request, ex.timeouts, provider=ex.provider, max_connections=ex.max_connections,
                                   timer=timer)
+    except E.InvalidRequestError:  # the transport could not build it: nothing was sent
+        ex.sent = False
+        raise
+    finally:
+        ex.connect_s = timer.connect_s
     if ex.opened(response, on_error):
         raise _error(on_error, response, read(response, ex))
     return response
@@ -243,9 +233,14 @@ def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> 
 async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> Any:
     """`send` for `AsyncTransport`: an `httpx.Response` or an `AiohttpResponse`, body unread."""
     timer = AsyncConnectTimer()
-    with ex.sending(timer):
+    try:
         response = await transport.open(ex.request, ex.timeouts, provider=ex.provider,
-                                        max_connections=ex.max_connections, timer=timer)
+                                        max_connections=ex.max_connections, timer=timer, deadline=ex.deadline)
+    except E.InvalidRequestError:  # the transport could not build it: nothing was sent
+        ex.sent = False
+        raise
+    finally:
+        ex.connect_s = timer.connect_s
     if ex.opened(response, on_error):
         raise _error(on_error, response, await aread(response, ex))
     return response
@@ -254,7 +249,7 @@ async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResp
 async def aread(response: Any, ex: Exchange) -> bytes:
     """`read` for async responses."""
     try:
-        return b"".join([data async for data in achunks(response, ex)])
+        return await aread_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
     finally:
         await response.aclose()
 

@@ -43,7 +43,7 @@ if TYPE_CHECKING:
 
 __all__ = ["DROPPED_BEFORE_REPLY", "BROKEN_AFTER_SEND", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body"]
+           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body", "aread_body"]
 
 
 def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
@@ -196,7 +196,11 @@ class _DeadlineStream:
         return left if timeout is None else min(timeout, left)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        return self._inner.read(max_bytes, self._cut(timeout))
+        deadline = _DEADLINE.get()  # `_cut`, inline: once per read of a body
+        if deadline is not None:
+            left = max(0.001, deadline - time.monotonic())
+            timeout = left if timeout is None else min(timeout, left)
+        return self._inner.read(max_bytes, timeout)
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._cut(timeout))
@@ -205,20 +209,33 @@ class _DeadlineStream:
         self._inner.close()
 
     def start_tls(self, *args: Any, **kwargs: Any) -> "_DeadlineStream":
-        return _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+        started = time.perf_counter()
+        stream = _DeadlineStream(self._inner.start_tls(*args, **kwargs))
+        timer = _CONNECT_TIMER.get()
+        if timer is not None and timer.connect_s is not None:  # TLS on the connection just opened
+            timer.connect_s += time.perf_counter() - started
+        return stream
 
     def get_extra_info(self, info: str) -> Any:
         return self._inner.get_extra_info(info)
 
 
 class _DeadlineBackend:
-    """httpcore's sync network backend, handing out `_DeadlineStream`s."""
+    """httpcore's sync network backend, handing out `_DeadlineStream`s. It also times each connection
+    it opens (TCP, then TLS in `_DeadlineStream.start_tls`) into the request's `ConnectTimer`, reached
+    through `_CONNECT_TIMER`: httpcore calls it only for a new connection, in the request's thread.
+    Not httpcore's `trace` extension: with one, httpcore formats and sends ten trace events per request."""
 
     def __init__(self, inner: httpcore.NetworkBackend) -> None:
         self._inner = inner
 
     def connect_tcp(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
-        return _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+        started = time.perf_counter()
+        stream = _DeadlineStream(self._inner.connect_tcp(*args, **kwargs))
+        timer = _CONNECT_TIMER.get()
+        if timer is not None:
+            timer.connect_s = time.perf_counter() - started
+        return stream
 
     def connect_unix_socket(self, *args: Any, **kwargs: Any) -> _DeadlineStream:
         return _DeadlineStream(self._inner.connect_unix_socket(*args, **kwargs))
@@ -253,12 +270,24 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
               deployment: str) -> Iterator[bytes]:
     """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
-    for data in response.iter_raw():
-        if time.monotonic() > deadline:
-            raise _past(deadline)
-        out = reader.feed(data)
-        if out:
-            yield out
+    if type(response) is not SyncResponse:
+        for data in response.iter_raw():
+            if time.monotonic() > deadline:
+                raise _past(deadline)
+            out = reader.feed(data)
+            if out:
+                yield out
+    else:  # `SyncResponse.iter_raw`, inline: one generator per read instead of two
+        errors = _httpcore_errors()
+        try:
+            for data in response._response.stream:
+                if time.monotonic() > deadline:
+                    raise _past(deadline)
+                out = reader.feed(data)
+                if out:
+                    yield out
+        except errors as exc:
+            raise _as_httpx_error(exc) from exc
     tail = reader.close()
     if tail:
         yield tail
@@ -266,34 +295,69 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
 
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
-    """`iter_body` for async responses; a trickle is cut at the deadline by `asyncio.timeout`.
+    """`iter_body` for async responses; a trickle is cut at the deadline.
 
-    On aiohttp, a wait for bytes is also bounded by the request's `sock_read` limit (`read_s`), which
-    fires at most `read_s` after the last bytes came: while more than that is left before the
-    deadline, the deadline cannot pass during the wait, and no timer is set for it."""
+    On aiohttp the request's own total timer (`_aiohttp_timeout`: one timer per request, at the
+    deadline) bounds every wait for bytes, and `sock_read` each one: no timer is set here. On httpx,
+    each wait for bytes is cut by `asyncio.timeout` at the deadline."""
     import asyncio
 
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
-    raw = response.aiter_raw().__aiter__()
-    read_s = getattr(response, "read_s", None)  # AiohttpResponse: its sock_read limit
-    while True:
-        left = deadline - time.monotonic()
+    if type(response) is AiohttpResponse:
+        content = response._response.content
         try:
-            if read_s is not None and left > read_s:
-                data = await raw.__anext__()
-            else:
-                async with _async_timeout(max(0.0, left)):
-                    data = await raw.__anext__()
-        except StopAsyncIteration:
-            break
+            while True:
+                data = await content.readany()
+                if not data:
+                    break
+                out = reader.feed(data)
+                if out:
+                    yield out
         except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
             raise _past(deadline) from None
-        out = reader.feed(data)
-        if out:
-            yield out
+    else:
+        raw = response.aiter_raw().__aiter__()
+        while True:
+            try:
+                async with _async_timeout(max(0.0, deadline - time.monotonic())):
+                    data = await raw.__anext__()
+            except StopAsyncIteration:
+                break
+            except (E.BuiltinTimeoutError, asyncio.TimeoutError):
+                raise _past(deadline) from None
+            out = reader.feed(data)
+            if out:
+                yield out
     tail = reader.close()
     if tail:
         yield tail
+
+
+async def aread_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
+                     deployment: str) -> bytes:
+    """The whole body of an async response, decoded, within the read caps and the deadline, as
+    `aiter_body` reads it. On aiohttp, in one loop over the response's buffer without a generator
+    (a plain answer is usually there whole: one read and the end)."""
+    import asyncio
+
+    if type(response) is not AiohttpResponse:
+        return b"".join([data async for data in aiter_body(response, limits, deadline, provider=provider,
+                                                          deployment=deployment)])
+    reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
+    content = response._response.content
+    parts: List[bytes] = []
+    try:
+        while not content.at_eof():  # the whole body in the buffer: one read, no second one to see the end
+            data = await content.readany()
+            if not data:
+                break
+            parts.append(reader.feed(data))
+    except (E.BuiltinTimeoutError, asyncio.TimeoutError):  # the same class on 3.11+
+        raise _past(deadline) from None
+    tail = reader.close()
+    if tail:
+        parts.append(tail)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def _content(request: HttpRequest) -> bytes | None:
@@ -351,10 +415,11 @@ def _limits(max_connections: int) -> "httpx.Limits":
 
 
 class ConnectTimer:
-    """httpx's `trace` extension: how long this request spent opening a connection (TCP, TLS).
+    """How long this request spent opening a connection (TCP, TLS).
 
-    `connect_s` stays None when the request reused a pooled connection. On aiohttp the same timer
-    is filled by aiohttp's own trace hooks (`_aiohttp_session`)."""
+    `connect_s` stays None when the request reused a pooled connection. The async httpx transport
+    passes it as httpx's `trace` extension; the sync pool's network backend (`_DeadlineBackend`) and
+    aiohttp's connector (`_timed_connector`) fill `connect_s` themselves."""
 
     __slots__ = ("_started", "connect_s")
 
@@ -422,16 +487,15 @@ def _aiohttp_session(max_connections: int) -> Any:
 class AiohttpResponse:
     """An aiohttp response with the few httpx.Response members the clients use: `status_code`,
     `headers` (case-insensitive), `aiter_raw()` (bytes as they arrive) and `aclose()`. Bodies are
-    read through `exchange.py` (within the read caps), never whole by the response itself.
-    `read_s`: the request's limit on each wait for bytes (aiohttp's `sock_read`)."""
+    read through `exchange.py` (within the read caps), never whole by the response itself; every
+    wait for bytes is cut at the request's deadline by aiohttp's own timer (`_aiohttp_timeout`)."""
 
-    __slots__ = ("_response", "status_code", "headers", "read_s")
+    __slots__ = ("_response", "status_code", "headers")
 
-    def __init__(self, response: aiohttp.ClientResponse, read_s: float | None = None) -> None:
+    def __init__(self, response: aiohttp.ClientResponse) -> None:
         self._response = response
         self.status_code: int = response.status
         self.headers = response.headers
-        self.read_s = read_s
 
     def aiter_raw(self) -> AsyncIterator[bytes]:
         return self._response.content.iter_any()
@@ -520,12 +584,18 @@ class SyncHeaders(Mapping[str, str]):
 
     def __init__(self, raw: List[Tuple[bytes, bytes]]) -> None:
         self.raw = raw
+        try:
+            self._values = self._decoded(raw, "ascii")  # what servers send: one pass
+        except UnicodeDecodeError:
+            self._values = self._decoded(raw, _header_encoding(raw))
+
+    @staticmethod
+    def _decoded(raw: List[Tuple[bytes, bytes]], encoding: str) -> Dict[str, str]:
         values: Dict[str, str] = {}
-        encoding = _header_encoding(raw)
         for name, value in raw:
             key, text = name.decode("ascii", "replace").lower(), value.decode(encoding)
             values[key] = f"{values[key]}, {text}" if key in values else text
-        self._values = values
+        return values
 
     def __getitem__(self, name: str) -> str:
         return self._values[name.lower()]
@@ -613,7 +683,7 @@ class _SyncPool:
                 self.targets[url] = target
         return target
 
-    def build(self, request: HttpRequest, timeouts: Timeouts, timer: ConnectTimer | None) -> Any:
+    def build(self, request: HttpRequest, timeouts: Timeouts) -> Any:
         """httpcore's request, with the headers and body httpx would send. A request that cannot be
         built (a header value httpx could not encode, an unparsable URL) is an InvalidRequestError,
         raised before anything is sent."""
@@ -647,8 +717,6 @@ class _SyncPool:
         limits = {"connect": timeouts.connect_s, "read": timeouts.read_s, "write": timeouts.read_s,
                   "pool": timeouts.connect_s}
         extensions: Dict[str, Any] = {"timeout": _UntilDeadline(limits, time.monotonic() + timeouts.total_s)}
-        if timer is not None:
-            extensions["trace"] = timer
         return httpcore.Request(request.method, target.url, headers=raw, content=content, extensions=extensions)
 
     def _cookie_header(self, method: str, target: _Target) -> List[Tuple[bytes, bytes]]:
@@ -694,13 +762,15 @@ class SyncTransport:
              timer: ConnectTimer | None = None) -> SyncResponse:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
-        req = client.build(request, timeouts, timer)
+        req = client.build(request, timeouts)
         token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
+        timing = _CONNECT_TIMER.set(timer)  # a new connection is timed by `_DeadlineBackend`
         try:
             response = client.pool.handle_request(req)
         except _httpcore_errors() as exc:
             raise _as_httpx_error(exc) from exc
         finally:
+            _CONNECT_TIMER.reset(timing)
             _DEADLINE.reset(token)
         client.keep_cookies(request, response)
         return SyncResponse(response)
@@ -711,6 +781,18 @@ class SyncTransport:
             clients, self._clients = list(self._clients.values()), {}
         for client in clients:
             client.pool.close()
+
+
+_GET_LOOP: List[Any] = []  # asyncio.get_running_loop, bound on first use (`import llmroute` stays light)
+
+
+def _loop() -> Any:
+    """The running event loop."""
+    if not _GET_LOOP:
+        import asyncio
+
+        _GET_LOOP.append(asyncio.get_running_loop)
+    return _GET_LOOP[0]()
 
 
 class _LoopPools:
@@ -788,12 +870,22 @@ class AsyncTransport:
             client = pools.clients[provider] = self._make(max_connections)
         return client
 
+    def _made(self, provider: str) -> Any:
+        """This loop's pool for `provider` when it is made and the transport open, else None (`_client`
+        makes it): a call on a warm pool awaits nothing before sending."""
+        pools = self._loops.get(_loop())
+        return pools.clients.get(provider) if pools is not None and not self._closed else None
+
     async def open(
         self, request: HttpRequest, timeouts: Timeouts, *, provider: str, max_connections: int,
-        timer: AsyncConnectTimer | None = None,
+        timer: AsyncConnectTimer | None = None, deadline: float | None = None,
     ) -> Any:
-        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread."""
-        client = await self._client(provider, max_connections)
+        """Send and return the response (an `httpx.Response` or an `AiohttpResponse`), body unread.
+        `deadline` (monotonic; by default `total_s` from now): the headers and, on aiohttp, every read
+        of the body are cut there."""
+        client = self._made(provider)
+        if client is None:
+            client = await self._client(provider, max_connections)
         if self.backend == "aiohttp":
             # POST is not idempotent: aiohttp never resends it on a dropped keep-alive connection;
             # map_transport_error names that case and the failover plan resends it, visibly.
@@ -802,17 +894,17 @@ class AsyncTransport:
             except (TypeError, ValueError) as exc:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
-            # aiohttp takes its timeouts once, at the start: the whole wait for headers is bounded here.
+            # One timer per request, aiohttp's own total, at the deadline: it bounds the wait for a
+            # connection and for the headers, and every later read of the body (`aiter_body`).
             token = _CONNECT_TIMER.set(timer)
             try:
-                async with _async_timeout(timeouts.total_s):
-                    response = await client.request(
-                        request.method, request.url, headers=_headers(request), data=content,
-                        timeout=_aiohttp_timeout(timeouts), allow_redirects=False,
-                    )
+                response = await client.request(
+                    request.method, request.url, headers=_headers(request), data=content,
+                    timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False,
+                )
             finally:
                 _CONNECT_TIMER.reset(token)
-            return AiohttpResponse(response, timeouts.read_s)
+            return AiohttpResponse(response)
         req = _build(client, request, timeouts, timer)
         async with _async_timeout(timeouts.total_s):
             return await client.send(req, stream=True)
@@ -850,21 +942,23 @@ class AsyncTransport:
                 pass
 
 
-_AIOHTTP_TIMEOUTS: Dict[Tuple[float, float], Any] = {}
+_CLIENT_TIMEOUT: List[Any] = []  # aiohttp.ClientTimeout, bound with aiohttp's first import
+_NO_CEILING = float("inf")  # aiohttp rounds a timer of 5 s or more up to a whole second unless told not to
 
 
-def _aiohttp_timeout(timeouts: Timeouts) -> Any:
-    """aiohttp's timeouts for one attempt's limits. `connect` covers
-    waiting for a pooled connection and opening one, as httpx's pool + connect timeouts do;
-    `sock_read` bounds each wait for bytes; the total is checked between reads by the call.
-    Made once per pair of limits (a call's limits shrink with its deadline: a few hundred kept)."""
-    key = (timeouts.connect_s, timeouts.read_s)
-    timeout = _AIOHTTP_TIMEOUTS.get(key)
-    if timeout is None:
+def _aiohttp_timeout(timeouts: Timeouts, deadline: float | None = None) -> Any:
+    """aiohttp's timeouts for one attempt's limits: `total` ends at the deadline (monotonic, the
+    event loop's clock; by default `total_s` from now) and covers the wait for a pooled connection,
+    the headers and every read of the body (aiohttp cancels the waiting read and raises
+    `TimeoutError`); `connect` covers waiting for a pooled connection and opening one, as httpx's
+    pool + connect timeouts do; `sock_read` bounds each wait for bytes (the first-token limit of a
+    stream), set only when it can fire before the deadline. One timer per request, none rounded up."""
+    if not _CLIENT_TIMEOUT:
         import aiohttp
 
-        timeout = aiohttp.ClientTimeout(total=None, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
-                                        sock_read=timeouts.read_s)
-        if len(_AIOHTTP_TIMEOUTS) < 256:
-            _AIOHTTP_TIMEOUTS[key] = timeout
-    return timeout
+        _CLIENT_TIMEOUT.append(aiohttp.ClientTimeout)
+    left = (deadline - time.monotonic()) if deadline is not None else timeouts.total_s
+    left = max(0.001, left)
+    read_s = timeouts.read_s if timeouts.read_s < left else None
+    return _CLIENT_TIMEOUT[0](total=left, connect=timeouts.connect_s, sock_connect=timeouts.connect_s,
+                              sock_read=read_s, ceil_threshold=_NO_CEILING)

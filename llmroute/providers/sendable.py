@@ -14,6 +14,7 @@ import re
 from llmroute import errors as E
 from llmroute._runtime.secrets import SecretStr
 from llmroute._http.request import HttpRequest
+from llmroute._runtime.redaction import is_secret_header
 
 __all__ = ["encode_body", "check_headers"]
 
@@ -21,22 +22,38 @@ _TOKEN = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]+$")  # RFC 9110 field-name
 _BAD_VALUE = re.compile(r"[\r\n\x00]")
 
 
+# (name, value) pairs that passed, never a credential's (`is_secret_header`): a deployment sends the
+# same few headers on every call, checked once. Bounded.
+_PASSED: set[tuple[str, str]] = set()
+_PASSED_MAX = 1024
+
+
 def check_headers(request: HttpRequest) -> None:
     """Every header name a token, every value latin-1 text without CR, LF or NUL."""
     for name, value in request.headers.items():
-        if not isinstance(name, str) or not _TOKEN.match(name):
-            raise E.InvalidRequestError(f"invalid header name {name!r}", field="extra_headers")
-        if isinstance(value, SecretStr):
-            continue  # a configured key: checked when the config loaded
-            raise E.InvalidRequestError(f"header {name!r}: the value must be a string, not {type(value).__name__}",
-                                        field="extra_headers")
-        if _BAD_VALUE.search(value):
-            raise E.InvalidRequestError(f"header {name!r}: the value holds a line break or NUL", field="extra_headers")
-        try:
-            value.encode("latin-1")
-        except UnicodeEncodeError:
-            raise E.InvalidRequestError(f"header {name!r}: the value is not latin-1 text (HTTP headers cannot "
-                                        f"carry it)", field="extra_headers") from None
+        if type(value) is str and (name, value) in _PASSED:
+            continue
+        _check_header(name, value)
+        if (type(value) is str and type(name) is str and len(_PASSED) < _PASSED_MAX
+                and not is_secret_header(name)):
+            _PASSED.add((name, value))
+
+
+def _check_header(name: object, value: object) -> None:
+    if not isinstance(name, str) or not _TOKEN.match(name):
+        raise E.InvalidRequestError(f"invalid header name {name!r}", field="extra_headers")
+    if isinstance(value, SecretStr):
+        return  # a configured key: checked when the config loaded
+    if not isinstance(value, str):
+        raise E.InvalidRequestError(f"header {name!r}: the value must be a string, not {type(value).__name__}",
+                                    field="extra_headers")
+    if _BAD_VALUE.search(value):
+        raise E.InvalidRequestError(f"header {name!r}: the value holds a line break or NUL", field="extra_headers")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise E.InvalidRequestError(f"header {name!r}: the value is not latin-1 text (HTTP headers cannot "
+                                    f"carry it)", field="extra_headers") from None
 
 
 def encode_body(request: HttpRequest) -> bytes:

@@ -75,7 +75,27 @@ def test_a_trickle_cannot_hold_an_async_call(config: dict[str, Any], hostile: Ho
     with pytest.raises(L.LLMRouteError) as info:
         asyncio.run(_acall(config, transport, timeout=2))
     assert time.monotonic() - started < 6
-    assert isinstance(_last(info.value), L.APITimeoutError)
+    error = _last(info.value)
+    assert isinstance(error, L.APITimeoutError) and error.timeout == "total", error
+
+
+@pytest.mark.parametrize("mode,limit", [("huge_body", "response_bytes"), ("gzip_bomb", "decoded_bytes")])
+def test_size_caps_end_an_async_plain_read(config: dict[str, Any], hostile: HostileServer, mode: str,
+                                           limit: str) -> None:
+    """The aiohttp side reads a plain body in one loop over the response's buffer (`aread_body`), not
+    through the streaming reader: the same caps hold there."""
+    hostile.mode = mode
+    hostile.bomb()
+    tracemalloc.start()
+    try:
+        with pytest.raises(L.LLMRouteError) as info:
+            asyncio.run(_acall(config, "aiohttp", timeout=60))
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    error = _last(info.value)
+    assert isinstance(error, L.ResponseTooLargeError) and error.limit == limit, repr(error)
+    assert peak < 64 << 20, f"peak {peak >> 20} MiB with 4 MiB caps"
 
 
 def _peak_rss_mib() -> float:
