@@ -320,6 +320,12 @@ class OpenAICompatAdapter:
             chunk = self._chunk_from_json(data, decoder)
             if chunk is not None:
                 return chunk
+        return self._decode_payload(event, decoder)
+
+    def _decode_payload(self, event: SSEEvent, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
+        """`decode_event`'s general path: the event's data parsed to a dict and normalised (errors,
+        usage chunks, reasoning under another name, anything `_chunk_from_json` does not take)."""
+        data = event.data
         try:
             payload = json.loads(data)
         except (ValueError, RecursionError):
@@ -345,6 +351,10 @@ class OpenAICompatAdapter:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
+        return self._normalize_validated(chunk, decoder)
+
+    def _normalize_validated(self, chunk: ChatCompletionChunk, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
+        """`_chunk_from_json` after validation: the chunk normalised, or None for the general path."""
         choices = chunk.choices
         if not choices or chunk.usage is not None:
             return None  # error payloads and usage chunks
@@ -409,6 +419,13 @@ class StreamDecoder:
         # An error event that came in the same read as chunks before it: those chunks are handed
         # out first (they are part of what the caller saw and was billed for), the error next time.
         self.pending_error: E.ProviderError | None = None
+        # `decode`: the text of the chunk it last returned when that was the common chunk, else None.
+        self.text: str | None = None
+        # The base adapter's own decoding (a subclass that decodes or normalises its own way goes
+        # through `adapter.decode_event` for every event).
+        self._common = (adapter._chunks_from_json
+                        and type(adapter).decode_event is OpenAICompatAdapter.decode_event)
+        self._split = bool(adapter.provider.split_think_tags)
 
     @property
     def complete(self) -> bool:
@@ -440,6 +457,44 @@ class StreamDecoder:
         except E.ResponseTooLargeError as error:  # the SSE line cap: say whose stream it was
             error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
             raise
+
+    def decode(self, event: SSEEvent) -> ChatCompletionChunk | None:
+        """`adapter.decode_event(event, self)`, with the common chunk taken in one step: one choice,
+        index 0, whose delta is text alone (no role, tool call, reasoning or refusal), no finish reason, log
+        probabilities or usage, and no `<think>` splitting in play (none asked for, or past the
+        reasoning). For that chunk `self.text` is its text, so that `StreamState` counts and
+        assembles it without looking again; for any other chunk (decoded as `decode_event` does)
+        it is None. The chunk is the one `decode_event` makes, field for field."""
+        self.text = None
+        data = event[0]
+        if not self._common or event[1] is not None or data[:1] != "{" or '"reasoning"' in data:
+            return self.adapter.decode_event(event, self)
+        try:
+            chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
+        except ValueError:  # not JSON, or a value of another shape: the general path decides
+            return self.adapter._decode_payload(event, self)
+        choices = chunk.choices
+        if chunk.usage is None and len(choices) == 1:
+            choice = choices[0]
+            delta = choice.delta
+            text = delta.content
+            if (text is not None and choice.finish_reason is None and choice.index == 0 and choice.logprobs is None
+                    and delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
+                    and not delta.__pydantic_extra__ and delta.role is None
+                    and (not self._split or not text or self._answering())):
+                choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
+                if not chunk.model:
+                    chunk.model = self.adapter.deployment.model
+                chunk.__pydantic_fields_set__.update(_CHUNK_ALWAYS_SET)
+                self.text = text
+                return chunk
+        normalized = self.adapter._normalize_validated(chunk, self)
+        return normalized if normalized is not None else self.adapter._decode_payload(event, self)
+
+    def _answering(self) -> bool:
+        """Past the reasoning of choice 0: its `<think>` splitter passes text through unchanged."""
+        splitter = self.think_splitters.get(0)
+        return splitter is not None and splitter.answering
 
     def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
         """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
@@ -551,11 +606,7 @@ class StreamAssembler:
         for choice in chunk.choices:
             slot = self._choices.get(choice.index)
             if slot is None:
-                slot = self._choices[choice.index] = {
-                    "role": "assistant", "content": TextParts(), "reasoning": TextParts(), "tools": {}, "finish": None,
-                    "refusal": TextParts(),
-                    "logprobs": None, "refusal_logprobs": None,
-                }
+                slot = self._slot(choice.index)
             d = choice.delta
             if d.role:
                 slot["role"] = d.role
@@ -580,6 +631,33 @@ class StreamAssembler:
                 slot["finish"] = choice.finish_reason
             if choice.logprobs is not None:
                 self._add_logprobs(slot, choice.logprobs)
+
+    def _slot(self, index: int) -> Dict[str, Any]:
+        slot = self._choices[index] = {
+            "role": "assistant", "content": TextParts(), "reasoning": TextParts(), "tools": {}, "finish": None,
+            "refusal": TextParts(),
+            "logprobs": None, "refusal_logprobs": None,
+        }
+        return slot
+
+    def add_text(self, chunk: ChatCompletionChunk, text: str) -> None:
+        """`add` for the common chunk (`StreamDecoder.decode` says which): one choice, index 0, whose
+        delta is `text` alone."""
+        if not self.id:
+            self.id = chunk.id
+        if not self.model:
+            self.model = chunk.model
+        if not self.created:
+            self.created = chunk.created
+        extra = chunk.__pydantic_extra__
+        if extra:
+            self.extras.update(extra)
+        if chunk.system_fingerprint:
+            self.system_fingerprint = chunk.system_fingerprint
+        slot = self._choices.get(0)
+        if slot is None:
+            slot = self._slot(0)
+        slot["content"].append(text)
 
     @staticmethod
     def _add_logprobs(slot: Dict[str, Any], logprobs: ChoiceLogprobs) -> None:
