@@ -256,6 +256,9 @@ class AsyncStream(_AsyncIO):
                 return
             try:
                 for chunk in self._rest:
+                    if self._dropping:  # get_final_completion: the opening read's rest, taken whole
+                        state.take_rest(self._rest)
+                        break
                     yield chunk
                 async for data in self._bytes:
                     if self._dropping:  # get_final_completion: nobody takes these chunks
@@ -362,6 +365,9 @@ class Stream(_SyncIO):
                 return
             try:
                 for chunk in self._rest:
+                    if self._dropping:  # get_final_completion: the opening read's rest, taken whole
+                        state.take_rest(self._rest)
+                        break
                     yield chunk
                 for data in self._bytes:
                     if self._dropping:  # get_final_completion: nobody takes these chunks

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, List, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
@@ -652,7 +652,12 @@ class StreamState:
     def take(self, data: bytes, now: float) -> None:
         """`feed_each` taken whole by nobody (a plain call's answer, `get_final_completion`): the
         chunks are assembled, counted and billed as when the caller takes them, one at a time."""
-        for _ in self.feed_each(data, now):
+        self.take_rest(self.feed_each(data, now))
+
+    @staticmethod
+    def take_rest(chunks: Iterator[ChatCompletionChunk]) -> None:
+        """The rest of a read's chunks (`feed_each`), taken by nobody."""
+        for _ in chunks:
             pass
 
     def _drain(self) -> None:

@@ -469,6 +469,8 @@ class StreamDecoder:
         data = event[0]
         if not self._common or event[1] is not None or data[:1] != "{" or '"reasoning"' in data:
             return self.adapter.decode_event(event, self)
+        if '"usage":{' in data:  # a usage count: read from the dict (`normalize_usage`), never validated twice
+            return self.adapter._decode_payload(event, self)
         try:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
