@@ -716,6 +716,13 @@ class StreamState:
                 add_text(chunk, text)
                 if text:
                     meter.text(len(text))  # what arrived is kept (and billed) even when it passes a cap
+                    self.last_content_at = now
+                    if self.content_started:  # the stream's middle: nothing held, the first token seen
+                        yield chunk
+                        continue
+                elif self.content_started:
+                    yield chunk
+                    continue
                 has_content = bool(text)
             else:
                 assembler.add(chunk)

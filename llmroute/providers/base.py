@@ -400,6 +400,8 @@ class OpenAICompatAdapter:
         return chunk
 
 
+_TEXT_ALONE = frozenset({"content"})  # the fields of a delta that is text alone (`StreamDecoder.decode`)
+
 # Fields normalize_chunk always sets (so `model_dump(exclude_unset=True)` is the same on both paths).
 _CHOICE_ALWAYS_SET = ("delta", "finish_reason")
 _CHUNK_ALWAYS_SET = ("choices", "model", "usage")
@@ -469,8 +471,6 @@ class StreamDecoder:
         data = event[0]
         if not self._common or event[1] is not None or data[:1] != "{" or '"reasoning"' in data:
             return self.adapter.decode_event(event, self)
-        if '"usage":{' in data:  # a usage count: read from the dict (`normalize_usage`), never validated twice
-            return self.adapter._decode_payload(event, self)
         try:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
@@ -481,9 +481,11 @@ class StreamDecoder:
             delta = choice.delta
             text = delta.content
             if (text is not None and choice.finish_reason is None and choice.index == 0 and choice.logprobs is None
-                    and delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
-                    and not delta.__pydantic_extra__ and delta.role is None
-                    and (not self._split or not text or self._answering())):
+                    and (delta.__pydantic_fields_set__ == _TEXT_ALONE or (  # the JSON had only "content", or:
+                        delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
+                        and not delta.__pydantic_extra__ and delta.role is None))
+                    and (not self._split or not text or (
+                        (splitter := self.think_splitters.get(0)) is not None and splitter.answering))):
                 choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
                 if not chunk.model:
                     chunk.model = self.adapter.deployment.model
@@ -492,11 +494,6 @@ class StreamDecoder:
                 return chunk
         normalized = self.adapter._normalize_validated(chunk, self)
         return normalized if normalized is not None else self.adapter._decode_payload(event, self)
-
-    def _answering(self) -> bool:
-        """Past the reasoning of choice 0: its `<think>` splitter passes text through unchanged."""
-        splitter = self.think_splitters.get(0)
-        return splitter is not None and splitter.answering
 
     def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
         """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
@@ -565,8 +562,11 @@ class TextParts:
     def append(self, piece: str) -> None:
         self._pieces.append(piece)
         if len(self._pieces) >= self.FOLD:
-            self._blocks.append("".join(self._pieces))
-            self._pieces = []
+            self._fold()
+
+    def _fold(self) -> None:
+        self._blocks.append("".join(self._pieces))
+        self._pieces = []
 
     def extend(self, pieces: Iterable[str]) -> None:
         for piece in pieces:
@@ -659,7 +659,11 @@ class StreamAssembler:
         slot = self._choices.get(0)
         if slot is None:
             slot = self._slot(0)
-        slot["content"].append(text)
+        parts: TextParts = slot["content"]
+        pieces = parts._pieces  # `parts.append(text)`, without the call
+        pieces.append(text)
+        if len(pieces) >= TextParts.FOLD:
+            parts._fold()
 
     @staticmethod
     def _add_logprobs(slot: Dict[str, Any], logprobs: ChoiceLogprobs) -> None:
