@@ -462,7 +462,8 @@ class StreamDecoder:
 
     def decode(self, event: SSEEvent) -> ChatCompletionChunk | None:
         """`adapter.decode_event(event, self)`, with the common chunk taken in one step: one choice,
-        index 0, whose delta is text alone (no role, tool call, reasoning or refusal), no finish reason, log
+        index 0, whose delta is text alone (perhaps with the assistant's role; no tool call, reasoning or
+        refusal), no finish reason, log
         probabilities or usage, and no `<think>` splitting in play (none asked for, or past the
         reasoning). For that chunk `self.text` is its text, so that `StreamState` counts and
         assembles it without looking again; for any other chunk (decoded as `decode_event` does)
@@ -483,7 +484,7 @@ class StreamDecoder:
             if (text is not None and choice.finish_reason is None and choice.index == 0 and choice.logprobs is None
                     and (delta.__pydantic_fields_set__ == _TEXT_ALONE or (  # the JSON had only "content", or:
                         delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
-                        and not delta.__pydantic_extra__ and delta.role is None))
+                        and not delta.__pydantic_extra__ and (delta.role is None or delta.role == "assistant")))
                     and (not self._split or not text or (
                         (splitter := self.think_splitters.get(0)) is not None and splitter.answering))):
                 choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
@@ -644,7 +645,7 @@ class StreamAssembler:
 
     def add_text(self, chunk: ChatCompletionChunk, text: str) -> None:
         """`add` for the common chunk (`StreamDecoder.decode` says which): one choice, index 0, whose
-        delta is `text` alone."""
+        delta is `text` alone, or with the assistant's role (Ollama names it on every chunk)."""
         if not self.id:
             self.id = chunk.id
         if not self.model:
@@ -659,6 +660,10 @@ class StreamAssembler:
         slot = self._choices.get(0)
         if slot is None:
             slot = self._slot(0)
+        elif slot["role"] != "assistant":  # another role named earlier: this chunk's, if it names one, as `add`
+            role = chunk.choices[0].delta.role
+            if role:
+                slot["role"] = role
         parts: TextParts = slot["content"]
         pieces = parts._pieces  # `parts.append(text)`, without the call
         pieces.append(text)

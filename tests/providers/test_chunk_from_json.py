@@ -80,8 +80,9 @@ def _assembled(adapter: OpenAICompatAdapter, events, common: bool):
             if chunk is None:
                 continue
             if common and decoder.text is not None:
-                assert [(c.index, c.delta.model_dump(exclude_none=True)) for c in chunk.choices] == [
-                    (0, {"content": decoder.text})]
+                delta = chunk.choices[0].delta.model_dump(exclude_none=True)
+                assert [c.index for c in chunk.choices] == [0] and delta.pop("role", "assistant") == "assistant"
+                assert delta == {"content": decoder.text}
                 assert chunk.usage is None and chunk.choices[0].finish_reason is None
                 assembler.add_text(chunk, decoder.text)
                 meter.text(len(decoder.text))
@@ -146,6 +147,9 @@ def test_only_text_alone_is_the_common_chunk():
         "text": CHUNK,
         "empty text": _content(""),
         "role": {**CHUNK, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]},
+        "other role": {**CHUNK, "choices": [{"index": 0, "delta": {"role": "tool", "content": "x"}}]},
+        "nulls": {**CHUNK, "choices": [{"index": 0, "delta": {"content": "x", "role": None, "tool_calls": None,
+                                                              "reasoning_content": None, "refusal": None}}]},
         "finish": _content("x", "stop"),
         "usage": {**CHUNK, "usage": {"prompt_tokens": 1}},
         "second choice": {**CHUNK, "choices": [{"index": 1, "delta": {"content": "x"}}]},
@@ -156,7 +160,8 @@ def test_only_text_alone_is_the_common_chunk():
     }.items():
         decoder.decode(SSEEvent(json.dumps(payload)))
         marked[name] = decoder.text
-    assert marked == {"text": "hi", "empty text": "", "role": None, "finish": None, "usage": None,
+    assert marked == {"text": "hi", "empty text": "", "role": "", "other role": None, "nulls": "x",
+                      "finish": None, "usage": None,
                       "second choice": None, "two choices": None, "no content": None, "refusal": None,
                       "logprobs": None}
     # With think tags split: text once the reasoning is past, not before (the splitter has work to do).
@@ -166,6 +171,19 @@ def test_only_text_alone_is_the_common_chunk():
         decoder.decode(SSEEvent(json.dumps(_content(text))))
         seen.append(decoder.text)
     assert seen == [None, None, None, " and more"]
+
+
+def test_a_role_named_on_every_chunk_assembles_as_on_the_general_path():
+    """Ollama names the assistant's role on every chunk; a stream that named another role first keeps
+    the general path's outcome (the last role named wins)."""
+    def piece(text, role):
+        return json.dumps({**CHUNK, "choices": [{"index": 0, "delta": {"role": role, "content": text}}]})
+
+    for roles in (["assistant"] * 3, ["tool", "assistant", "assistant"], ["tool", None, "assistant"]):
+        events = [piece(t, r) for t, r in zip(["a", "b", "c"], roles)]
+        assert _assembled(PLAIN, events, common=True) == _assembled(PLAIN, events, common=False)
+        assert _assembled(PLAIN, events, common=True)[0]["choices"][0]["message"]["role"] == next(
+            r for r in reversed(roles) if r)
 
 
 def test_a_runaway_of_common_chunks_is_cut_as_any_other():
