@@ -159,6 +159,13 @@ class _SyncIO(_Ends):
             self._iterator = self._chunks()
         return next(self._iterator)
 
+    def _close_iterator(self) -> None:
+        """The stream closed: its iterator, if left part-way (a `break`), is finished now, so that it
+        and the stream no longer hold each other (freed at once, not by the garbage collector)."""
+        iterator, self._iterator = self._iterator, None
+        if iterator is not None and not getattr(iterator, "gi_running", True):
+            iterator.close()  # type: ignore[attr-defined]  # a generator (`_chunks`)
+
     def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
         waiting = self._run.identifying(state.ctx)
@@ -202,6 +209,13 @@ class _AsyncIO(_Ends):
         if self._aiterator is None:
             self._aiterator = self._iterate()
         return self._aiterator
+
+    async def _close_iterator(self) -> None:
+        """The stream closed: its iterator, if left part-way (a `break`), is finished now, so that it
+        and the stream no longer hold each other (freed at once, not by the garbage collector)."""
+        iterator, self._aiterator = self._aiterator, None
+        if iterator is not None and not getattr(iterator, "ag_running", True):
+            await iterator.aclose()  # type: ignore[attr-defined]  # an async generator (`_iterate`)
 
     async def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
@@ -328,7 +342,9 @@ class AsyncStream(_AsyncIO):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
+            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
+        await self._close_iterator()
 
     close = aclose  # async only
 
@@ -436,7 +452,9 @@ class Stream(_SyncIO):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
+            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
+        self._close_iterator()
 
 
     def __enter__(self) -> "Stream":
