@@ -105,16 +105,20 @@ def measure(tree: Path, calls: int, rounds: int, only: str = "") -> Dict[str, fl
     def sread(reads: List[bytes]) -> Iterator[bytes]:
         yield from reads
 
+    def opening(op: Any, state: Any, data: bytes) -> bool:
+        """The client's `_open` for one read: its chunks up to the first content; True once content started."""
+        op.rest = state.feed_each(data, now())
+        for chunk in op.rest:
+            op.ready.append(chunk)
+            if state.content_started:
+                return True
+        return False
+
     async def async_call(stream: bool, reads: List[bytes]) -> None:
         run, op, state, chunks = opened(stream, reads, aread(reads))
         op.chunks = chunks
-        async for data in chunks:  # the client's `_open`: read up to the first content
-            op.rest = state.feed_each(data, now())
-            for chunk in op.rest:
-                op.ready.append(chunk)
-                if state.content_started:
-                    break
-            if state.content_started:
+        async for data in chunks:  # read up to the first content
+            if opening(op, state, data):
                 break
 
         async def reopen(_: Any) -> Any:
@@ -133,12 +137,7 @@ def measure(tree: Path, calls: int, rounds: int, only: str = "") -> Dict[str, fl
         run, op, state, chunks = opened(stream, reads, sread(reads))
         op.chunks = chunks
         for data in chunks:
-            op.rest = state.feed_each(data, now())
-            for chunk in op.rest:
-                op.ready.append(chunk)
-                if state.content_started:
-                    break
-            if state.content_started:
+            if opening(op, state, data):
                 break
 
         def reopen(_: Any) -> Any:

@@ -594,7 +594,8 @@ class StreamAssembler:
         # Top-level fields of the platform's own (llama.cpp `timings`): kept on the assembled answer.
         self.extras: Dict[str, Any] = {}
 
-    def add(self, chunk: ChatCompletionChunk) -> None:
+    def _top(self, chunk: ChatCompletionChunk) -> None:
+        """The chunk's top-level fields: the first id, model and creation time; extras; the last fingerprint."""
         if not self.id:
             self.id = chunk.id
         if not self.model:
@@ -606,6 +607,9 @@ class StreamAssembler:
             self.extras.update(extra)
         if chunk.system_fingerprint:
             self.system_fingerprint = chunk.system_fingerprint
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        self._top(chunk)
         for choice in chunk.choices:
             slot = self._choices.get(choice.index)
             if slot is None:
@@ -646,17 +650,7 @@ class StreamAssembler:
     def add_text(self, chunk: ChatCompletionChunk, text: str) -> None:
         """`add` for the common chunk (`StreamDecoder.decode` says which): one choice, index 0, whose
         delta is `text` alone, or with the assistant's role (Ollama names it on every chunk)."""
-        if not self.id:
-            self.id = chunk.id
-        if not self.model:
-            self.model = chunk.model
-        if not self.created:
-            self.created = chunk.created
-        extra = chunk.__pydantic_extra__
-        if extra:
-            self.extras.update(extra)
-        if chunk.system_fingerprint:
-            self.system_fingerprint = chunk.system_fingerprint
+        self._top(chunk)
         slot = self._choices.get(0)
         if slot is None:
             slot = self._slot(0)
