@@ -351,13 +351,24 @@ class OpenAICompatAdapter:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
-        return self._normalize_validated(chunk, decoder)
+        return self._normalize_validated(chunk, decoder, data)
 
-    def _normalize_validated(self, chunk: ChatCompletionChunk, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
+    def _normalize_validated(self, chunk: ChatCompletionChunk, decoder: "StreamDecoder",
+                             data: str) -> ChatCompletionChunk | None:
         """`_chunk_from_json` after validation: the chunk normalised, or None for the general path."""
         choices = chunk.choices
-        if not choices or chunk.usage is not None:
-            return None  # error payloads and usage chunks
+        if chunk.usage is not None:
+            # A usage count (on a `choices: []` chunk, the finish chunk, or on every chunk): read from the
+            # platform's own names (`normalize_usage`); the chunk itself stays as validated.
+            payload = json.loads(data)
+            raw_usage = payload.get("usage") if type(payload) is dict else None
+            if not isinstance(raw_usage, dict) or is_error_payload(payload):
+                return None
+            usage = normalize_usage(raw_usage, extra=payload)
+            decoder.usage = usage
+            chunk.usage = usage
+        elif not choices:
+            return None  # error payloads
         for choice in choices:
             extra = choice.delta.__pydantic_extra__
             if extra and "reasoning" in extra:
@@ -493,7 +504,7 @@ class StreamDecoder:
                 chunk.__pydantic_fields_set__.update(_CHUNK_ALWAYS_SET)
                 self.text = text
                 return chunk
-        normalized = self.adapter._normalize_validated(chunk, self)
+        normalized = self.adapter._normalize_validated(chunk, self, data)
         return normalized if normalized is not None else self.adapter._decode_payload(event, self)
 
     def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:

@@ -115,6 +115,14 @@ CASES = [
     {**CHUNK, "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "t", "function": {"name": "f"}}]}}]},
     {**CHUNK, "choices": [], "usage": {"prompt_tokens": 3, "completion_tokens": 2}},
     {**CHUNK, "usage": {"input_tokens": 3, "output_tokens": 2}},
+    # Usage counts, read from the platform's names (and the fields beside them) on either path:
+    {**CHUNK, "choices": [], "usage": {"prompt_tokens": 2, "completion_tokens": 1}, "timings": {"cache_n": 1}},
+    {**CHUNK, "usage": {"input_tokens": 3, "output_tokens": 2, "output_tokens_details": {"reasoning_tokens": 1}}},
+    {**CHUNK, "choices": [{"index": 0, "delta": {}, "finish_reason": "eos"}], "usage": {"prompt_tokens": 2}},
+    {**CHUNK, "choices": [], "usage": {"prompt_tokens": 4, "cached_tokens": 3, "perf_metrics": None},
+     "perf_metrics": {"cached-prompt-tokens": 2}},
+    {"choices": [], "usage": {"prompt_tokens": 1}, "error": {"message": "overloaded"}},
+    {**CHUNK, "choices": [], "usage": "junk"},
     {**CHUNK, "choices": [{"index": 0, "delta": None}]},
     {**CHUNK, "choices": ["junk", {"index": 0, "delta": {"content": "x"}}]},
     {**CHUNK, "created": "12"},
@@ -135,7 +143,10 @@ def test_the_fast_path_decodes_as_the_general_path(payload):
 def test_the_common_chunk_takes_the_fast_path():
     decoder = StreamDecoder(ADAPTER)
     assert ADAPTER._chunk_from_json(json.dumps(CHUNK), decoder) is not None
-    assert ADAPTER._chunk_from_json(json.dumps({**CHUNK, "usage": {"prompt_tokens": 1}}), decoder) is None
+    assert ADAPTER._chunk_from_json(json.dumps({"error": {"message": "overloaded"}, "choices": []}), decoder) is None
+    # A usage count is read from the platform's own names, on the validated chunk (not parsed twice).
+    usage_chunk = ADAPTER._chunk_from_json(json.dumps({**CHUNK, "choices": [], "usage": {"input_tokens": 3}}), decoder)
+    assert usage_chunk is not None and usage_chunk.usage.prompt_tokens == 3 and decoder.usage == usage_chunk.usage
 
 
 def test_only_text_alone_is_the_common_chunk():
@@ -213,7 +224,15 @@ _choice = st.fixed_dictionaries({}, optional={"index": _scalars, "delta": st.one
                                               "finish_reason": _scalars, "logprobs": _scalars, "y": _scalars})
 _chunk = st.fixed_dictionaries({"choices": st.lists(_choice, max_size=2)},
                                optional={"id": _scalars, "object": _scalars, "created": _scalars, "model": _scalars,
-                                         "usage": st.one_of(st.none(), st.just({"prompt_tokens": 2})),
+                                         "usage": st.one_of(st.none(), st.just({"prompt_tokens": 2}), st.sampled_from([
+                                             {"input_tokens": 3, "output_tokens": 1,
+                                              "output_tokens_details": {"reasoning_tokens": 1}},
+                                             {"prompt_tokens": 5, "completion_tokens": 2,
+                                              "prompt_tokens_details": {"cached_tokens": 9}},
+                                             {"prompt_tokens": 4, "cached_tokens": 1, "reasoning_tokens": None},
+                                             "junk", []])),
+                                         "timings": st.sampled_from([{"cache_n": 2}, None]),
+                                         "error": st.sampled_from([{"message": "overloaded"}, None]),
                                          "system_fingerprint": _scalars, "z": _scalars})
 
 
