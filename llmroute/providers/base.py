@@ -497,7 +497,8 @@ class StreamDecoder:
                         delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
                         and not delta.__pydantic_extra__ and (delta.role is None or delta.role == "assistant")))
                     and (not self._split or not text or (
-                        (splitter := self.think_splitters.get(0)) is not None and splitter.answering))):
+                        (splitter := self.think_splitters.get(0)) is not None and splitter.answering)
+                         or (splitter is None and self._answer_opens(text)))):
                 choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
                 if not chunk.model:
                     chunk.model = self.adapter.deployment.model
@@ -506,6 +507,17 @@ class StreamDecoder:
                 return chunk
         normalized = self.adapter._normalize_validated(chunk, self, data)
         return normalized if normalized is not None else self.adapter._decode_payload(event, self)
+
+    def _answer_opens(self, text: str) -> bool:
+        """Choice 0's first text, with `<think>` splitting asked for: True when it opens the answer
+        itself (its first character after whitespace cannot start a tag), its splitter then made and
+        fed, as the general path would (it passes the text through unchanged from here on)."""
+        stripped = text.lstrip()
+        if not stripped or stripped[0] == "<":
+            return False  # reasoning, or not known yet: the general path's splitter decides
+        splitter = self.think_splitters[0] = ThinkSplitter()
+        splitter.feed(text)  # ("", text): the answer starts here
+        return True
 
     def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
         """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one

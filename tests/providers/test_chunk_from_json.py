@@ -182,6 +182,18 @@ def test_only_text_alone_is_the_common_chunk():
         decoder.decode(SSEEvent(json.dumps(_content(text))))
         seen.append(decoder.text)
     assert seen == [None, None, None, " and more"]
+    # An answer that opens without a tag is text from its first chunk on; one that may open with a tag waits.
+    for first, marked_first in ((" Hello", " Hello"), ("  <thi", None), ("\n", None)):
+        decoder = StreamDecoder(ADAPTER)
+        decoder.decode(SSEEvent(json.dumps(_content(first))))
+        assert decoder.text == marked_first
+
+
+def test_an_answer_without_think_tags_splits_as_on_the_general_path():
+    _same(_content(" Hello"), _content(" world"), _content("", "stop"))
+    _same(_content(" Hello"), _content("<think>x</think>"), _content("", "stop"))  # a tag later is text
+    _same(_content("\n"), _content("<think>x</think>y"), _content(" z", "stop"))
+    _same(_content("Hi <think>"), _content("</think>"), _content("", "stop"))
 
 
 def test_a_role_named_on_every_chunk_assembles_as_on_the_general_path():
