@@ -519,27 +519,6 @@ class StreamDecoder:
         splitter.feed(text)  # ("", text): the answer starts here
         return True
 
-    def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
-        """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
-        chunk object at a time, not all of them (see `_call.call.StreamState.feed`). An error event
-        after chunks of the same read ends this read; it is raised by the next read, as `_decode` does."""
-        if self.pending_error is not None:
-            error, self.pending_error = self.pending_error, None
-            raise error
-        produced = False
-        decode = self.adapter.decode_event
-        for event in events:
-            try:
-                chunk = decode(event, self)
-            except E.ProviderError as error:
-                if not produced:
-                    raise
-                self.pending_error = error
-                return
-            if chunk is not None:
-                produced = True
-                yield chunk
-
     def feed(self, data: bytes) -> List[ChatCompletionChunk]:
         return self._decode(self.events(data))
 
