@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterator, List, Mapping, Sequence, Union
+from typing import TYPE_CHECKING, Any, Callable, Dict, Generator, Iterable, List, Mapping, Sequence, Union
 
 from llmroute import errors as E
 from llmroute.accounting.plausible import implausible_usage
@@ -655,7 +655,7 @@ class StreamState:
         self.take_rest(self.feed_each(data, now))
 
     @staticmethod
-    def take_rest(chunks: Iterator[ChatCompletionChunk]) -> None:
+    def take_rest(chunks: Iterable[ChatCompletionChunk]) -> None:
         """The rest of a read's chunks (`feed_each`), taken by nobody."""
         for _ in chunks:
             pass
