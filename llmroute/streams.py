@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple, TypeVar
+from typing import Any, AsyncIterator, Awaitable, Callable, Iterator, List, Tuple
 
 from llmroute import errors as E
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
@@ -26,6 +26,13 @@ def _running_loop() -> Any:
     import asyncio
 
     return asyncio.get_running_loop()
+
+
+def _current_loop() -> Any:
+    """The running event loop, or None outside one (`aiter(stream)` from synchronous code)."""
+    import asyncio
+
+    return asyncio._get_running_loop()
 
 
 def _aclose_later(response: Any, loop: Any) -> None:
@@ -128,10 +135,6 @@ class _Ends:
             self._on_end = callback
 
 
-_S = TypeVar("_S", bound="_SyncIO")
-_A = TypeVar("_A", bound="_AsyncIO")
-
-
 class _SyncIO(_Ends):
     """What `Stream` does its own way (written by hand; the rest of `Stream` is generated from `AsyncStream`)."""
 
@@ -143,8 +146,11 @@ class _SyncIO(_Ends):
     def _bind(self) -> None:
         """Nothing ties a sync stream to a thread."""
 
-    def __iter__(self: _S) -> _S:
-        return self
+    def __iter__(self) -> Iterator[ChatCompletionChunk]:
+        """The stream's one iterator (a `for` loop resumes it without a `__next__` call per chunk)."""
+        if self._iterator is None:
+            self._iterator = self._chunks()
+        return self._iterator
 
     def __next__(self) -> ChatCompletionChunk:
         """The next chunk (`next(stream)`, as openai-python's `Stream`): one iterator for the stream's
@@ -152,6 +158,13 @@ class _SyncIO(_Ends):
         if self._iterator is None:
             self._iterator = self._chunks()
         return next(self._iterator)
+
+    def _close_iterator(self) -> None:
+        """The stream closed: its iterator, if left part-way (a `break`), is finished now, so that it
+        and the stream no longer hold each other (freed at once, not by the garbage collector)."""
+        iterator, self._iterator = self._iterator, None
+        if iterator is not None and not getattr(iterator, "gi_running", True):
+            iterator.close()  # type: ignore[attr-defined]  # a generator (`_chunks`)
 
     def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
@@ -178,18 +191,31 @@ class _AsyncIO(_Ends):
     def _bind(self) -> None:
         self._loop = _running_loop()
 
-    def __aiter__(self: _A) -> _A:
-        return self
+    def __aiter__(self) -> AsyncIterator[ChatCompletionChunk]:
+        """The stream's one iterator, checked to be on the stream's event loop once per `async for`
+        (the loop then resumes it without an `__anext__` call and a loop check per chunk)."""
+        return self._checked()
 
     async def __anext__(self) -> ChatCompletionChunk:
         """The next chunk (`await anext(stream)`, as openai-python's `AsyncStream`): one iterator for
         the stream's life."""
-        if self._aiterator is None:
-            self._aiterator = self._iterate()
-        if self._loop is not _running_loop():
+        return await self._checked().__anext__()
+
+    def _checked(self) -> AsyncIterator[ChatCompletionChunk]:
+        loop = _current_loop()
+        if loop is not self._loop and loop is not None:
             raise E.EventLoopError("this stream was opened on another event loop (its connection lives there): "
                                    "read it on the loop that created it")
-        return await self._aiterator.__anext__()
+        if self._aiterator is None:
+            self._aiterator = self._iterate()
+        return self._aiterator
+
+    async def _close_iterator(self) -> None:
+        """The stream closed: its iterator, if left part-way (a `break`), is finished now, so that it
+        and the stream no longer hold each other (freed at once, not by the garbage collector)."""
+        iterator, self._aiterator = self._aiterator, None
+        if iterator is not None and not getattr(iterator, "ag_running", True):
+            await iterator.aclose()  # type: ignore[attr-defined]  # an async generator (`_iterate`)
 
     async def _wait_identified(self, state: StreamState) -> None:
         """Whether a backup can continue a cut answer may be about to be known: wait for it (bounded)."""
@@ -230,6 +256,7 @@ class AsyncStream(_AsyncIO):
         self._final: ChatCompletion | None = None
         self._closed = False
         self._aiterator: AsyncIterator[ChatCompletionChunk] | None = None
+        self._dropping = False  # get_final_completion is reading: the chunks go nowhere
         self._bind()
         self._switch(opened)
 
@@ -243,8 +270,14 @@ class AsyncStream(_AsyncIO):
                 return
             try:
                 for chunk in self._rest:
+                    if self._dropping:  # get_final_completion: the opening read's rest, taken whole
+                        state.take_rest(self._rest)
+                        break
                     yield chunk
                 async for data in self._bytes:
+                    if self._dropping:  # get_final_completion: nobody takes these chunks
+                        state.take(data, _now())
+                        continue
                     for chunk in state.feed_each(data, _now()):
                         yield chunk
                 for chunk in state.eof(_now()):
@@ -286,8 +319,12 @@ class AsyncStream(_AsyncIO):
     async def get_final_completion(self) -> ChatCompletion:
         """Read the rest of the stream (the chunks are dropped) and return `.response`."""
         if self._final is None and not self._closed:
-            async for _ in self:
-                pass
+            self._dropping = True
+            try:
+                async for _ in self:
+                    pass
+            finally:
+                self._dropping = False
         return self.response
 
     aresponse = get_final_completion  # async only
@@ -305,7 +342,9 @@ class AsyncStream(_AsyncIO):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
+            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
+        await self._close_iterator()
 
     close = aclose  # async only
 
@@ -328,6 +367,7 @@ class Stream(_SyncIO):
         self._final: ChatCompletion | None = None
         self._closed = False
         self._iterator: Iterator[ChatCompletionChunk] | None = None
+        self._dropping = False  # get_final_completion is reading: the chunks go nowhere
         self._bind()
         self._switch(opened)
 
@@ -341,8 +381,14 @@ class Stream(_SyncIO):
                 return
             try:
                 for chunk in self._rest:
+                    if self._dropping:  # get_final_completion: the opening read's rest, taken whole
+                        state.take_rest(self._rest)
+                        break
                     yield chunk
                 for data in self._bytes:
+                    if self._dropping:  # get_final_completion: nobody takes these chunks
+                        state.take(data, _now())
+                        continue
                     for chunk in state.feed_each(data, _now()):
                         yield chunk
                 for chunk in state.eof(_now()):
@@ -384,8 +430,12 @@ class Stream(_SyncIO):
     def get_final_completion(self) -> ChatCompletion:
         """Read the rest of the stream (the chunks are dropped) and return `.response`."""
         if self._final is None and not self._closed:
-            for _ in self:
-                pass
+            self._dropping = True
+            try:
+                for _ in self:
+                    pass
+            finally:
+                self._dropping = False
         return self.response
 
 
@@ -402,7 +452,9 @@ class Stream(_SyncIO):
         if self._final is None and not self._state.ended:
             self._state.ended = True
             self._run.caller_closed(self._state, _now())
+            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
+        self._close_iterator()
 
 
     def __enter__(self) -> "Stream":

@@ -5,6 +5,8 @@ and the loop goes on unharmed; `get_final_completion()` reads the rest in both."
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -82,3 +84,110 @@ def test_response_after_an_early_close_says_so(vllm_server):
             stream.response
         with pytest.raises(L.StreamNotFinishedError, match="closed"):
             stream.get_final_completion()
+
+
+def test_an_async_stream_read_on_another_loop_raises_and_stays_readable_on_its_own(vllm_server):
+    """The loop check (once per `async for` or `anext`): another loop gets `EventLoopError` before any
+    chunk is taken, and the stream goes on where it was on the loop that opened it."""
+    vllm_server.push(Reply(pieces=PIECES))
+    own, other = asyncio.new_event_loop(), asyncio.new_event_loop()
+    try:
+        client = L.AsyncClient(_config(vllm_server))
+        stream = own.run_until_complete(client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True))
+
+        async def first_text():
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    return chunk.choices[0].delta.content
+            return None
+
+        async def read_there():
+            with pytest.raises(L.EventLoopError, match="another event loop"):
+                async for _ in stream:
+                    pass
+            with pytest.raises(L.EventLoopError):
+                await anext(stream)
+
+        async def the_rest():
+            texts = [chunk.choices[0].delta.content or "" async for chunk in stream if chunk.choices]
+            await stream.aclose()
+            await client.aclose()
+            return texts
+
+        first = own.run_until_complete(first_text())  # a loop left part-way: the next goes on from there
+        other.run_until_complete(read_there())
+        rest = own.run_until_complete(the_rest())
+    finally:
+        own.close()
+        other.close()
+    assert first + "".join(rest) == "one two three"
+    assert stream.response.choices[0].message.content == "one two three"
+
+
+def test_get_final_completion_after_chunks_were_taken_assembles_and_bills_them_all(vllm_server):
+    """The chunks `get_final_completion` reads are not handed to anyone, yet the answer and its usage
+    count every one of them, with those the caller took before."""
+    pieces = [f" w{i}" for i in range(40)]
+    vllm_server.push(Reply(pieces=pieces))
+
+    async def main():
+        async with L.AsyncClient({**_config(vllm_server), "ledger": {"sink": "memory"}}) as client:
+            stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+            taken = []
+            async for chunk in stream:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    taken.append(chunk.choices[0].delta.content)
+                    if len(taken) == 3:
+                        break
+            final = await stream.get_final_completion()
+            return taken, final, [r for r in client._engine.ledger.records if r.status == "ok"]
+
+    taken, final, records = asyncio.run(main())
+    assert taken == pieces[:3]
+    assert final.choices[0].message.content == "".join(pieces) and final.usage.completion_tokens == 40
+    assert [r.output_tokens for r in records] == [40]
+
+
+@pytest.mark.parametrize("how", ["to its end", "closed early"])
+def test_a_streamed_call_leaves_no_reference_cycle(vllm_server, how):
+    """A stream read to its end (or closed after a chunk) lets go of its call at once: with the garbage
+    collector off, the `CallRun` is freed as soon as the caller drops the stream (a cycle between the
+    attempt's state and its context left ~80 objects a call to the collector)."""
+    vllm_server.push(Reply(pieces=PIECES), Reply(pieces=PIECES))
+    with L.Client(_config(vllm_server)) as client:
+        client.chat.completions.create(model=TIER, messages=MESSAGES)  # the client's first-call work, done
+        gc.collect()
+        gc.disable()
+        try:
+            with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+                run = weakref.ref(stream._run)
+                for _ in stream:
+                    if how == "closed early":
+                        break
+            del stream
+            freed = run() is None
+        finally:
+            gc.enable()
+    assert freed
+
+
+def test_an_async_streamed_call_leaves_no_reference_cycle(vllm_server):
+    vllm_server.push(Reply(pieces=PIECES))
+
+    async def main():
+        async with L.AsyncClient(_config(vllm_server)) as client:
+            stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+            async with stream:
+                async for _ in stream:
+                    pass
+            run = weakref.ref(stream._run)
+            del stream
+            return run() is None
+
+    gc.collect()
+    gc.disable()
+    try:
+        freed = asyncio.run(main())
+    finally:
+        gc.enable()
+    assert freed

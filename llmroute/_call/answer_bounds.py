@@ -107,6 +107,15 @@ class AnswerMeter:
             if d.reasoning_content or other:
                 self._add(len(d.reasoning_content or ""), other)
 
+    def text(self, chars: int) -> None:
+        """`chunk` for the common chunk (`StreamDecoder.decode`): `chars` characters of content in
+        choice 0, nothing else (the index is in range: there is always room for one choice)."""
+        self.chars += chars
+        self.answer_chars += chars
+        if self.chars > self.char_cap or (
+                self.token_cap is not None and self.answer_chars > self.token_cap * CHARS_PER_TOKEN_BOUND):
+            self._add(0, 0)  # raises the cap's error
+
     def usage(self, usage: "Usage" | None) -> None:
         """The platform's own count (a running count on each chunk, or the final one)."""
         if usage is None or self.token_cap is None:

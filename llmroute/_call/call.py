@@ -48,6 +48,7 @@ _FILL_TIMEOUTS = Fill(Timeouts)
 if TYPE_CHECKING:
     from llmroute.accounting.cost import Cost
     from llmroute._call.engine import Admission, Engine
+    from llmroute._http.sse import SSEEvent
     from llmroute.resilience.failover import Exhausted
 
 # Modules the call path uses on every call but `import llmroute` does not load (the resilience package
@@ -643,8 +644,19 @@ class StreamState:
         reading) is still counted when the attempt ends (`_drain`)."""
         if self._batch is not None:
             self._drain()
-        batch = self._batch = self._take(self.decoder.decode_each(self.decoder.events(data)), now)
+        batch = self._batch = self._take(self.decoder.events(data), now)
         return batch
+
+    def take(self, data: bytes, now: float) -> None:
+        """`feed_each` taken whole by nobody (a plain call's answer, `get_final_completion`): the
+        chunks are assembled, counted and billed as when the caller takes them, one at a time."""
+        self.take_rest(self.feed_each(data, now))
+
+    @staticmethod
+    def take_rest(chunks: Iterable[ChatCompletionChunk]) -> None:
+        """The rest of a read's chunks (`feed_each`), taken by nobody."""
+        for _ in chunks:
+            pass
 
     def _drain(self) -> None:
         """Take in the rest of the last read, delivering nothing: the answer so far and its bill count
@@ -667,46 +679,84 @@ class StreamState:
                 self.ctx.trace.event("llmroute.stream.event_skipped", {"llmroute.reason": text})
         self.decoder.skipped.clear()
 
-    def _take(self, chunks: Iterable[ChatCompletionChunk], now: float) -> Generator[ChatCompletionChunk, None, None]:
+    def _take(self, events: Sequence[SSEEvent], now: float) -> Generator[ChatCompletionChunk, None, None]:
+        """One read's events -> the chunks the caller may see, decoded, assembled, counted against the
+        answer caps and held back until content starts, one at a time. The common chunk (text alone:
+        `StreamDecoder.decode`) takes a short way through the assembler and the meter. An error event
+        after chunks of the same read ends the read; the next read raises it (`pending_error`)."""
         if self.ttft_s is None and now - self.ctx.started > self.ctx.timeouts.ttft_s:
             raise self._ttft_timeout()  # content that comes after the limit comes too late
+        decoder = self.decoder
+        if decoder.pending_error is not None:
+            error, decoder.pending_error = decoder.pending_error, None
+            raise error
+        decode = decoder.decode
+        assembler = self.assembler
+        add_text = assembler.add_text if type(assembler) is StreamAssembler else None  # the cache's records every chunk
+        meter = self.meter
         usage_wanted = self.usage_wanted
         took = False
-        for chunk in chunks:
+        for event in events:
+            try:
+                chunk = decode(event)
+            except E.ProviderError as error:
+                if not took:
+                    raise
+                # Platforms close the stream after an error event, so the next read (or the end)
+                # comes at once and raises it; nothing after the error is decoded.
+                decoder.pending_error = error
+                break
+            if chunk is None:
+                continue
             took = True
-            self.assembler.add(chunk)
-            self.meter.chunk(chunk)  # what arrived is kept (and billed) even when it passes a cap
-            has_content = chunk_has_content(chunk)
+            text = decoder.text
+            if text is not None and add_text is not None:
+                add_text(chunk, text)
+                if text:
+                    meter.text(len(text))  # what arrived is kept (and billed) even when it passes a cap
+                    self.last_content_at = now
+                    if self.content_started:  # the stream's middle: nothing held, the first token seen
+                        yield chunk
+                        continue
+                elif self.content_started:
+                    yield chunk
+                    continue
+                has_content = bool(text)
+            else:
+                assembler.add(chunk)
+                meter.chunk(chunk)
+                has_content = chunk_has_content(chunk)
             if has_content:
                 self.last_content_at = now
                 if self.ttft_s is None:
                     self.ttft_s = now - self.ctx.started
                     self.note_first_chunk(now)
-            if self.replay_of is not None and not self.content_started:
-                passed = self._replay(chunk, has_content)
-                if passed is None:
-                    continue  # repeated text the caller already has (or a chunk held with it)
-                chunk, has_content = passed, True
-            if not self.content_started and has_content:
+            if not self.content_started:
+                if self.replay_of is not None:
+                    passed = self._replay(chunk, has_content)
+                    if passed is None:
+                        continue  # repeated text the caller already has (or a chunk held with it)
+                    chunk, has_content = passed, True
+                if not has_content:
+                    if len(self.held) < MAX_HELD_CHUNKS or chunk.usage is not None or any(
+                            c.finish_reason for c in chunk.choices):
+                        self.held.append(chunk)
+                    # else: one more chunk without content before the first token (a server sending
+                    # empty chunks without end): dropped, so memory stays bounded until the first-token limit
+                    continue
                 self.content_started = True
                 if self.ctx.continuation:
                     self.run.route.recovery = "continued"
                     self.run.route.resumed_at.append(self.ctx.resume_offset)
                 if self.ctx.continuation or self.replay_of is not None:
                     chunk.resumed = True
-            if self.content_started:
-                if self.held:
-                    held, self.held = self.held, []
-                    for one in held:
-                        if usage_wanted or one.choices or one.usage is None:  # `for_caller`, chunk by chunk
-                            yield one
-                if usage_wanted or chunk.choices or chunk.usage is None:
-                    yield chunk
-            elif len(self.held) < MAX_HELD_CHUNKS or chunk.usage is not None or any(
-                    c.finish_reason for c in chunk.choices):
-                self.held.append(chunk)
-            # else: one more chunk without content before the first token (a server sending empty
-            # chunks without end): dropped, so memory stays bounded until the first-token limit
+            if self.held:
+                held, self.held = self.held, []
+                for one in held:
+                    if usage_wanted or one.choices or one.usage is None:  # `for_caller`, chunk by chunk
+                        yield one
+            if usage_wanted or chunk.choices or chunk.usage is None:
+                yield chunk
         if self.decoder.skipped:
             self._report_skips()
         if took and self.decoder.usage is not None:
@@ -735,7 +785,7 @@ class StreamState:
     def eof(self, now: float) -> List[ChatCompletionChunk]:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
         self._drain()
-        out = list(self._take(self.decoder.close(), now))
+        out = list(self._take(self.decoder.sse.close(), now))
         if not self.decoder.complete:
             raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
@@ -828,11 +878,16 @@ class StreamState:
         run = self.run
         if not run.earlier_usage and run.route.recovery is None:
             completion = self.assembler.completion(usage, self.ctx.deployment.model)
-            return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
-        # A recovered answer: the joined text, the usage of every attempt that produced it.
-        completion = StreamAssembler.joined([*run._answer_parts, self.assembler]).completion(
-            usage, self.ctx.deployment.model)
-        return run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
+            final = run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s)
+        else:  # a recovered answer: the joined text, the usage of every attempt that produced it
+            completion = StreamAssembler.joined([*run._answer_parts, self.assembler]).completion(
+                usage, self.ctx.deployment.model)
+            final = run.succeeded(self.ctx, completion, not estimated, now, self.ttft_s, attempt_usage=usage)
+        # The attempt has ended (nothing settles it again): the state and its context no longer hold
+        # each other, so the call's objects are freed when the caller lets go of them, not left to the
+        # garbage collector (~80 objects a call, a collection every few calls).
+        self.ctx.partial = None
+        return final
 
 
 def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:

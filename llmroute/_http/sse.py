@@ -56,7 +56,7 @@ class SSEDecoder:
         self._pending_cr = False
 
     def feed(self, chunk: bytes) -> List[SSEEvent]:
-        if (chunk[-2:] == b"\n\n" and chunk[:6] == b"data: " and chunk.find(b"\n") == len(chunk) - 2
+        if (chunk.startswith(b"data: ") and chunk.find(b"\n") == len(chunk) - 2 and chunk[-1] == 10  # 10: LF
                 and not (self._buffer or self._parts or self._has_field or self._pending_cr or self._comments)
                 and b"\r" not in chunk and not self._text.getstate()[0]):
             # The common read: exactly one `data: ...` event and its blank line, nothing pending. The
@@ -66,7 +66,8 @@ class SSEDecoder:
             except UnicodeDecodeError:
                 pass  # invalid UTF-8: the general path replaces it
             else:
-                self._check(len(data) + 1, "one SSE event's data")
+                if len(data) >= self.max_line:
+                    self._check(len(data) + 1, "one SSE event's data")  # raises
                 return [_new_event(SSEEvent, (data, None, self._id, ()))]
         text = self._text.decode(chunk)
         if not text:

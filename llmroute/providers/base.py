@@ -332,6 +332,12 @@ class OpenAICompatAdapter:
             chunk = self._chunk_from_json(data, decoder)
             if chunk is not None:
                 return chunk
+        return self._decode_payload(event, decoder)
+
+    def _decode_payload(self, event: SSEEvent, decoder: "StreamDecoder") -> ChatCompletionChunk | None:
+        """`decode_event`'s general path: the event's data parsed to a dict and normalised (errors,
+        usage chunks, reasoning under another name, anything `_chunk_from_json` does not take)."""
+        data = event.data
         try:
             payload = json.loads(data)
         except (ValueError, RecursionError):
@@ -357,9 +363,24 @@ class OpenAICompatAdapter:
             chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
         except ValueError:  # not JSON, or a value of another shape: the general path decides
             return None
+        return self._normalize_validated(chunk, decoder, data)
+
+    def _normalize_validated(self, chunk: ChatCompletionChunk, decoder: "StreamDecoder",
+                             data: str) -> ChatCompletionChunk | None:
+        """`_chunk_from_json` after validation: the chunk normalised, or None for the general path."""
         choices = chunk.choices
-        if not choices or chunk.usage is not None:
-            return None  # error payloads and usage chunks
+        if chunk.usage is not None:
+            # A usage count (on a `choices: []` chunk, the finish chunk, or on every chunk): read from the
+            # platform's own names (`normalize_usage`); the chunk itself stays as validated.
+            payload = json.loads(data)
+            raw_usage = payload.get("usage") if type(payload) is dict else None
+            if not isinstance(raw_usage, dict) or is_error_payload(payload):
+                return None
+            usage = normalize_usage(raw_usage, extra=payload)
+            decoder.usage = usage
+            chunk.usage = usage
+        elif not choices:
+            return None  # error payloads
         for choice in choices:
             extra = choice.delta.__pydantic_extra__
             if extra and "reasoning" in extra:
@@ -402,6 +423,8 @@ class OpenAICompatAdapter:
         return chunk
 
 
+_TEXT_ALONE = frozenset({"content"})  # the fields of a delta that is text alone (`StreamDecoder.decode`)
+
 # Fields normalize_chunk always sets (so `model_dump(exclude_unset=True)` is the same on both paths).
 _CHOICE_ALWAYS_SET = ("delta", "finish_reason")
 _CHUNK_ALWAYS_SET = ("choices", "model", "usage")
@@ -421,6 +444,13 @@ class StreamDecoder:
         # An error event that came in the same read as chunks before it: those chunks are handed
         # out first (they are part of what the caller saw and was billed for), the error next time.
         self.pending_error: E.ProviderError | None = None
+        # `decode`: the text of the chunk it last returned when that was the common chunk, else None.
+        self.text: str | None = None
+        # The base adapter's own decoding (a subclass that decodes or normalises its own way goes
+        # through `adapter.decode_event` for every event).
+        self._common = (adapter._chunks_from_json
+                        and type(adapter).decode_event is OpenAICompatAdapter.decode_event)
+        self._split = bool(adapter.provider.split_think_tags)
 
     @property
     def complete(self) -> bool:
@@ -453,26 +483,53 @@ class StreamDecoder:
             error.provider, error.deployment = self.adapter.provider.name, self.adapter.deployment.id
             raise
 
-    def decode_each(self, events: Sequence[SSEEvent]) -> Iterator[ChatCompletionChunk]:
-        """`_decode`, one chunk at a time as the caller takes them: a read of many events holds one
-        chunk object at a time, not all of them (see `_call.call.StreamState.feed`). An error event
-        after chunks of the same read ends this read; it is raised by the next read, as `_decode` does."""
-        if self.pending_error is not None:
-            error, self.pending_error = self.pending_error, None
-            raise error
-        produced = False
-        decode = self.adapter.decode_event
-        for event in events:
-            try:
-                chunk = decode(event, self)
-            except E.ProviderError as error:
-                if not produced:
-                    raise
-                self.pending_error = error
-                return
-            if chunk is not None:
-                produced = True
-                yield chunk
+    def decode(self, event: SSEEvent) -> ChatCompletionChunk | None:
+        """`adapter.decode_event(event, self)`, with the common chunk taken in one step: one choice,
+        index 0, whose delta is text alone (perhaps with the assistant's role; no tool call, reasoning or
+        refusal), no finish reason, log
+        probabilities or usage, and no `<think>` splitting in play (none asked for, or past the
+        reasoning). For that chunk `self.text` is its text, so that `StreamState` counts and
+        assembles it without looking again; for any other chunk (decoded as `decode_event` does)
+        it is None. The chunk is the one `decode_event` makes, field for field."""
+        self.text = None
+        data = event[0]
+        if not self._common or event[1] is not None or data[:1] != "{" or '"reasoning"' in data:
+            return self.adapter.decode_event(event, self)
+        try:
+            chunk: ChatCompletionChunk = ChatCompletionChunk.__pydantic_validator__.validate_json(data)
+        except ValueError:  # not JSON, or a value of another shape: the general path decides
+            return self.adapter._decode_payload(event, self)
+        choices = chunk.choices
+        if chunk.usage is None and len(choices) == 1:
+            choice = choices[0]
+            delta = choice.delta
+            text = delta.content
+            if (text is not None and choice.finish_reason is None and choice.index == 0 and choice.logprobs is None
+                    and (delta.__pydantic_fields_set__ == _TEXT_ALONE or (  # the JSON had only "content", or:
+                        delta.tool_calls is None and delta.reasoning_content is None and delta.refusal is None
+                        and not delta.__pydantic_extra__ and (delta.role is None or delta.role == "assistant")))
+                    and (not self._split or not text or (
+                        (splitter := self.think_splitters.get(0)) is not None and splitter.answering)
+                         or (splitter is None and self._answer_opens(text)))):
+                choice.__pydantic_fields_set__.update(_CHOICE_ALWAYS_SET)
+                if not chunk.model:
+                    chunk.model = self.adapter.deployment.model
+                chunk.__pydantic_fields_set__.update(_CHUNK_ALWAYS_SET)
+                self.text = text
+                return chunk
+        normalized = self.adapter._normalize_validated(chunk, self, data)
+        return normalized if normalized is not None else self.adapter._decode_payload(event, self)
+
+    def _answer_opens(self, text: str) -> bool:
+        """Choice 0's first text, with `<think>` splitting asked for: True when it opens the answer
+        itself (its first character after whitespace cannot start a tag), its splitter then made and
+        fed, as the general path would (it passes the text through unchanged from here on)."""
+        stripped = text.lstrip()
+        if not stripped or stripped[0] == "<":
+            return False  # reasoning, or not known yet: the general path's splitter decides
+        splitter = self.think_splitters[0] = ThinkSplitter()
+        splitter.feed(text)  # ("", text): the answer starts here
+        return True
 
     def feed(self, data: bytes) -> List[ChatCompletionChunk]:
         return self._decode(self.events(data))
@@ -520,8 +577,11 @@ class TextParts:
     def append(self, piece: str) -> None:
         self._pieces.append(piece)
         if len(self._pieces) >= self.FOLD:
-            self._blocks.append("".join(self._pieces))
-            self._pieces = []
+            self._fold()
+
+    def _fold(self) -> None:
+        self._blocks.append("".join(self._pieces))
+        self._pieces = []
 
     def extend(self, pieces: Iterable[str]) -> None:
         for piece in pieces:
@@ -548,7 +608,8 @@ class StreamAssembler:
         # Top-level fields of the platform's own (llama.cpp `timings`): kept on the assembled answer.
         self.extras: Dict[str, Any] = {}
 
-    def add(self, chunk: ChatCompletionChunk) -> None:
+    def _top(self, chunk: ChatCompletionChunk) -> None:
+        """The chunk's top-level fields: the first id, model and creation time; extras; the last fingerprint."""
         if not self.id:
             self.id = chunk.id
         if not self.model:
@@ -560,14 +621,13 @@ class StreamAssembler:
             self.extras.update(extra)
         if chunk.system_fingerprint:
             self.system_fingerprint = chunk.system_fingerprint
+
+    def add(self, chunk: ChatCompletionChunk) -> None:
+        self._top(chunk)
         for choice in chunk.choices:
             slot = self._choices.get(choice.index)
             if slot is None:
-                slot = self._choices[choice.index] = {
-                    "role": "assistant", "content": TextParts(), "reasoning": TextParts(), "tools": {}, "finish": None,
-                    "refusal": TextParts(),
-                    "logprobs": None, "refusal_logprobs": None,
-                }
+                slot = self._slot(choice.index)
             d = choice.delta
             if d.role:
                 slot["role"] = d.role
@@ -592,6 +652,31 @@ class StreamAssembler:
                 slot["finish"] = choice.finish_reason
             if choice.logprobs is not None:
                 self._add_logprobs(slot, choice.logprobs)
+
+    def _slot(self, index: int) -> Dict[str, Any]:
+        slot = self._choices[index] = {
+            "role": "assistant", "content": TextParts(), "reasoning": TextParts(), "tools": {}, "finish": None,
+            "refusal": TextParts(),
+            "logprobs": None, "refusal_logprobs": None,
+        }
+        return slot
+
+    def add_text(self, chunk: ChatCompletionChunk, text: str) -> None:
+        """`add` for the common chunk (`StreamDecoder.decode` says which): one choice, index 0, whose
+        delta is `text` alone, or with the assistant's role (Ollama names it on every chunk)."""
+        self._top(chunk)
+        slot = self._choices.get(0)
+        if slot is None:
+            slot = self._slot(0)
+        elif slot["role"] != "assistant":  # another role named earlier: this chunk's, if it names one, as `add`
+            role = chunk.choices[0].delta.role
+            if role:
+                slot["role"] = role
+        parts: TextParts = slot["content"]
+        pieces = parts._pieces  # `parts.append(text)`, without the call
+        pieces.append(text)
+        if len(pieces) >= TextParts.FOLD:
+            parts._fold()
 
     @staticmethod
     def _add_logprobs(slot: Dict[str, Any], logprobs: ChoiceLogprobs) -> None:

@@ -116,7 +116,9 @@ def test_our_own_bug_releases_and_records(config: dict[str, Any], fault_server: 
         raise ZeroDivisionError("a bug in llmroute")
 
     with L.Client(config=config) as client:
-        # Plain calls are read as streams: the bug strikes while their chunks are decoded.
+        # Plain calls are read as streams: the bug strikes while their chunks are decoded (the finish and
+        # usage chunks are normalised after validation; chunks of other shapes by `normalize_chunk`).
+        monkeypatch.setattr(OpenAICompatAdapter, "_normalize_validated", broken)
         monkeypatch.setattr(OpenAICompatAdapter, "normalize_chunk", broken)
         monkeypatch.setattr(OpenAICompatAdapter, "parse_completion", broken)
         with pytest.raises(ZeroDivisionError):
