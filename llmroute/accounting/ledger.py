@@ -685,7 +685,7 @@ class CallableSink:
 class LedgerConfig(BaseModel):
     """The `[ledger]` section."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     # sqlite: a database file; jsonl: a text file; memory: kept in the process; none: no ledger;
     # postgres: a shared PostgreSQL database at `url` (ledger_postgres.py), spooling to `spool_path`.
