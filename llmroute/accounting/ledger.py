@@ -79,7 +79,6 @@ import json
 import logging
 import math
 import os
-import sqlite3
 import sys
 import threading
 import time
@@ -88,7 +87,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmroute.errors import ConfigError
@@ -97,6 +96,9 @@ from llmroute._runtime.lifecycle import start_daemon
 from llmroute._runtime.secrets import scrub
 
 from llmroute.accounting.cost_value import Cost
+
+if TYPE_CHECKING:
+    import sqlite3  # loaded by the first SQLite ledger opened or read: a memory ledger never needs it
 
 __all__ = [
     "LedgerRecord",
@@ -573,6 +575,8 @@ def open_wal_sqlite(path: Path) -> sqlite3.Connection:
     batch survives a killed process), autocommit (the writer opens its own transactions)."""
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+    import sqlite3
+
     conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -808,6 +812,8 @@ def select_sql(cols: list[str], table: str, since: float | None, until: float | 
 
 
 def _read_sqlite(p: Path, since: float | None, until: float | None) -> Iterator[LedgerRecord]:
+    import sqlite3
+
     conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
     try:
         conn.row_factory = sqlite3.Row
