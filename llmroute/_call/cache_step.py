@@ -94,7 +94,7 @@ class CacheCall:
         """The call succeeded: store its answer if it is complete and came from the keyed target."""
         if self.outcome != "miss" or self.parts is None:
             return
-        from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
+        from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable  # a store: the cache is in use
 
         route = run.route
         why = storable(completion, route)
@@ -158,7 +158,7 @@ def begin(cache: "ResponseCache" | None, engine: "Engine", prepared: "PreparedCa
     """Decide and look up (exact key). None: the cache is not in play for this call."""
     if cache is None or (call.mode is None and not cache.settings.in_use):
         return None
-    from llmroute.cache.key import UnkeyableError, key_parts, target_id
+    from llmroute.cache.key import UnkeyableError, key_parts, target_id  # the cache is in play for this call
 
     started = time.monotonic()
     target = prepared.target = resolve_target(engine.config, prepared)
@@ -335,7 +335,7 @@ def open_cache(config: Any, *, backend: Backend | None = None, clock: Any = None
     semantic = settings.config.semantic
     embedder = None
     if semantic.enabled and semantic.base_url:
-        from llmroute.cache.semantic import Embedder
+        from llmroute.cache.semantic import Embedder  # a semantic cache is configured
 
         # `${VAR}` in the embedder's key and the Redis URL (which may hold a password) come from the environment.
         api_key = _expand_env(semantic.api_key, source=config.source, key="cache.semantic.api_key") \

@@ -575,7 +575,7 @@ def open_wal_sqlite(path: Path) -> sqlite3.Connection:
     batch survives a killed process), autocommit (the writer opens its own transactions)."""
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    import sqlite3
+    import sqlite3  # a SQLite ledger (or spool) is opened: a memory ledger never loads the driver
 
     conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
@@ -812,7 +812,7 @@ def select_sql(cols: list[str], table: str, since: float | None, until: float | 
 
 
 def _read_sqlite(p: Path, since: float | None, until: float | None) -> Iterator[LedgerRecord]:
-    import sqlite3
+    import sqlite3  # a SQLite ledger is read
 
     conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
     try:

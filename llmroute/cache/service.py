@@ -34,7 +34,7 @@ WARN_EVERY_S = 60.0
 
 def open_backend(config: CacheConfig, *, base_dir: Path | None = None, redis_client: Any = None) -> Backend:
     """The backend `[cache]` names. Opens nothing yet: files and sockets are opened on first use."""
-    from llmroute.cache.backends import MemoryBackend, RedisBackend, SQLiteBackend
+    from llmroute.cache.backends import MemoryBackend, RedisBackend, SQLiteBackend  # the first lookup or store
 
     if config.backend == "sqlite":
         path = Path(config.path).expanduser()
@@ -105,7 +105,7 @@ class ResponseCache:
             return default
 
     def _decode(self, data: bytes, now: float) -> Entry | None:
-        from llmroute.cache.entry import decode
+        from llmroute.cache.entry import decode  # a lookup found bytes
 
         try:
             entry = decode(data)
@@ -118,7 +118,7 @@ class ResponseCache:
     # -- entries -------------------------------------------------------------------------------------
     def namespace(self, feature: str | None = None, metadata: Mapping[str, str] | None = None) -> str:
         """The namespace a call with this feature and metadata uses."""
-        from llmroute.cache.key import namespace_for
+        from llmroute.cache.key import namespace_for  # the cache is in play
 
         return namespace_for(feature, metadata or {}, self.config.namespace_keys)
 
@@ -132,7 +132,7 @@ class ResponseCache:
         """The most similar live entry of a group, if its cosine similarity reaches `threshold`;
         also the best similarity seen (None when the group is empty). With `query` (and
         `match_numbers` on), only entries whose question has the same numbers and codes compete."""
-        from llmroute.cache.key import numbers_of
+        from llmroute.cache.key import numbers_of  # a semantic lookup
         from llmroute.cache.vectors import dot, normalize, unpack
 
         numbers = numbers_of(query) if query is not None and self.config.semantic.match_numbers else None
@@ -163,7 +163,7 @@ class ResponseCache:
     def put(self, namespace: str, key: str, entry: Entry, *, group: str | None = None,
             embedding: List[float] | None = None) -> bool:
         """Store an entry; with `group` and `embedding`, also its semantic index record."""
-        from llmroute.cache.entry import encode
+        from llmroute.cache.entry import encode  # a store
         from llmroute.cache.vectors import pack
 
         record = pack(entry.query, embedding) if group is not None and embedding else None

@@ -269,6 +269,6 @@ class AsyncShadowRunner(_Runner):
         """Stop taking jobs and wait for the running ones."""
         self._closed = True
         if self._tasks:
-            import asyncio
+            import asyncio  # tasks ran, so offer() loaded it already
 
             await asyncio.gather(*self._tasks, return_exceptions=True)
