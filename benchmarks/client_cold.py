@@ -104,6 +104,7 @@ def measure(runs: int, url: str) -> Dict[str, Any]:
 def importtime(top: int, config: Dict[str, Any]) -> List[tuple[int, int, str]]:
     """(cumulative µs, self µs, indented name) of the `top` largest entries of `Client(config)`'s imports."""
     code = GUARD_SRC + f"from llmroute import Client\nClient(config={config!r}).close()\n"
+    _run(code)  # fills the bytecode cache
     rows = []
     for line in _run(code, "-X", "importtime").stderr.splitlines():
         if not line.startswith("import time:") or "cumulative" in line:
