@@ -108,6 +108,22 @@ def test_what_a_plain_client_left_out_loads_when_it_is_used() -> None:
     assert got["complete"] == {"llmroute.routing.rules.RoutingConfig": True}
 
 
+def test_the_first_call_of_a_plain_client_loads_no_classifier_and_no_cache_module(openai_server: Any) -> None:
+    """The call path estimates every prompt's tokens (`routing/token_estimate.py`): the classifier's tables load
+    only for a call the classifier scores, and the cache's modules only for a call the cache is in play for."""
+    config = {**PLAIN, "providers": {"bench": {**PLAIN["providers"]["bench"], "base_url": openai_server.base_url,
+                                               "api_key": "sk-test-openai"}}}
+    setup = (f"from llmroute import Client\nc = Client(config={config!r})\n"
+             "r = c.chat.completions.create(model='small', messages=[{'role': 'user', 'content': 'hi'}], max_tokens=8)\n"
+             "assert r.choices[0].message.content, r\nc.close()")
+    modules = _fresh(setup)["modules"]
+    assert "httpx" in modules or "aiohttp" in modules  # the call was sent
+    lazy = ["llmroute.routing.classifier", "llmroute.routing.fitted", "llmroute.cache.entry", "llmroute.cache.key",
+            "llmroute.cache.backends", "llmroute.cache.semantic", "sqlite3", "tomllib", "difflib"]
+    assert [name for name in lazy if _loaded(modules, name)] == []
+    assert len(openai_server.requests) == 1
+
+
 def _model(name: str) -> Any:
     import importlib
 

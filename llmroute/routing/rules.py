@@ -241,8 +241,7 @@ def decide(
 
     `large_tier`/`small_tier` override the config's names (for callers that resolve them elsewhere).
     """
-    # The classifier (its patterns compiled at import) loads with the first routed call, not with the config.
-    from llmroute.routing.classifier import classify, estimate_tokens
+    from llmroute.routing.token_estimate import estimate_tokens  # light: no classifier tables
 
     input_tokens = query.input_tokens
     for index, rule in enumerate(config.rules):
@@ -255,6 +254,9 @@ def decide(
     if config.default != "auto":
         return RouteDecision(tier=config.default, reason=f"default: {config.default}")
     scorer = config._scorer
+    if scorer is None:
+        # The classifier (its tables and patterns built at import) loads with the first call it scores.
+        from llmroute.routing.classifier import classify
     result = (scorer.classify if scorer is not None else classify)(query.messages, max_tokens=query.max_tokens)
     threshold = config.threshold
     if result.score >= threshold:
