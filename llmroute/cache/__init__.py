@@ -8,8 +8,8 @@ embedder or the HTTP exchange it uses.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+from typing import TYPE_CHECKING, Any as _Any
 
 if TYPE_CHECKING:  # what type checkers see; at run time each name loads its module on first use
     from llmroute.cache.backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
@@ -34,11 +34,11 @@ _WHERE = {
 }
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _Any:
     module = _WHERE.get(name)
     if module is None:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    value = getattr(_importlib.import_module(f"{__name__}.{module}"), name)
     globals()[name] = value  # the next access is a plain module attribute
     return value
 
