@@ -30,7 +30,7 @@ PLAIN: Dict[str, Any] = {
 
 # Loaded on first use of what needs them, never by a plain client.
 LAZY_MODULES = [
-    "asyncio", "concurrent.futures",  # the shadow runners (sync: a thread pool; async: tasks)
+    "asyncio",  # the async shadow runner (concurrent.futures is loaded by accounting/tokens.py for tiktoken)
     "sqlite3",  # a SQLite ledger or cache
     "tomllib", "tomli",  # a config file, a price catalogue
     "difflib",  # "did you mean" in an error message

@@ -535,6 +535,9 @@ class SQLiteSink(_BatchingSink):
 
     def __init__(self, path: str | os.PathLike[str], flush_interval_s: float = 1.0) -> None:
         super().__init__(flush_interval_s)
+        # The driver loads with the sink, never at its first write: that may come at interpreter exit (the last
+        # batch of a client closed by the garbage collector), when a module can no longer be imported.
+        import sqlite3  # noqa: F401
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
 
@@ -575,7 +578,7 @@ def open_wal_sqlite(path: Path) -> sqlite3.Connection:
     batch survives a killed process), autocommit (the writer opens its own transactions)."""
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-    import sqlite3  # a SQLite ledger (or spool) is opened: a memory ledger never loads the driver
+    import sqlite3  # loaded when the sink was built (SQLiteSink, the PostgreSQL spool): a memory ledger never does
 
     conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")

@@ -111,6 +111,7 @@ class _Spool:
     """Records PostgreSQL could not take yet, in a local SQLite file (one row per record id)."""
 
     def __init__(self, path: Path) -> None:
+        import sqlite3  # noqa: F401  # with the spool, not at its first write (maybe at interpreter exit): ledger.SQLiteSink
         self.path = path
         self._conn: sqlite3.Connection | None = None
 

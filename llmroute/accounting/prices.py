@@ -723,8 +723,10 @@ class PriceBook:
     def check_call_priced(self, deployment: DeploymentRef) -> None:
         """The same rule for a deployment named in `create(model="provider:model")` as for a configured
         one: with `strict`, no price is a ConfigError naming the model and the fix, before anything is sent."""
-        if not self.strict or self.lookup(deployment.provider, deployment.kind, deployment.region,
-                                          deployment.model) is not None:
+        # Looked up first whatever `strict` says: the shipped table (read on first need) is then read before
+        # the call, never while its cost is computed, which for a stream abandoned at exit is at interpreter exit.
+        if self.lookup(deployment.provider, deployment.kind, deployment.region,
+                       deployment.model) is not None or not self.strict:
             return
         where = f" in region {deployment.region!r}" if deployment.region else ""
         raise ConfigError(
