@@ -2,7 +2,7 @@
 loaded on first use"; benchmarks/RESULTS.md, "Client(config) cold").
 
 A plain config (one provider, one tier, a price, a memory ledger) must not load the routing classifier, the
-shadow runner's event loop and thread pool, the cache's backends and codec, the SQLite driver, the TOML
+async shadow runner's event loop, the cache's backends and codec, the SQLite driver, the TOML
 parser, difflib, or any transport; nor build a pydantic schema for a section it leaves out. Each check runs in
 a fresh interpreter and reads `sys.modules`, so a top-level import added on the construction path fails here
 by name instead of slowing every client silently. Nothing is sent: the URL is a closed loopback port.
