@@ -332,6 +332,10 @@ def open_cache(config: Any, *, backend: Backend | None = None, clock: Any = None
     import time
 
     settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
+    if settings.in_use:
+        # A config that uses the cache loads its parts with the client: never first during a call's store,
+        # which for a stream finished by the garbage collector may run while the interpreter exits.
+        from llmroute.cache import backends, entry, key, vectors  # noqa: F401
     semantic = settings.config.semantic
     embedder = None
     if semantic.enabled and semantic.base_url:
