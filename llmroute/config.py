@@ -34,11 +34,6 @@ if TYPE_CHECKING:
     from llmroute.state.backend import StateConfig
     from llmroute._runtime.telemetry import TelemetryConfig
 
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover - exercised on 3.10 only
-    import tomli as tomllib
-
 __all__ = [
     "Config",
     "ProviderConfig",
@@ -310,6 +305,10 @@ def load_config(path: str | os.PathLike[str]) -> Config:
         raise not_utf8(exc, source) from None
     except OSError as exc:
         raise ConfigError(f"cannot read config file: {exc.strerror or exc}", path=source) from None
+    if sys.version_info >= (3, 11):
+        import tomllib  # the parser loads with the first file read: `Client(config={...})` never needs it
+    else:  # pragma: no cover - exercised on 3.10 only
+        import tomli as tomllib
     try:
         data = _hide_keys(tomllib.loads(text))
     except tomllib.TOMLDecodeError as exc:
@@ -627,7 +626,18 @@ def _check_overrides(cfg: BaseModel, source: str, key: str) -> Dict[str, Any]:
     return merged
 
 
+# Sections whose empty table means their defaults, which are valid (tests/test_config_cold.py checks each
+# against a validated `Model.model_validate({})`): a config that leaves one out gets its defaults without
+# building the section's validator (a pydantic schema build each, plus pydantic's plugin scan on the first).
+EMPTY_IS_DEFAULTS = frozenset({
+    "llmroute.routing.rules.RoutingConfig", "llmroute.state.backend.StateConfig",
+    "llmroute._runtime.telemetry.TelemetryConfig", "llmroute.cache.cache_policy.CacheConfig",
+    "llmroute.cache.cache_policy.TierCacheConfig", "llmroute.accounting.ledger.LedgerConfig"})
+
+
 def _validated(model: Any, data: Any, source: str, key: str) -> Any:
+    if isinstance(data, Mapping) and not data and f"{model.__module__}.{model.__qualname__}" in EMPTY_IS_DEFAULTS:
+        return model.model_construct()
     try:
         return model.model_validate(data)
     except ValidationError as exc:

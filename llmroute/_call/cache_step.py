@@ -22,11 +22,7 @@ from typing import TYPE_CHECKING, Any, Callable, List, Union
 from llmroute.providers.base import StreamAssembler, for_caller, usage_chunks_wanted
 from llmroute._call.targets import resolve_target
 from llmroute.types import ChatCompletion, ChatCompletionChunk, Route, Usage
-from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable
-from llmroute.cache.key import KeyParts, UnkeyableError, key_parts, target_id
-from llmroute.cache.backends import Backend
 from llmroute.cache.cache_policy import CacheConfig, CacheSettings, CallCache, Decision, decide
-from llmroute.cache.semantic import Embedder
 from llmroute.cache.service import ResponseCache
 from llmroute.config import _expand_env
 
@@ -35,7 +31,12 @@ logger = logging.getLogger("llmroute.cache")
 if TYPE_CHECKING:
     from llmroute._call.call import CallRun, PreparedCall
     from llmroute._call.engine import Engine
-    from llmroute.cache.service import ResponseCache
+    from llmroute.cache.backends import Backend
+    from llmroute.cache.entry import Entry
+    from llmroute.cache.key import KeyParts
+
+# The entry codec, the key and the semantic embedder load with the first call the cache is in play for
+# (`begin`) or the first semantic cache opened: a client whose config has no cache never loads them.
 
 __all__ = ["CacheCall", "begin", "lookup", "alookup", "open_cache", "RecordingAssembler", "CachedStream", "AsyncCachedStream"]
 
@@ -93,6 +94,8 @@ class CacheCall:
         """The call succeeded: store its answer if it is complete and came from the keyed target."""
         if self.outcome != "miss" or self.parts is None:
             return
+        from llmroute.cache.entry import Entry, dump_chunk, dump_completion, storable  # a store: the cache is in use
+
         route = run.route
         why = storable(completion, route)
         if why is None and route.deployment not in self.deployments:
@@ -155,6 +158,8 @@ def begin(cache: "ResponseCache" | None, engine: "Engine", prepared: "PreparedCa
     """Decide and look up (exact key). None: the cache is not in play for this call."""
     if cache is None or (call.mode is None and not cache.settings.in_use):
         return None
+    from llmroute.cache.key import UnkeyableError, key_parts, target_id  # the cache is in play for this call
+
     started = time.monotonic()
     target = prepared.target = resolve_target(engine.config, prepared)
     decision = decide(cache.settings, call, target.tier, prepared.call.params)
@@ -327,9 +332,15 @@ def open_cache(config: Any, *, backend: Backend | None = None, clock: Any = None
     import time
 
     settings: CacheSettings = getattr(config.sections, "cache", None) or CacheSettings(CacheConfig())
+    if settings.in_use:
+        # A config that uses the cache loads its parts with the client: never first during a call's store,
+        # which for a stream finished by the garbage collector may run while the interpreter exits.
+        from llmroute.cache import backends, entry, key, vectors  # noqa: F401
     semantic = settings.config.semantic
     embedder = None
     if semantic.enabled and semantic.base_url:
+        from llmroute.cache.semantic import Embedder  # a semantic cache is configured
+
         # `${VAR}` in the embedder's key and the Redis URL (which may hold a password) come from the environment.
         api_key = _expand_env(semantic.api_key, source=config.source, key="cache.semantic.api_key") \
             if semantic.api_key else None

@@ -55,14 +55,14 @@ if TYPE_CHECKING:
 # loads with the first client, the router's estimate with the first call): bound once by the first
 # `CallRun`, so a call does not pay a function-local import each time.
 _plan_steps: Any = None  # llmroute.resilience.failover
-_classifier: Any = None  # llmroute.routing.classifier
+_classifier: Any = None  # llmroute.routing.token_estimate
 
 
 def _bind_lazy_modules() -> None:
     global _plan_steps, _classifier
     if _classifier is None:
         from llmroute.resilience import failover  # loaded with the first client
-        from llmroute.routing import classifier  # loaded with the first call
+        from llmroute.routing import token_estimate as classifier  # the prompt estimate, not the classifier's tables
 
         _plan_steps, _classifier = failover, classifier
 

@@ -5,7 +5,6 @@ Plain functions over strings, for error messages (config keys, sections, CLI cho
 
 from __future__ import annotations
 
-import difflib
 from typing import Iterable, List
 
 __all__ = ["nearest", "did_you_mean"]
@@ -13,6 +12,8 @@ __all__ = ["nearest", "did_you_mean"]
 
 def nearest(name: str, known: Iterable[str], *, n: int = 1) -> List[str]:
     """The `n` known names closest to `name` (case-insensitive), if any is close enough."""
+    import difflib  # loaded by the first misspelling reported, never by a config that has none
+
     known = [str(k) for k in known]
     by_lower = {k.lower(): k for k in known}
     found = difflib.get_close_matches(str(name).lower(), list(by_lower), n=n, cutoff=0.6)

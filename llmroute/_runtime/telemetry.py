@@ -99,7 +99,7 @@ _STATUS_DESCRIPTION_MAX_CHARS = 500
 class TelemetryConfig(BaseModel):
     """The ``[telemetry]`` config section. Spans and metrics go to the global OpenTelemetry providers."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     enabled: bool = True
     # Opt-in: message text in span attributes (semconv SHOULD NOT capture by default).

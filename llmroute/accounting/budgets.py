@@ -83,7 +83,7 @@ DEFAULT_GUARD = "*"
 class BudgetWhen(BaseModel):
     """Which calls a budget counts. Empty: every call."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     feature: Union[str, list[str], None] = None
     metadata: dict[str, str] = Field(default_factory=dict)
@@ -105,7 +105,7 @@ class BudgetWhen(BaseModel):
 class BudgetConfig(BaseModel):
     """One `[[budgets]]` entry."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     name: str = Field(min_length=1)
     when: BudgetWhen = Field(default_factory=BudgetWhen)
@@ -176,7 +176,7 @@ class BudgetConfig(BaseModel):
 class GuardConfig(BaseModel):
     """One `[guards."<feature>"]` table: limits checked before a call is sent."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     max_input_tokens: int | None = Field(default=None, gt=0)
     max_tokens: int | None = Field(default=None, gt=0)

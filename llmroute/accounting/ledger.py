@@ -79,7 +79,6 @@ import json
 import logging
 import math
 import os
-import sqlite3
 import sys
 import threading
 import time
@@ -88,7 +87,7 @@ from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, fields
 from decimal import Decimal
 from pathlib import Path
-from typing import Any, Callable, Iterator, Literal, Mapping, Protocol
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from llmroute.errors import ConfigError
@@ -98,6 +97,9 @@ from llmroute._runtime.secrets import scrub
 
 from llmroute.accounting.cost_value import Cost
 from llmroute.accounting.frozen import Fill
+
+if TYPE_CHECKING:
+    import sqlite3  # loaded by the first SQLite ledger opened or read: a memory ledger never needs it
 
 __all__ = [
     "LedgerRecord",
@@ -538,6 +540,9 @@ class SQLiteSink(_BatchingSink):
 
     def __init__(self, path: str | os.PathLike[str], flush_interval_s: float = 1.0) -> None:
         super().__init__(flush_interval_s)
+        # The driver loads with the sink, never at its first write: that may come at interpreter exit (the last
+        # batch of a client closed by the garbage collector), when a module can no longer be imported.
+        import sqlite3  # noqa: F401
         self.path = Path(path)
         self._conn: sqlite3.Connection | None = None
 
@@ -578,6 +583,8 @@ def open_wal_sqlite(path: Path) -> sqlite3.Connection:
     batch survives a killed process), autocommit (the writer opens its own transactions)."""
     if path.parent and not path.parent.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
+    import sqlite3  # loaded when the sink was built (SQLiteSink, the PostgreSQL spool): a memory ledger never does
+
     conn = sqlite3.connect(str(path), timeout=5.0, check_same_thread=False, isolation_level=None)
     conn.execute("PRAGMA journal_mode=WAL")
     conn.execute("PRAGMA synchronous=NORMAL")
@@ -690,7 +697,7 @@ class CallableSink:
 class LedgerConfig(BaseModel):
     """The `[ledger]` section."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     # sqlite: a database file; jsonl: a text file; memory: kept in the process; none: no ledger;
     # postgres: a shared PostgreSQL database at `url` (ledger_postgres.py), spooling to `spool_path`.
@@ -813,6 +820,8 @@ def select_sql(cols: list[str], table: str, since: float | None, until: float | 
 
 
 def _read_sqlite(p: Path, since: float | None, until: float | None) -> Iterator[LedgerRecord]:
+    import sqlite3  # a SQLite ledger is read
+
     conn = sqlite3.connect(f"file:{p}?mode=ro", uri=True, timeout=5.0)
     try:
         conn.row_factory = sqlite3.Row

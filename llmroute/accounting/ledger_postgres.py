@@ -26,12 +26,14 @@ from __future__ import annotations
 import json
 import logging
 import os
-import sqlite3
 import zlib
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from llmroute.accounting.ledger import COLUMNS, LedgerRecord, _BatchingSink, open_wal_sqlite, select_sql
+
+if TYPE_CHECKING:
+    import sqlite3  # the spool is opened through ledger.open_wal_sqlite
 
 __all__ = ["PostgresSink", "read_postgres", "is_postgres_url", "record_id_of", "PG_SCHEMA_VERSION"]
 
@@ -109,6 +111,7 @@ class _Spool:
     """Records PostgreSQL could not take yet, in a local SQLite file (one row per record id)."""
 
     def __init__(self, path: Path) -> None:
+        import sqlite3  # noqa: F401  # with the spool, not at its first write (maybe at interpreter exit): ledger.SQLiteSink
         self.path = path
         self._conn: sqlite3.Connection | None = None
 

@@ -30,18 +30,12 @@ import sys
 from dataclasses import dataclass, field, replace
 from decimal import Decimal, InvalidOperation
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, NamedTuple, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from llmroute.errors import ConfigError
-
-if sys.version_info >= (3, 11):
-    import tomllib
-else:  # pragma: no cover
-    import tomli as tomllib
 
 __all__ = [
     "Currency",
@@ -356,6 +350,10 @@ def _parse_tiers(raw: Any, lines: _Lines, i: int, name: str) -> tuple[PriceTier,
 def parse_price_table(text: str, *, name: str = "prices.toml") -> PriceTable:
     """Parse a price table in the shipped format (see prices.toml). Raises ConfigError naming the file,
     the line and the entry (`prices.toml:412: price[31].output_per_million: must be >= 0`)."""
+    if sys.version_info >= (3, 11):
+        import tomllib  # loaded with the first table read, not with the pricing section
+    else:  # pragma: no cover
+        import tomli as tomllib
     try:
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
@@ -496,6 +494,8 @@ def load_catalogue(paths: Sequence[str], *, base_dir: str | Path | None = None,
 @lru_cache(maxsize=1)
 def load_price_table() -> PriceTable:
     """The table shipped in the package, read once on first use."""
+    from importlib import resources  # only when the shipped table is first needed
+
     text = resources.files(__package__).joinpath("prices.toml").read_text(encoding="utf-8")
     return parse_price_table(text, name="llmroute/accounting/prices.toml")
 
@@ -510,7 +510,7 @@ def _non_negative(value: Any, what: str) -> Decimal:
 class PriceOverride(BaseModel):
     """One `[pricing."provider:model"]` table in the config."""
 
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, defer_build=True)
 
     input_per_million: Decimal
     output_per_million: Decimal
@@ -540,7 +540,7 @@ class PricingConfig(BaseModel):
     an error.
     """
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     strict: bool = True
     # Team price files laid over the shipped table, in order (same format as prices.toml); relative
@@ -657,10 +657,19 @@ class PriceBook:
         self.config = config or PricingConfig()
         if table is None and self.config.catalogue:
             table = load_catalogue(self.config.catalogue, base_dir=base_dir)  # the team's files, at config load
-        self.table = table or load_price_table()
+        self._table = table  # the shipped table (~70 KB of TOML) is read on first need: see `table`
         self._overrides: dict[str, Price] = {
             key: _override_price(key, ov) for key, ov in self.config.prices.items()
         }
+
+    @property
+    def table(self) -> PriceTable:
+        """The shipped table with the config's catalogue files laid over it. The shipped one alone is
+        parsed on first need (a lookup no override answers, a report): a config whose deployments are
+        all priced by `[pricing."provider:model"]` never reads it."""
+        if self._table is None:
+            self._table = load_price_table()
+        return self._table
 
     @property
     def strict(self) -> bool:
@@ -714,8 +723,10 @@ class PriceBook:
     def check_call_priced(self, deployment: DeploymentRef) -> None:
         """The same rule for a deployment named in `create(model="provider:model")` as for a configured
         one: with `strict`, no price is a ConfigError naming the model and the fix, before anything is sent."""
-        if not self.strict or self.lookup(deployment.provider, deployment.kind, deployment.region,
-                                          deployment.model) is not None:
+        # Looked up first whatever `strict` says: the shipped table (read on first need) is then read before
+        # the call, never while its cost is computed, which for a stream abandoned at exit is at interpreter exit.
+        if self.lookup(deployment.provider, deployment.kind, deployment.region,
+                       deployment.model) is not None or not self.strict:
             return
         where = f" in region {deployment.region!r}" if deployment.region else ""
         raise ConfigError(

@@ -7,6 +7,7 @@ Counts for non-OpenAI models are estimates (their tokenizers differ); every call
 
 from __future__ import annotations
 
+import concurrent.futures.thread  # noqa: F401  # tiktoken's import needs it loaded before interpreter exit (below)
 import threading
 from collections import abc
 from typing import Any, Iterable, Mapping, TypeGuard
@@ -29,6 +30,9 @@ def encoding() -> Any:
     if _encoding is None:
         with _lock:
             if _encoding is None:
+                # May run at interpreter exit (a stream abandoned then is counted): tiktoken imports
+                # concurrent.futures.thread, which registers an atexit hook and so cannot be imported once
+                # the interpreter is exiting; this module imports it up front (under 1 ms).
                 import tiktoken
 
                 _encoding = tiktoken.get_encoding(_ENCODING_NAME)

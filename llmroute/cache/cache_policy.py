@@ -60,7 +60,7 @@ class CacheConfig(_Section):
     reproducible_only: bool = True
     timeout_s: float = Field(default=0.25, gt=0)  # redis socket timeout
     retry_after_error_s: float = Field(default=5.0, ge=0)  # a failing backend is skipped this long
-    semantic: SemanticConfig = Field(default_factory=SemanticConfig)
+    semantic: SemanticConfig = Field(default_factory=SemanticConfig.model_construct)  # the defaults, unvalidated (valid)
 
 
 class TierCacheConfig(_Section):

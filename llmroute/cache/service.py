@@ -14,14 +14,17 @@ import threading
 import time
 from collections import Counter
 from pathlib import Path
-from typing import Any, Callable, Dict, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Dict, List, Mapping, Tuple
 
 from llmroute._runtime.forksafe import renew_at_fork
-from llmroute.cache.backends import Backend, MemoryBackend, RedisBackend, SQLiteBackend
-from llmroute.cache.entry import Entry, decode, encode
-from llmroute.cache.key import namespace_for, numbers_of
-from llmroute.cache.vectors import dot, normalize, pack, unpack
 from llmroute.cache.cache_policy import CacheConfig, CacheSettings
+
+if TYPE_CHECKING:
+    from llmroute.cache.backends import Backend
+    from llmroute.cache.entry import Entry
+
+# Every client holds a `ResponseCache`, most of them unused: the backends, the entry codec, the key and
+# vector helpers load with the first lookup or store, not with the client.
 
 __all__ = ["ResponseCache", "open_backend"]
 
@@ -31,6 +34,8 @@ WARN_EVERY_S = 60.0
 
 def open_backend(config: CacheConfig, *, base_dir: Path | None = None, redis_client: Any = None) -> Backend:
     """The backend `[cache]` names. Opens nothing yet: files and sockets are opened on first use."""
+    from llmroute.cache.backends import MemoryBackend, RedisBackend, SQLiteBackend  # the first lookup or store
+
     if config.backend == "sqlite":
         path = Path(config.path).expanduser()
         if base_dir is not None and not path.is_absolute():
@@ -100,6 +105,8 @@ class ResponseCache:
             return default
 
     def _decode(self, data: bytes, now: float) -> Entry | None:
+        from llmroute.cache.entry import decode  # a lookup found bytes
+
         try:
             entry = decode(data)
         except Exception as exc:  # noqa: BLE001
@@ -111,6 +118,8 @@ class ResponseCache:
     # -- entries -------------------------------------------------------------------------------------
     def namespace(self, feature: str | None = None, metadata: Mapping[str, str] | None = None) -> str:
         """The namespace a call with this feature and metadata uses."""
+        from llmroute.cache.key import namespace_for  # the cache is in play
+
         return namespace_for(feature, metadata or {}, self.config.namespace_keys)
 
     def get(self, namespace: str, key: str) -> Entry | None:
@@ -123,6 +132,9 @@ class ResponseCache:
         """The most similar live entry of a group, if its cosine similarity reaches `threshold`;
         also the best similarity seen (None when the group is empty). With `query` (and
         `match_numbers` on), only entries whose question has the same numbers and codes compete."""
+        from llmroute.cache.key import numbers_of  # a semantic lookup
+        from llmroute.cache.vectors import dot, normalize, unpack
+
         numbers = numbers_of(query) if query is not None and self.config.semantic.match_numbers else None
         now = self.clock()
         limit = self.config.semantic.max_candidates
@@ -151,6 +163,9 @@ class ResponseCache:
     def put(self, namespace: str, key: str, entry: Entry, *, group: str | None = None,
             embedding: List[float] | None = None) -> bool:
         """Store an entry; with `group` and `embedding`, also its semantic index record."""
+        from llmroute.cache.entry import encode  # a store
+        from llmroute.cache.vectors import pack
+
         record = pack(entry.query, embedding) if group is not None and embedding else None
         data = encode(entry)
         if len(data) > self.config.max_entry_bytes:

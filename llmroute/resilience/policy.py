@@ -16,13 +16,13 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from llmroute.errors import ConfigError
 from llmroute._runtime.suggest import did_you_mean
 
-__all__ = ["ResiliencePolicy", "merge", "policy_from_config"]
+__all__ = ["ResiliencePolicy", "default_policy", "merge", "policy_from_config"]
 
 
 class ResiliencePolicy(BaseModel):
     """Breaker, retry, hedge and client-side limit settings for one deployment (times in seconds)."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built by the first override, not at import
 
     # -- circuit breaker: the sliding window and what trips it
     window_s: float = Field(default=30.0, gt=0)  # time window for failure and slow-call rates
@@ -144,7 +144,13 @@ def merge(base: ResiliencePolicy, override: Mapping[str, Any] | None, *, key: st
 
 def policy_from_config(section: Mapping[str, Any] | None, *, key: str = "resilience") -> ResiliencePolicy:
     """Build the default policy from the `[resilience]` table."""
-    return merge(ResiliencePolicy(), section, key=key)
+    return merge(default_policy(), section, key=key)
+
+
+def default_policy() -> ResiliencePolicy:
+    """`ResiliencePolicy()`, without building its validator: the defaults are valid (a test checks that they
+    equal a validated `ResiliencePolicy()`), and a config that overrides nothing then builds no schema."""
+    return ResiliencePolicy.model_construct()
 
 
 def _config_error(exc: ValidationError, key: str) -> ConfigError:

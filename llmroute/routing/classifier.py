@@ -34,6 +34,9 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import AbstractSet, Any, NamedTuple
 
+# The estimate every call makes lives apart, so that calls load these tables only to score `model="auto"`.
+from llmroute.routing.token_estimate import _ascii_share, estimate_tokens, message_text
+
 __all__ = ["Classification", "classify", "estimate_tokens", "message_text"]
 
 
@@ -281,65 +284,9 @@ _UNITS_PART = 20.0
 # last `tail` ones (where "Question: ..." or "Answer:" sit after a pasted text).
 _WINDOW_ASCII = (240, 160)
 _WINDOW_CJK = (110, 70)
-# Script shares of longer texts are estimated from this many characters at each end.
-_SAMPLE_CHARS = 256
-
+# Script shares of longer texts are estimated from `_SAMPLE_CHARS` characters at each end (token_estimate.py).
 
 _new_tuple = tuple.__new__
-
-
-def message_text(message: Mapping[str, Any]) -> str:
-    """The text of one OpenAI-shaped message: a string, a list of text parts, or nothing.
-
-    Image and audio parts carry no text; tool-call arguments count, since they fill the context.
-    Shapes this does not know contribute no text rather than raising: the request is validated
-    elsewhere and routing must not be the place a call fails.
-    """
-    content = message.get("content")
-    if isinstance(content, str):
-        text = content
-    elif isinstance(content, (list, tuple)):
-        text = "\n".join(
-            part["text"] for part in content
-            if isinstance(part, Mapping) and isinstance(part.get("text"), str)
-        )
-    else:
-        text = ""
-    tool_calls = message.get("tool_calls")
-    if isinstance(tool_calls, (list, tuple)):
-        for call in tool_calls:
-            fn = call.get("function") if isinstance(call, Mapping) else None
-            args = fn.get("arguments") if isinstance(fn, Mapping) else None
-            if isinstance(args, str):
-                text += "\n" + args
-    return text
-
-
-def _ascii_share(text: str) -> float:
-    """Share of ASCII characters; a long text is judged by its first and last `_SAMPLE_CHARS`
-    characters, so the cost is bounded whatever the size of the context."""
-    if text.isascii():
-        return 1.0
-    if len(text) > 2 * _SAMPLE_CHARS:
-        text = text[:_SAMPLE_CHARS] + text[-_SAMPLE_CHARS:]
-    return len(text.encode("ascii", "ignore")) / len(text)
-
-
-def _text_tokens(text: str) -> float:
-    # Open-weight tokenizers (Qwen, Llama 3, DeepSeek) spend about 0.6-0.8 tokens per Chinese
-    # character and ~4 characters per English token. Non-ASCII characters are counted as CJK: the
-    # ASCII encoder drops them at C speed, and accented Latin letters are too few to matter.
-    share = _ascii_share(text)
-    return len(text) * (share / 4.0 + (1.0 - share) * 0.75)
-
-
-def estimate_tokens(messages: Sequence[Mapping[str, Any]]) -> int:
-    """Estimated input tokens of a conversation, from characters (no tokenizer on the hot path)."""
-    total = 0.0
-    for message in messages:
-        if isinstance(message, Mapping):
-            total += _text_tokens(message_text(message)) + 4  # role and separators
-    return int(total + 0.5)
 
 
 def _requested_length(text: str) -> int | None:

@@ -27,7 +27,6 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
 
 from llmroute.errors import ConfigError
-from llmroute.routing.classifier import classify, estimate_tokens
 from llmroute.routing.shadow import ShadowConfig
 
 __all__ = [
@@ -45,7 +44,7 @@ __all__ = [
 class RoutingRuleWhen(BaseModel):
     """The conditions of one rule; every condition given must hold. An empty `when` matches all."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     feature: str | list[str] | None = None
     """The call's `feature=` equals this (or is one of these)."""
@@ -64,7 +63,7 @@ class RoutingRuleWhen(BaseModel):
 class RoutingRule(BaseModel):
     """`when` matches -> `tier` (a tier name, or a "provider:model" deployment), optionally a `pool`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     when: RoutingRuleWhen = Field(default_factory=RoutingRuleWhen)
     tier: str
@@ -74,7 +73,7 @@ class RoutingRule(BaseModel):
 class RoutingConfig(BaseModel):
     """The `[routing]` section."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     default: str = "auto"
     """What `model="auto"` means when no rule matches: "auto" (the classifier) or a tier name."""
@@ -85,7 +84,7 @@ class RoutingConfig(BaseModel):
     rules: list[RoutingRule] = Field(default_factory=list)
     model: str | None = None
     """A fitted router file (`llmroute router fit`), relative to the config file; None: the heuristic."""
-    shadow: ShadowConfig = Field(default_factory=ShadowConfig)
+    shadow: ShadowConfig = Field(default_factory=ShadowConfig.model_construct)  # the defaults, unvalidated (valid)
     """`[routing.shadow]`: background comparisons with the large tier (shadow.py); off by default."""
     _scorer: Any = PrivateAttr(default=None)
 
@@ -242,6 +241,8 @@ def decide(
 
     `large_tier`/`small_tier` override the config's names (for callers that resolve them elsewhere).
     """
+    from llmroute.routing.token_estimate import estimate_tokens  # light: no classifier tables
+
     input_tokens = query.input_tokens
     for index, rule in enumerate(config.rules):
         if input_tokens is None and _needs_input_tokens(rule.when):
@@ -253,6 +254,9 @@ def decide(
     if config.default != "auto":
         return RouteDecision(tier=config.default, reason=f"default: {config.default}")
     scorer = config._scorer
+    if scorer is None:
+        # The classifier (its tables and patterns built at import) loads with the first call it scores.
+        from llmroute.routing.classifier import classify
     result = (scorer.classify if scorer is not None else classify)(query.messages, max_tokens=query.max_tokens)
     threshold = config.threshold
     if result.score >= threshold:

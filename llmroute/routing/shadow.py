@@ -33,12 +33,10 @@ running shadows.
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import random
 import threading
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -47,6 +45,9 @@ from llmroute.accounting.ledger import SHADOW_METADATA_KEY
 from llmroute._runtime.forksafe import renew_at_fork
 
 if TYPE_CHECKING:
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
     from llmroute.types import ChatAccess
 
 __all__ = ["ShadowConfig", "RUBRIC", "should_shadow", "judge_messages", "parse_verdict", "shadow_request",
@@ -64,7 +65,7 @@ RUBRIC = (
 class ShadowConfig(BaseModel):
     """The `[routing.shadow]` section."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     rate: float = Field(default=0.0, ge=0.0, le=1.0)
     judge: str | None = None
@@ -189,12 +190,17 @@ class ShadowRunner(_Runner):
     def __init__(self, client: ShadowClient, config: ShadowConfig, *, small_tier: str, large_tier: str,
                  rng: random.Random | None = None) -> None:
         super().__init__(client, config, small_tier=small_tier, large_tier=large_tier, rng=rng)
-        self._pool = ThreadPoolExecutor(max_workers=config.max_in_flight, thread_name_prefix="llmroute-shadow")
+        self._pool = self._new_pool()
+
+    def _new_pool(self) -> ThreadPoolExecutor:
+        from concurrent.futures import ThreadPoolExecutor  # loaded with a shadowing client only
+
+        return ThreadPoolExecutor(max_workers=self.config.max_in_flight, thread_name_prefix="llmroute-shadow")
 
     def _after_fork_in_child(self) -> None:
         """Also a pool of its own: the parent's worker threads do not exist in the child."""
         super()._after_fork_in_child()
-        self._pool = ThreadPoolExecutor(max_workers=self.config.max_in_flight, thread_name_prefix="llmroute-shadow")
+        self._pool = self._new_pool()
 
     def offer(self, kwargs: Mapping[str, Any], response: Any) -> None:
         """Consider a finished call (its original keyword arguments and its response, or a stream's
@@ -242,6 +248,8 @@ class AsyncShadowRunner(_Runner):
         """Consider a finished call for shadowing (called on the event loop's thread)."""
         if self._closed or not self._admit(response):
             return
+        import asyncio  # loaded with a shadowing client only (the routing config stays light)
+
         task = asyncio.get_running_loop().create_task(self._run(dict(kwargs), response), name="llmroute-shadow")
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
@@ -261,4 +269,6 @@ class AsyncShadowRunner(_Runner):
         """Stop taking jobs and wait for the running ones."""
         self._closed = True
         if self._tasks:
+            import asyncio  # tasks ran, so offer() loaded it already
+
             await asyncio.gather(*self._tasks, return_exceptions=True)

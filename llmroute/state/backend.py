@@ -17,7 +17,7 @@ __all__ = ["StateConfig"]
 
 
 class StateConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", defer_build=True)
 
     backend: Literal["local", "redis"] = "local"
     url: str | None = None
