@@ -25,7 +25,7 @@ import errno
 import sys
 import threading
 import time
-from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterator, List, Mapping, Tuple
+from typing import TYPE_CHECKING, Any, AsyncIterator, Dict, Iterable, Iterator, List, Mapping, Tuple
 from urllib.parse import urlsplit
 
 from llmroute import errors as E
@@ -196,11 +196,7 @@ class _DeadlineStream:
         return left if timeout is None else min(timeout, left)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
-        deadline = _DEADLINE.get()  # `_cut`, inline: once per read of a body
-        if deadline is not None:
-            left = max(0.001, deadline - time.monotonic())
-            timeout = left if timeout is None else min(timeout, left)
-        return self._inner.read(max_bytes, timeout)
+        return self._inner.read(max_bytes, self._cut(timeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
         self._inner.write(buffer, self._cut(timeout))
@@ -270,24 +266,21 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
               deployment: str) -> Iterator[bytes]:
     """The body's bytes as they arrive, decoded, within the read caps and the deadline (monotonic)."""
     reader = BodyReader(limits, response.headers.get("content-encoding"), provider=provider, deployment=deployment)
-    if type(response) is not SyncResponse:
-        for data in response.iter_raw():
+    source: Iterable[bytes]
+    errors: Tuple[type[Exception], ...] = ()
+    if type(response) is SyncResponse:  # `SyncResponse.iter_raw`, inline: one generator per read instead of two
+        source, errors = response._response.stream, _httpcore_errors()
+    else:
+        source = response.iter_raw()
+    try:
+        for data in source:
             if time.monotonic() > deadline:
                 raise _past(deadline)
             out = reader.feed(data)
             if out:
                 yield out
-    else:  # `SyncResponse.iter_raw`, inline: one generator per read instead of two
-        errors = _httpcore_errors()
-        try:
-            for data in response._response.stream:
-                if time.monotonic() > deadline:
-                    raise _past(deadline)
-                out = reader.feed(data)
-                if out:
-                    yield out
-        except errors as exc:
-            raise _as_httpx_error(exc) from exc
+    except errors as exc:
+        raise _as_httpx_error(exc) from exc
     tail = reader.close()
     if tail:
         yield tail

@@ -117,14 +117,7 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Mapping[str, Any] | None =
         # OpenAI's plain usage (three counts, no details, nothing beside it): what the walk below gives.
         prompt, completion, total = raw.get("prompt_tokens"), raw.get("completion_tokens"), raw.get("total_tokens")
         if type(prompt) is int and type(completion) is int and type(total) is int and prompt >= 0:
-            plain: Usage = Usage.__pydantic_validator__.validate_python({
-                "prompt_tokens": prompt,
-                "completion_tokens": completion,
-                "total_tokens": total or prompt + completion,
-                "prompt_tokens_details": {"cached_tokens": 0},
-                "completion_tokens_details": {"reasoning_tokens": 0},
-            })
-            return plain
+            return _usage(prompt, completion, total or prompt + completion, {"cached_tokens": 0}, 0)
     prompt = _int(raw.get("prompt_tokens"))
     completion = _int(raw.get("completion_tokens"))
     if prompt is None:
@@ -174,6 +167,10 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Mapping[str, Any] | None =
         written = _int(raw.get("cache_creation_input_tokens"))
     if written:
         prompt_details["cache_creation_input_tokens"] = max(0, min(written, prompt - cached) if prompt else written)
+    return _usage(prompt, completion, total, prompt_details, reasoning or 0)
+
+
+def _usage(prompt: int, completion: int, total: int, prompt_details: dict[str, Any], reasoning: int) -> Usage:
     # One validation of the nested values, as `Usage(..., prompt_tokens_details=PromptTokensDetails(...))`
     # builds them (the same fields set), in one call instead of three.
     usage: Usage = Usage.__pydantic_validator__.validate_python({
@@ -181,7 +178,7 @@ def normalize_usage(raw: Mapping[str, Any], *, extra: Mapping[str, Any] | None =
         "completion_tokens": completion,
         "total_tokens": total,
         "prompt_tokens_details": prompt_details,
-        "completion_tokens_details": {"reasoning_tokens": reasoning or 0},
+        "completion_tokens_details": {"reasoning_tokens": reasoning},
     })
     return usage
 

@@ -577,11 +577,8 @@ class TextParts:
     def append(self, piece: str) -> None:
         self._pieces.append(piece)
         if len(self._pieces) >= self.FOLD:
-            self._fold()
-
-    def _fold(self) -> None:
-        self._blocks.append("".join(self._pieces))
-        self._pieces = []
+            self._blocks.append("".join(self._pieces))
+            self._pieces = []
 
     def extend(self, pieces: Iterable[str]) -> None:
         for piece in pieces:
@@ -672,11 +669,7 @@ class StreamAssembler:
             role = chunk.choices[0].delta.role
             if role:
                 slot["role"] = role
-        parts: TextParts = slot["content"]
-        pieces = parts._pieces  # `parts.append(text)`, without the call
-        pieces.append(text)
-        if len(pieces) >= TextParts.FOLD:
-            parts._fold()
+        slot["content"].append(text)
 
     @staticmethod
     def _add_logprobs(slot: Dict[str, Any], logprobs: ChoiceLogprobs) -> None:

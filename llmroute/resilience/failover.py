@@ -745,14 +745,13 @@ class FailoverPlan:
             self._queue.extend((c, False) for c in self._warming)  # still backups for failover
             self._warming = ()
         met = self._balancer.started(dep, now) if self._balancer is not None else 0
+        note = recovery = None  # a first send: the line's note and recovery stay unset
         if is_retry or is_fallback or hedge or continuation or restart or replay:
-            notes = [n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
-                                     ("continuation", continuation), ("restart", restart), ("replay", replay)) if on]
-            record = self._line(candidate, now, candidate.tier or None, note=", ".join(notes),
-                                recovery=("continued" if continuation else "replayed" if replay
-                                          else "restarted" if restart else None))
-        else:  # a first send: the line's note and recovery stay unset (None)
-            record = self._line(candidate, now, candidate.tier or None, note=None, recovery=None)
+            note = ", ".join(n for n, on in (("retry", is_retry), ("fallback tier", is_fallback), ("hedge", hedge),
+                                             ("continuation", continuation), ("restart", restart), ("replay", replay))
+                             if on)
+            recovery = "continued" if continuation else "replayed" if replay else "restarted" if restart else None
+        record = self._line(candidate, now, candidate.tier or None, note=note, recovery=recovery)
         self._in_flight[dep] = _InFlight(candidate, is_fallback, is_retry, hedge, number, now, permit, lease, record,
                                          continuation, replay, met)
         if is_fallback and self.used_fallback_tier is None:
