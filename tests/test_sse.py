@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from llmroute import errors as E
 from llmroute._http.sse import SSEDecoder
+from tests.splits import split_at
 
 STREAM = (
     'data: {"a":1}\n\n'
@@ -37,13 +38,7 @@ def test_whole_stream():
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(STREAM)), max_size=12))
 def test_any_split_gives_same_events(cuts):
-    cuts = sorted(set(cuts))
-    parts, last = [], 0
-    for cut in cuts:
-        parts.append(STREAM[last:cut])
-        last = cut
-    parts.append(STREAM[last:])
-    assert decode_all(parts) == decode_all([STREAM])
+    assert decode_all(split_at(STREAM, cuts)) == decode_all([STREAM])
 
 
 def test_cr_only_line_endings_split_between_cr_and_lf():
@@ -75,13 +70,7 @@ LF_EVENTS = [('{"n":1}', None), ('{"n":2}', None), ("after-id", "9"), ('{"n":3}'
 @settings(max_examples=200, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(LF_STREAM)), max_size=12))
 def test_lf_only_streams_split_anywhere_give_the_events_the_spec_says(cuts):
-    cuts = sorted(set(cuts))
-    parts, last = [], 0
-    for cut in cuts:
-        parts.append(LF_STREAM[last:cut])
-        last = cut
-    parts.append(LF_STREAM[last:])
-    assert [(e.data, e.id) for e in decode_all(parts)] == LF_EVENTS
+    assert [(e.data, e.id) for e in decode_all(split_at(LF_STREAM, cuts))] == LF_EVENTS
 
 
 def test_the_line_cap_holds_for_one_event_a_read_and_for_a_run_of_events() -> None:

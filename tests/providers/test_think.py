@@ -6,6 +6,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from llmroute.providers.think import ThinkSplitter, split_think
+from tests.splits import split_at
 
 TEXT = "<think>Let me add 2 and 2.\nIt is 4.</think>\n\nThe answer is 4."
 
@@ -29,13 +30,7 @@ def test_whole():
 @settings(max_examples=300, deadline=None)
 @given(st.lists(st.integers(min_value=0, max_value=len(TEXT)), max_size=10))
 def test_stream_equals_whole(cuts):
-    cuts = sorted(set(cuts))
-    parts, last = [], 0
-    for cut in cuts:
-        parts.append(TEXT[last:cut])
-        last = cut
-    parts.append(TEXT[last:])
-    assert stream_split(parts) == split_think(TEXT)
+    assert stream_split(split_at(TEXT, cuts)) == split_think(TEXT)
 
 
 def test_answer_without_think_passes_through():
@@ -52,12 +47,7 @@ def test_unclosed_think_is_all_reasoning():
 def test_once_answering_every_piece_passes_through_unchanged(text, cuts):
     # `answering` lets the stream decoder skip `feed` per chunk: it must only be True when `feed`
     # would hand the piece back as it came.
-    cuts = sorted({c for c in cuts if c <= len(text)})
-    parts, last = [], 0
-    for cut in cuts:
-        parts.append(text[last:cut])
-        last = cut
-    parts.append(text[last:])
+    parts = split_at(text, [c for c in cuts if c <= len(text)])
     splitter = ThinkSplitter()
     for part in parts:
         if splitter.answering:
