@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 # The modules that hold async sources and their generated sync twins.
 MODULES = ("llmroute/streams.py", "llmroute/client.py", "llmroute/embeddings.py", "llmroute/models.py",
-           "llmroute/batch/shells.py")
+           "llmroute/batch/shells.py", "llmroute/_http/exchange.py")
 
 # (async, sync), applied in this order to whole words (a name inside a longer name is left alone).
 SUBS: Tuple[Tuple[str, str], ...] = (
@@ -55,6 +55,8 @@ SUBS: Tuple[Tuple[str, str], ...] = (
     # the transport and the one send path (llmroute/_http/exchange.py)
     ("AsyncTransport", "SyncTransport"), ("aclose", "close"), ("asend", "send"), ("aread", "read"),
     ("achunks", "chunks"), ("afetch", "fetch"), ("network_errors", "sync_network_errors"),
+    ("AsyncConnectTimer", "ConnectTimer"), ("AsyncResponse", "SyncResponse"), ("aread_body", "read_body"),
+    ("aiter_body", "iter_body"),
     # llmroute/_runtime/twins.py
     ("asleep", "sleep"), ("aclose_shielded", "close_shielded"), ("agather", "gather"), ("Offload", "SyncOffload"),
 )

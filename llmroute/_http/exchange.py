@@ -30,8 +30,9 @@ from llmroute import errors as E
 from llmroute._http.bounded import ReadLimits
 from llmroute._http.request import HttpRequest
 from llmroute._http.timeouts import Timeouts
-from llmroute._http.transport import (AsyncConnectTimer, AsyncTransport, ConnectTimer, SyncResponse, SyncTransport,
-                                      aiter_body, aread_body, iter_body, map_transport_error)
+from llmroute._http.transport import (AsyncConnectTimer, AsyncResponse, AsyncTransport, ConnectTimer, SyncResponse,
+                                      SyncTransport, aiter_body, aread_body, iter_body, map_transport_error,
+                                      read_body)
 from llmroute._runtime.redaction import is_secret_header
 
 __all__ = ["Exchange", "Reply", "ErrorFromResponse", "send", "read", "chunks", "fetch", "asend", "aread", "achunks",
@@ -155,17 +156,68 @@ def _origin(url: str) -> Tuple[str, str]:
     return parts.scheme.lower(), parts.netloc.lower()
 
 
-# ---- sync -------------------------------------------------------------------------------------------
+# ---- send and read: the async code is the source, the sync twin is generated from it --------------
 
 
+# --- async source: exchange ---
+async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> AsyncResponse:
+    """Send `ex.request`; the response with its body unread. A non-2xx status with `on_error` given:
+    the error body is read within the caps and `on_error`'s error raised. Transport exceptions pass
+    through (the caller maps them: `typed_error`, or the call core's `transport_error`)."""
+    timer = AsyncConnectTimer()
+    try:
+        response = await transport.open(ex.request, ex.timeouts, provider=ex.provider, timer=timer,
+                                        deadline=ex.deadline,  # async only
+                                        max_connections=ex.max_connections)
+    except E.InvalidRequestError:  # the transport could not build it: nothing was sent
+        ex.sent = False
+        raise
+    finally:
+        ex.connect_s = timer.connect_s
+    if ex.opened(response, on_error):
+        raise _error(on_error, response, await aread(response, ex))
+    return response
+
+
+async def aread(response: AsyncResponse, ex: Exchange) -> bytes:
+    """The whole body within the caps and the deadline; the response is closed after."""
+    try:
+        return await aread_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
+    finally:
+        await response.aclose()
+
+
+def achunks(response: AsyncResponse, ex: Exchange) -> AsyncIterator[bytes]:
+    """The body's bytes as they arrive, decoded, within the caps and the deadline (the caller closes)."""
+    return aiter_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
+
+
+async def afetch(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None, *,
+                 follow_redirects: bool = False) -> Reply:
+    """Send and read whole: a `Reply`, or a typed error (`ProviderError`) for whatever went wrong."""
+    hop = 0
+    try:
+        while True:
+            response = await asend(transport, ex, None if follow_redirects else on_error)
+            after = _next_hop(ex, response, hop, follow_redirects)
+            if after is None:
+                return _reply(response, await aread(response, ex), on_error)
+            await aread(response, ex)  # the redirect's own body, drained within the caps: the connection is reused
+            ex.request, hop = after, hop + 1
+    except network_errors() as exc:
+        raise typed_error(exc, ex) from None
+# --- end async source: exchange ---
+
+
+# --- generated from exchange by scripts/gen_sync.py; do not edit ---
 def send(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> SyncResponse:
     """Send `ex.request`; the response with its body unread. A non-2xx status with `on_error` given:
     the error body is read within the caps and `on_error`'s error raised. Transport exceptions pass
     through (the caller maps them: `typed_error`, or the call core's `transport_error`)."""
     timer = ConnectTimer()
     try:
-        response = transport.open(ex.request, ex.timeouts, provider=ex.provider, max_connections=ex.max_connections,
-                                  timer=timer)
+        response = transport.open(ex.request, ex.timeouts, provider=ex.provider, timer=timer,
+                                        max_connections=ex.max_connections)
     except E.InvalidRequestError:  # the transport could not build it: nothing was sent
         ex.sent = False
         raise
@@ -179,7 +231,7 @@ def send(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | N
 def read(response: SyncResponse, ex: Exchange) -> bytes:
     """The whole body within the caps and the deadline; the response is closed after."""
     try:
-        return b"".join(iter_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment))
+        return read_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
     finally:
         response.close()
 
@@ -190,7 +242,7 @@ def chunks(response: SyncResponse, ex: Exchange) -> Iterator[bytes]:
 
 
 def fetch(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None, *,
-          follow_redirects: bool = False) -> Reply:
+                 follow_redirects: bool = False) -> Reply:
     """Send and read whole: a `Reply`, or a typed error (`ProviderError`) for whatever went wrong."""
     hop = 0
     try:
@@ -203,6 +255,7 @@ def fetch(transport: SyncTransport, ex: Exchange, on_error: ErrorFromResponse | 
             ex.request, hop = after, hop + 1
     except sync_network_errors() as exc:
         raise typed_error(exc, ex) from None
+# --- end generated: exchange ---
 
 
 def _error(on_error: ErrorFromResponse | None, response: Any, body: bytes) -> Exception:
@@ -225,51 +278,3 @@ def _next_hop(ex: Exchange, response: Any, hop: int, follow_redirects: bool) -> 
     if not follow_redirects or hop >= MAX_REDIRECTS:
         return None
     return redirected(ex.request, response.status_code, response.headers)
-
-
-# ---- async ------------------------------------------------------------------------------------------
-
-
-async def asend(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None) -> Any:
-    """`send` for `AsyncTransport`: an `httpx.Response` or an `AiohttpResponse`, body unread."""
-    timer = AsyncConnectTimer()
-    try:
-        response = await transport.open(ex.request, ex.timeouts, provider=ex.provider,
-                                        max_connections=ex.max_connections, timer=timer, deadline=ex.deadline)
-    except E.InvalidRequestError:  # the transport could not build it: nothing was sent
-        ex.sent = False
-        raise
-    finally:
-        ex.connect_s = timer.connect_s
-    if ex.opened(response, on_error):
-        raise _error(on_error, response, await aread(response, ex))
-    return response
-
-
-async def aread(response: Any, ex: Exchange) -> bytes:
-    """`read` for async responses."""
-    try:
-        return await aread_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
-    finally:
-        await response.aclose()
-
-
-def achunks(response: Any, ex: Exchange) -> AsyncIterator[bytes]:
-    """`chunks` for async responses."""
-    return aiter_body(response, ex.limits, ex.deadline, provider=ex.provider, deployment=ex.deployment)
-
-
-async def afetch(transport: AsyncTransport, ex: Exchange, on_error: ErrorFromResponse | None = None, *,
-                 follow_redirects: bool = False) -> Reply:
-    """`fetch` for `AsyncTransport`."""
-    hop = 0
-    try:
-        while True:
-            response = await asend(transport, ex, None if follow_redirects else on_error)
-            after = _next_hop(ex, response, hop, follow_redirects)
-            if after is None:
-                return _reply(response, await aread(response, ex), on_error)
-            await aread(response, ex)  # drained within the caps: the connection is reused
-            ex.request, hop = after, hop + 1
-    except network_errors() as exc:
-        raise typed_error(exc, ex) from None

@@ -43,7 +43,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DROPPED_BEFORE_REPLY", "BROKEN_AFTER_SEND", "Timeouts", "httpx_timeout", "SyncTransport", "SyncResponse", "SyncHeaders",
            "AsyncTransport", "AiohttpResponse", "ConnectTimer",
-           "AsyncConnectTimer", "map_transport_error", "iter_body", "aiter_body", "aread_body"]
+           "AsyncConnectTimer", "AsyncResponse", "map_transport_error", "iter_body", "read_body", "aiter_body",
+           "aread_body"]
 
 
 def _async_timeout(seconds: float) -> AbstractAsyncContextManager[object]:
@@ -286,6 +287,12 @@ def iter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: s
         yield tail
 
 
+def read_body(response: SyncResponse, limits: ReadLimits, deadline: float, *, provider: str,
+              deployment: str) -> bytes:
+    """The whole body of a sync response, decoded, within the read caps and the deadline (`iter_body`, joined)."""
+    return b"".join(iter_body(response, limits, deadline, provider=provider, deployment=deployment))
+
+
 async def aiter_body(response: Any, limits: ReadLimits, deadline: float, *, provider: str,
                      deployment: str) -> AsyncIterator[bytes]:
     """`iter_body` for async responses; a trickle is cut at the deadline.
@@ -498,6 +505,10 @@ class AiohttpResponse:
         response = self._response
         response.release()
         await response.wait_for_close()
+
+
+# What `AsyncTransport.open` returns: an `AiohttpResponse`, or an `httpx.Response` on the httpx transport.
+AsyncResponse = Any
 
 
 def _stale_connection(exc: BaseException) -> bool:
