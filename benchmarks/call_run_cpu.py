@@ -10,6 +10,7 @@ of a JSON body with usage, `succeeded`.
     python benchmarks/call_run_cpu.py                        # this tree
     python benchmarks/call_run_cpu.py --against /tmp/base    # A/B against another checkout, interleaved
     python benchmarks/call_run_cpu.py --plain --against /tmp/base
+    python benchmarks/call_run_cpu.py --stages                # the plain call's µs per stage of the core
 
 With `--against`, each round runs this tree's and the other tree's measurement in fresh child
 processes, alternately (`--rounds` times), and prints the median of the per-round ratios (this / other).
@@ -25,7 +26,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any, Callable, List
+from typing import Any, Callable, Dict, List
 
 ROOT = Path(__file__).resolve().parent.parent
 MESSAGES = [{"role": "user", "content": "say hello"}]
@@ -40,8 +41,9 @@ def _sse(*pieces: str) -> bytes:
     return out + b"data: " + json.dumps(end).encode() + b"\n\ndata: [DONE]\n\n"
 
 
-def _plain(tree: Path) -> Callable[[float], None]:
-    """One plain call read whole, as `client_overhead_ab.py`'s `plain_via_stream = false` rows make it."""
+def _plain_parts(tree: Path) -> Dict[str, Any]:
+    """What a plain call read whole needs, as `client_overhead_ab.py`'s `plain_via_stream = false` rows
+    make it: the config, the engine, the answer's body and headers, and the call core's functions."""
     sys.path.insert(0, str(tree))
     from llmroute._call.call import CallRun, prepare_call
     from llmroute._call.engine import Engine
@@ -58,21 +60,59 @@ def _plain(tree: Path) -> Callable[[float], None]:
         "pricing": {f"bench:{model}": {"input_per_million": 0.15, "output_per_million": 0.6, "currency": "USD"}},
         "ledger": {"sink": "memory"},
     })
-    engine = Engine(cfg)
     body = json.dumps({"id": "chatcmpl-1", "object": "chat.completion", "created": 1, "model": model,
                        "choices": [{"index": 0, "message": {"role": "assistant", "content": "Hello there! " * 8},
                                     "finish_reason": "stop"}],
                        "usage": {"prompt_tokens": 9, "completion_tokens": 32, "total_tokens": 41}}).encode()
-    headers = {"content-type": "application/json"}
+    return {"cfg": cfg, "engine": Engine(cfg), "body": body, "headers": {"content-type": "application/json"},
+            "CallRun": CallRun, "prepare_call": prepare_call, "limits": DEFAULT_READ_LIMITS}
+
+
+def _plain(tree: Path) -> Callable[[float], None]:
+    """One plain call read whole (`_plain_parts`)."""
+    p = _plain_parts(tree)
+    cfg, engine, body, headers, limits = p["cfg"], p["engine"], p["body"], p["headers"], p["limits"]
+    CallRun, prepare_call = p["CallRun"], p["prepare_call"]
 
     def one(now: float) -> None:
         run = CallRun(engine, prepare_call(cfg, {"model": "small", "messages": MESSAGES, "max_tokens": 64}), now,
                       wall=time.time)
         ctx: Any = run.next_step(now)
-        completion, reported = run.parse_answer(ctx, headers, body, DEFAULT_READ_LIMITS)
+        completion, reported = run.parse_answer(ctx, headers, body, limits)
         run.succeeded(ctx, completion, reported, now + 0.01, None)
 
     return one
+
+
+STAGES = ("prepare_call", "CallRun(...)", "next_step", "parse_answer", "succeeded")
+
+
+def plain_stages(tree: Path, calls: int) -> Dict[str, float]:
+    """µs per call in each stage of `_plain`'s call (`perf_counter` around each; the mean of `calls`
+    calls after 500 warm-up calls)."""
+    p = _plain_parts(tree)
+    cfg, engine, body, headers, limits = p["cfg"], p["engine"], p["body"], p["headers"], p["limits"]
+    CallRun, prepare_call = p["CallRun"], p["prepare_call"]
+    spent = [0.0] * len(STAGES)
+    clock = time.perf_counter
+    now = 1000.0
+    for n in range(500 + calls):
+        now += 1.0
+        t0 = clock()
+        prepared = prepare_call(cfg, {"model": "small", "messages": MESSAGES, "max_tokens": 64})
+        t1 = clock()
+        run = CallRun(engine, prepared, now, wall=time.time)
+        t2 = clock()
+        ctx: Any = run.next_step(now)
+        t3 = clock()
+        completion, reported = run.parse_answer(ctx, headers, body, limits)
+        t4 = clock()
+        run.succeeded(ctx, completion, reported, now + 0.01, None)
+        t5 = clock()
+        if n >= 500:
+            for i, (a, b) in enumerate(((t0, t1), (t1, t2), (t2, t3), (t3, t4), (t4, t5))):
+                spent[i] += b - a
+    return {name: total / calls * 1e6 for name, total in zip(STAGES, spent)}
 
 
 def measure(tree: Path, calls: int, plain: bool = False) -> float:
@@ -133,7 +173,14 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--calls", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--plain", action="store_true", help="a plain call read whole (plain_via_stream = false)")
+    parser.add_argument("--stages", action="store_true", help="the plain call's µs per stage of the call core")
     args = parser.parse_args(argv)
+    if args.stages:
+        stages = plain_stages(Path(args.tree), args.calls)
+        for name, us in stages.items():
+            print(f"{name:14} {us:6.1f} µs")
+        print(f"{'total':14} {sum(stages.values()):6.1f} µs")
+        return 0
     if not args.against:
         print(f"{measure(Path(args.tree), args.calls, args.plain):.1f}")
         return 0

@@ -9,7 +9,14 @@ streamed call, on the sync `Client` and on `AsyncClient`, it counts:
 * `module changes`: consecutive traced calls (llmroute's files, the HTTP libraries and the standard
   library alike) whose file differs from the previous call's file;
 * `before send`: the module changes before the request's bytes are first written to the socket
-  (the first `socket.send`/`sendall`/`transport.write` C call seen).
+  (the first `socket.send`/`sendall`/`transport.write` C call seen);
+* `functions`: distinct Python functions (code objects) the call ran, in llmroute's files and in all
+  files (the HTTP libraries, asyncio and the standard library included): the code a call touches, which
+  the CPU caches must hold.
+
+Two rows of raw aiohttp (a plain call reading the JSON body, and one reading the same answer as a stream,
+parsing each event's JSON), as `client_overhead_ab.py`'s raw side makes them, give the all-files
+`functions` and `module changes` a scale.
 
     python benchmarks/call_trace.py [--json benchmarks/out/call_trace.json]
 
@@ -45,6 +52,7 @@ class Tracer:
         self.changes = 0
         self.before_send = -1
         self._last = ""
+        self.code: set[Any] = set()  # every code object run
 
     def __call__(self, frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
@@ -58,13 +66,16 @@ class Tracer:
         if filename != self._last:
             self.changes += 1
             self._last = filename
+        self.code.add(frame.f_code)
         if filename.startswith(PACKAGE):
             self.calls += 1
             self.files.add(filename)
 
     def row(self) -> Dict[str, int]:
         return {"calls": self.calls, "files": len(self.files), "module changes": self.changes,
-                "before send": self.before_send}
+                "before send": self.before_send,
+                "functions": sum(code.co_filename.startswith(PACKAGE) for code in self.code),
+                "functions, all files": len(self.code)}
 
 
 def start_server() -> tuple[subprocess.Popen[str], str]:
@@ -135,6 +146,38 @@ def trace_async(cfg: Dict[str, Any], stream: bool) -> Dict[str, int]:
     return asyncio.run(main())
 
 
+def trace_raw_aiohttp(url: str, stream: bool) -> Dict[str, int]:
+    import aiohttp
+
+    body: Dict[str, Any] = {"model": MODEL, "messages": MESSAGES}
+    if stream:
+        body.update(stream=True, stream_options={"include_usage": True})
+    headers = {"Authorization": "Bearer sk-test-openai"}
+
+    async def call(session: Any) -> None:
+        async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
+            if stream:
+                async for raw_line in r.content:
+                    line = raw_line.decode().strip()
+                    if line.startswith("data: ") and line != "data: [DONE]":
+                        json.loads(line[6:])
+            else:
+                await r.json()
+
+    async def main() -> Dict[str, int]:
+        async with aiohttp.ClientSession() as session:
+            await call(session)
+            tracer = Tracer()
+            sys.setprofile(tracer)
+            try:
+                await call(session)
+            finally:
+                sys.setprofile(None)
+            return tracer.row()
+
+    return asyncio.run(main())
+
+
 def main(argv: List[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--json", help="write the table here as JSON")
@@ -148,14 +191,17 @@ def main(argv: List[str] | None = None) -> int:
                 "Client": trace_sync, "AsyncClient": trace_async}
             for client_name, run in runners.items():
                 rows[f"{client_name}, {name}"] = run(cfg, stream)
+        rows["raw aiohttp, plain"] = trace_raw_aiohttp(url, stream=False)
+        rows["raw aiohttp, reading the stream"] = trace_raw_aiohttp(url, stream=True)
     finally:
         assert proc.stdin is not None
         proc.stdin.close()  # the server stops when its stdin closes
         proc.wait(10)
     width = max(map(len, rows))
-    print(f"{'call'.ljust(width)}  calls  files  module changes  before send")
+    print(f"{'call'.ljust(width)}  calls  files  module changes  before send  functions  functions, all files")
     for name, row in rows.items():
-        print(f"{name.ljust(width)}  {row['calls']:5}  {row['files']:5}  {row['module changes']:14}  {row['before send']:11}")
+        print(f"{name.ljust(width)}  {row['calls']:5}  {row['files']:5}  {row['module changes']:14}  {row['before send']:11}"
+              f"  {row['functions']:9}  {row['functions, all files']:20}")
     if args.json:
         os.makedirs(os.path.dirname(args.json) or ".", exist_ok=True)
         with open(args.json, "w", encoding="utf-8") as out:

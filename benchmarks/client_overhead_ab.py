@@ -14,14 +14,20 @@ Scenarios (the raw side always reads what llmroute reads off the wire):
 * `AsyncClient` on aiohttp vs raw aiohttp: a default plain call against raw aiohttp reading the same
   stream, and `plain_via_stream = false` against a raw plain call (concurrency 1 and 32); a 64-chunk
   stream at concurrency 1, 32 and 256;
+* with `--only paced` (not a target of issue 21, and not in the default run): a 64-chunk stream from a server
+  that sends one chunk every `--gap-ms` (what a real server does: one token a read), `AsyncClient` against raw
+  aiohttp at concurrency 1 and 32, `--paced-calls` calls per side per round;
 * cold import (fresh interpreters, bytecode cached, median of `--import-runs`): `import llmroute`, and
   `from llmroute import Client` + `Client(config)` with the benchmark's config, wall time and RSS added
   over a bare interpreter.
 
 The llmroute side runs the full call path (routing target, failover plan, breaker, pricing, an in-memory
-ledger record, telemetry hooks with no SDK), as in `client_overhead.py`.
+ledger record, telemetry hooks with no SDK), as in `client_overhead.py`. `--ledger none` or `--ledger sqlite`
+(the default sink, in a temporary folder, written by its own thread in this process) swaps the ledger.
 
     python benchmarks/client_overhead_ab.py [--rounds 8] [--calls 60] [--only sync,async,import]
+    python benchmarks/client_overhead_ab.py --only paced [--gap-ms 1] [--paced-calls 15]
+    python benchmarks/client_overhead_ab.py --only async --ledger sqlite
 
 Bounded: rounds x calls per side per scenario (at concurrency 256, rounds x 256). Only 127.0.0.1 is
 contacted: the audit hook of `client_overhead.py` refuses any other connect or name look-up, and the
@@ -38,6 +44,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any, Awaitable, Callable, Dict, List
@@ -53,8 +60,11 @@ STREAM_CHUNKS = 64
 PLAIN_PIECES = 16  # content pieces of a plain answer (sent as that many chunks when read as a stream)
 
 
+LEDGER: Dict[str, Any] = {"sink": "memory"}  # `--ledger`
+
+
 def _config(url: str, max_connections: int, plain_body: bool) -> Dict[str, Any]:
-    config = _full_config(url, max_connections)
+    config = _full_config(url, max_connections, ledger=LEDGER)
     if plain_body:
         config["tiers"] = {"small": {"deployments": [{"id": f"bench:{MODEL}", "plain_via_stream": False}]}}
     return config
@@ -94,6 +104,18 @@ def sync_scenario(url: str, kind: str, rounds: int, calls: int) -> Dict[str, Any
     return _summary(per_side["raw"], per_side["llmroute"])
 
 
+def start_paced_server(pieces: int, gap_ms: float) -> tuple[Any, str]:
+    """The loopback OpenAI server sending each of `pieces` chunks `gap_ms` after the last."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tests.servers.run", "--platform", "openai", "--port", "0", "--tokens", str(pieces),
+         "--gap-ms", str(gap_ms)], cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    url = proc.stdout.readline().strip()
+    if not url.startswith("http"):
+        raise SystemExit("loopback server did not start")
+    return proc, url
+
+
 def async_scenario(url: str, kind: str, concurrency: int, rounds: int, calls: int) -> Dict[str, Any]:
     """As sync_scenario, on AsyncClient (aiohttp) against raw aiohttp, `concurrency` calls in flight."""
     import aiohttp
@@ -109,7 +131,7 @@ def async_scenario(url: str, kind: str, concurrency: int, rounds: int, calls: in
         client = llmroute.AsyncClient(config=_config(url, concurrency, plain_body=kind == "plain body"),
                                       transport="aiohttp")
         sides = {"raw": functools.partial(raw_aiohttp_call, session, url, body, headers, raw_stream),
-                 "llmroute": functools.partial(allmroute_call, client, kind == "stream")}
+                 "llmroute": functools.partial(allmroute_call, client, kind in ("stream", "paced"))}
 
         async def batch(fn: Callable[[], Awaitable[None]], count: int) -> None:
             async def worker(share: int) -> None:
@@ -177,13 +199,22 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=8, help="rounds per scenario (default 8)")
     parser.add_argument("--calls", type=int, default=60, help="calls per side per round (default 60; at least the concurrency)")
     parser.add_argument("--import-runs", type=int, default=7, help="fresh interpreters per import row (default 7)")
-    parser.add_argument("--only", default="sync,async,import", help="comma list of sync, async, import")
+    parser.add_argument("--only", default="sync,async,import", help="comma list of sync, async, import, paced")
+    parser.add_argument("--gap-ms", type=float, default=1.0, help="paced: ms between a stream's chunks (default 1)")
+    parser.add_argument("--paced-calls", type=int, default=15, help="paced: calls per side per round (default 15)")
+    parser.add_argument("--ledger", choices=("memory", "none", "sqlite"), default="memory",
+                        help="the llmroute side's ledger sink (default memory)")
     parser.add_argument("--json", default=str(ROOT / "benchmarks" / "out" / "client_overhead_ab.json"))
     args = parser.parse_args(argv)
     only = set(args.only.split(","))
+    scratch = tempfile.TemporaryDirectory(prefix="llmroute-ab-")  # the sqlite ledger's folder, removed at the end
+    LEDGER.update(sink=args.ledger)
+    if args.ledger == "sqlite":
+        LEDGER["path"] = str(Path(scratch.name) / "ledger.db")
     if not _GUARD:
         exec(GUARD_SRC, _GUARD)
-    results: Dict[str, Any] = {"rounds": args.rounds, "calls": args.calls, "loadavg_start": list(os.getloadavg())}
+    results: Dict[str, Any] = {"rounds": args.rounds, "calls": args.calls, "ledger": args.ledger,
+                               "loadavg_start": list(os.getloadavg())}
     plan: List[tuple[str, str, int]] = []  # (kind, side, concurrency)
     for kind in ("plain", "plain body"):
         if "sync" in only:
@@ -194,24 +225,29 @@ def main(argv: List[str] | None = None) -> int:
         plan.append(("stream", "sync", 1))
     if "async" in only:
         plan += [("stream", "async", c) for c in (1, 32, 256)]
-    servers: Dict[int, tuple[Any, str]] = {}
+    if "paced" in only:
+        plan += [("paced", "async", c) for c in (1, 32)]
+    servers: Dict[tuple[int, float], tuple[Any, str]] = {}
     try:
         for kind, side, concurrency in plan:
-            pieces = STREAM_CHUNKS if kind == "stream" else PLAIN_PIECES
-            if pieces not in servers:
-                servers[pieces] = start_server(pieces)
-            url = servers[pieces][1]
+            pieces = STREAM_CHUNKS if kind in ("stream", "paced") else PLAIN_PIECES
+            gap = args.gap_ms if kind == "paced" else 0.0
+            if (pieces, gap) not in servers:
+                servers[pieces, gap] = start_paced_server(pieces, gap) if gap else start_server(pieces)
+            url = servers[pieces, gap][1]
             label = {"plain": "plain (read as a stream)", "plain body": "plain body",
-                     "stream": f"stream ({STREAM_CHUNKS} chunks)"}[kind]
+                     "stream": f"stream ({STREAM_CHUNKS} chunks)",
+                     "paced": f"paced ({STREAM_CHUNKS} chunks, {gap:g} ms apart)"}[kind]
             if side == "sync":
                 results[f"sync, {label}"] = sync_scenario(url, kind, args.rounds, args.calls)
             else:
                 results[f"async, {label}, concurrency {concurrency}"] = async_scenario(
-                    url, kind, concurrency, args.rounds, args.calls)
+                    url, kind, concurrency, args.rounds, args.paced_calls if kind == "paced" else args.calls)
     finally:
         for proc, _ in servers.values():
             proc.stdin.close()
             proc.wait(10)
+        scratch.cleanup()
     results["loadavg_end"] = list(os.getloadavg())
     print(f"Client CPU per call, {args.rounds} interleaved rounds of {args.calls} calls per side "
           f"(load average {results['loadavg_start'][0]:.1f} at start, {results['loadavg_end'][0]:.1f} at end)")
@@ -221,7 +257,7 @@ def main(argv: List[str] | None = None) -> int:
             continue
         target = next((t for k, t in TARGETS.items() if name.startswith(k)), None)
         print(f"{name:<52}{got['raw_us']:>8.0f}{got['llmroute_us']:>13.0f}{got['ratio_median']:>7.2f}x"
-              f"{got['ratio_min']:>6.2f}-{got['ratio_max']:<5.2f}{target or 0:>7.1f}x")
+              f"{got['ratio_min']:>6.2f}-{got['ratio_max']:<5.2f}" + (f"{target:>7.1f}x" if target else f"{'-':>8}"))
     if "import" in only:
         results["import"] = cold_imports(args.import_runs)
         print(f"\nCold import, {args.import_runs} fresh interpreters (bytecode cached): median (min-max) ms, RSS added MiB")
