@@ -77,6 +77,34 @@ def test_config_mistakes_name_the_key(tmp_path, text, key, words):
     assert words in str(error)
 
 
+@pytest.mark.parametrize("text,key", [
+    # true/false for a number: pydantic's lax mode read them as 1 and 0 (a 1 s timeout, one retry)
+    (PROVIDER.replace("v1\"\n", 'v1"\ntimeout_s = true\n') + TIER + LEDGER_MEMORY, "providers.x.timeout_s"),
+    (PROVIDER.replace("v1\"\n", 'v1"\nmax_connections = true\n') + TIER + LEDGER_MEMORY,
+     "providers.x.max_connections"),
+    (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", weight = true }]\n' + LEDGER_MEMORY,
+     "tiers.t.deployments[0].weight"),
+    (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", context_window = false }]\n' + LEDGER_MEMORY,
+     "tiers.t.deployments[0].context_window"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[resilience]\nmax_retries = true\n', "resilience.max_retries"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[resilience]\ndeadline_s = true\n', "resilience.deadline_s"),
+    (PROVIDER + '[tiers.t]\ndeployments = ["x:m"]\nmax_retries = true\n' + LEDGER_MEMORY, "tiers.t.max_retries"),
+    (PROVIDER + TIER + '[ledger]\nsink = "memory"\nflush_interval_s = true\n', "ledger.flush_interval_s"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[routing]\ndefault = "t"\nthreshold = true\n', "routing.threshold"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[cache]\nenabled = true\nttl_s = true\n', "cache.ttl_s"),
+])
+def test_a_boolean_for_a_number_names_the_key(tmp_path, text, key):
+    error = refused(write(tmp_path, text))
+    assert error.key == key and "must be a number, not" in str(error), str(error)
+
+
+def test_boolean_keys_still_take_booleans(tmp_path):
+    text = (PROVIDER + 'include_usage = true\nsplit_think_tags = false\n' + TIER + LEDGER_MEMORY
+            + '[cache]\nenabled = true\n[telemetry]\ncapture_content = false\n')
+    config = load_config(write(tmp_path, text))
+    assert config.providers["x"].include_usage is True
+
+
 @pytest.mark.parametrize("base_url,words", [
     ("ftp://127.0.0.1/v1", "not an http(s) URL"),
     ("http:///v1", "no host"),

@@ -11,7 +11,8 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute.errors import ConfigError
 from llmroute._runtime.suggest import did_you_mean
@@ -19,7 +20,7 @@ from llmroute._runtime.suggest import did_you_mean
 __all__ = ["ResiliencePolicy", "default_policy", "merge", "policy_from_config"]
 
 
-class ResiliencePolicy(BaseModel):
+class ResiliencePolicy(ConfigModel):
     """Breaker, retry, hedge and client-side limit settings for one deployment (times in seconds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built by the first override, not at import
@@ -157,7 +158,7 @@ def _config_error(exc: ValidationError, key: str) -> ConfigError:
     first = exc.errors()[0]
     loc = ".".join(str(part) for part in first.get("loc", ()))
     where = f"{key}.{loc}" if loc else key
-    message = first.get("msg", "invalid value")
+    message = first.get("msg", "invalid value").removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         name = str(first.get("loc", ("",))[-1])
         hint = did_you_mean(name, ResiliencePolicy.model_fields)
