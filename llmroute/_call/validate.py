@@ -39,7 +39,8 @@ from typing import Any, Dict, List
 from llmroute import errors as E
 
 __all__ = [
-    "CREATE_PARAMS", "LLMROUTE_ARGS", "CheckedArgs", "check_create_args", "MAX_DEPTH", "MAX_FEATURE_CHARS",
+    "CREATE_PARAMS", "LLMROUTE_ARGS", "CheckedArgs", "check_create_args", "check_feature", "check_headers",
+    "check_metadata", "check_timeout", "MAX_DEPTH", "MAX_FEATURE_CHARS",
     "MAX_METADATA_ITEMS", "MAX_METADATA_KEY_CHARS", "MAX_METADATA_VALUE_CHARS", "MAX_MODEL_CHARS",
 ]
 
@@ -361,6 +362,10 @@ def _logit_bias(value: Any) -> Dict[str, float]:
     return out
 
 
+def check_feature(feature: Any) -> str:
+    return _text(feature, "feature", limit=MAX_FEATURE_CHARS)
+
+
 def check_metadata(metadata: Any) -> Dict[str, str]:
     if metadata is None:
         return {}
@@ -442,7 +447,7 @@ def check_create_args(args: Mapping[str, Any], *, pools: Any) -> CheckedArgs:
     _bool(stream, "stream")
     feature = args.get("feature")
     if feature is not None:
-        _text(feature, "feature", limit=MAX_FEATURE_CHARS)
+        check_feature(feature)
     pool = args.get("pool") or "interactive"
     if not isinstance(pool, str) or pool not in pools:
         raise _bad("pool", f"unknown pool {pool!r:.60} (known: {', '.join(sorted(pools))})")
