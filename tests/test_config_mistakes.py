@@ -70,6 +70,9 @@ def refused(path) -> ConfigError:
      "tiers.t.deployments[0]", "connect_timeout_s"),
     (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", timeout_s = 200 }]\n[resilience]\ndeadline_s = 100\n'
      + LEDGER_MEMORY, "tiers.t.deployments[0]", "deadline_s"),
+    # a deadline (and so every timeout under it) the socket layer's clock overflows on (~1e10 s)
+    (PROVIDER + TIER + '[resilience]\ndeadline_s = 1e12\n' + LEDGER_MEMORY, "resilience.deadline_s",
+     "less than or equal to 1000000"),
 ])
 def test_config_mistakes_name_the_key(tmp_path, text, key, words):
     error = refused(write(tmp_path, text))
