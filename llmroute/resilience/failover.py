@@ -404,28 +404,24 @@ class FailoverPlan:
             if step is not None:
                 return step
         while self._pos < len(self._queue) or self._again is not None:
-            if self._again is not None and (self._pos >= len(self._queue)
-                                            or not self._continues(self._queue[self._pos][0])):
-                # No other deployment continues it first: the cut deployment itself, as a retry.
+            if self._again is not None and (self._pos >= len(self._queue) or (
+                    self._recover in _STREAM_RECOVERY and not self._continues(self._queue[self._pos][0]))):
+                # No other deployment continues it first (a stream), or none is left (a plain call, which
+                # every backup may answer again): the cut deployment itself, as a retry.
                 again, again_fallback = self._again
+                self._again = None
                 if self._recover in _CONTINUING and self._continues(again):
-                    self._again = None
                     step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None,
                                        continuation=True)
-                    if step is not None:
-                        return step
-                    continue
-                if self._recover in _STREAM_RECOVERY or self._pos >= len(self._queue):
-                    self._again = None
-                    if self._recover not in _STREAM_RECOVERY:  # a plain call: answered again there, last
-                        step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None,
-                                           restart=True)
-                        if isinstance(step, Send) and step.is_restart:
-                            self._recover = "restarted"
-                        if step is not None:
-                            return step
-                    continue
-                # a plain call: the backups left answer it again from scratch first
+                elif self._recover not in _STREAM_RECOVERY:  # a plain call: answered again there from scratch
+                    step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None, restart=True)
+                    if isinstance(step, Send) and step.is_restart:
+                        self._recover = "restarted"
+                else:
+                    step = None
+                if step is not None:
+                    return step
+                continue
             candidate, is_fallback = self._queue[self._pos]
             self._pos += 1
             if candidate.deployment_id in self._in_flight:
