@@ -27,7 +27,8 @@ if TYPE_CHECKING:  # what type checkers and IDEs see; at run time each name is l
     from llmroute.errors import (AllDeploymentsFailedError, APIConnectionError, APITimeoutError, AuthenticationError,
                                  BadRequestError, BillingError, BudgetExceededError, ClientClosedError, ConfigError,
                                  ContentFilterError, ContextLengthError, EventLoopError, InvalidRequestError,
-                                 LLMRouteError, NotFoundError, OverloadedError, PermissionDeniedError, ProviderError,
+                                 LLMRouteError, NotFoundError, OpenAIError, OverloadedError, PermissionDeniedError,
+                                 ProviderError,
                                  RateLimitError, RedirectError, ReplayDivergedError, RequestGuardError,
                                  ResponseTooLargeError, RoutingError, ServerError, SharedStateUnavailableError,
                                  StreamInterruptedError, QueueTimeoutError,
@@ -83,7 +84,8 @@ _WHERE = {
         "APIConnectionError", "StreamInterruptedError", "ReplayDivergedError", "ClientClosedError", "EventLoopError", "RedirectError",
         "ResponseTooLargeError", "StreamNotFinishedError", "SharedStateUnavailableError", "QueueTimeoutError",
         # openai-python's exception names (llmroute/errors.py draws the one tree)
-        "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError")},
+        "APIError", "APIStatusError", "ConflictError", "InternalServerError", "UnprocessableEntityError",
+        "OpenAIError")},
 }
 
 
@@ -130,6 +132,7 @@ __all__ = [
     "ChatCompletionTokenLogprob",
     "TopLogprob",
     "LLMRouteError",
+    "OpenAIError",
     "ConfigError",
     "InvalidRequestError",
     "RoutingError",

@@ -26,6 +26,7 @@ from llmroute._call.server_probe import ServerIdentities
 from llmroute.streams import AsyncStream, Stream, _now, _Opened, _running_loop
 from llmroute.config import Config, load_config
 from llmroute.openai_surface.construction import CallOptions, build_config, call_options, per_call_timeout
+from llmroute.openai_surface.not_given import drop_not_given
 from llmroute._call.engine import Engine
 from llmroute._call.attempt_errors import network_errors, sync_network_errors, transport_error
 from llmroute._call.exits import exit_status
@@ -219,8 +220,9 @@ class _ClientSurface:
         return self._options.max_retries
 
     def _call_args(self, kwargs: Dict[str, Any]) -> Tuple[Dict[str, Any], int | None]:
-        """A call's arguments with the client's options filled in, and its max_retries."""
-        kwargs = dict(kwargs)
+        """A call's arguments with the client's options filled in, and its max_retries. An argument given
+        as openai-python's `NOT_GIVEN` or `omit` is left out, as openai-python leaves it out."""
+        kwargs = drop_not_given(kwargs)  # a copy
         max_retries = self._options.apply(kwargs)
         if "timeout" in kwargs:
             kwargs["timeout"] = per_call_timeout(kwargs["timeout"])

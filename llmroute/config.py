@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 from typing import TYPE_CHECKING, Any, Dict, FrozenSet, List, Literal, Mapping, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_serializer, field_validator
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute.errors import ConfigError
 from llmroute._runtime.suggest import did_you_mean
@@ -51,7 +52,7 @@ _HEADER_NAME = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")  # RFC 9110 token
 MAX_WEIGHT = 1e6
 
 
-class _Section(BaseModel):
+class _Section(ConfigModel):
     # Schemas are built on first use, not at import: `import llmroute` stays light.
     model_config = ConfigDict(extra="forbid", defer_build=True, allow_inf_nan=False)
 
@@ -106,7 +107,7 @@ class ProviderConfig(_Section):
         return {name: MASK if isinstance(v, SecretStr) else v for name, v in value.items()}
 
 
-class _Overridable(BaseModel):
+class _Overridable(ConfigModel):
     # Any `[resilience]` key may be set inline on a tier or a deployment; `_build` checks the names.
     model_config = ConfigDict(extra="allow", defer_build=True, allow_inf_nan=False)
 

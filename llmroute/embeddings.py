@@ -33,6 +33,7 @@ from llmroute._call.offload import end_after, end_cancelled, mark_unsent
 from llmroute._runtime.twins import SyncOffload, asleep, sleep
 from llmroute.providers.embedding_wire import EmbeddingAdapter, EmbeddingInput, embedding_adapter_class
 from llmroute._call.targets import Target
+from llmroute._call.validate import check_feature, check_headers, check_metadata, check_timeout
 from llmroute.types import Route, Usage, _OpenAIModel
 from llmroute.accounting.tokens import count_text_tokens
 
@@ -132,27 +133,24 @@ def prepare_embedding(config: "Config", kwargs: Mapping[str, Any]) -> PreparedEm
     encoding_format = kwargs.get("encoding_format")
     if encoding_format is not None and encoding_format not in ENCODING_FORMATS:
         raise E.InvalidRequestError(f"must be one of {', '.join(ENCODING_FORMATS)}", field="encoding_format")
+    # llmroute's own arguments are checked as create()'s are (`_call/validate.py`): the same caps on
+    # what goes in every ledger row, a finite timeout, sendable headers.
     feature = kwargs.get("feature")
-    if feature is not None and not isinstance(feature, str):
-        raise E.InvalidRequestError("must be a string", field="feature")
-    metadata = kwargs.get("metadata") or {}
-    if not isinstance(metadata, Mapping) or not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-        raise E.InvalidRequestError("must be a dict of str to str", field="metadata")
+    if feature is not None:
+        check_feature(feature)
+    metadata = check_metadata(kwargs.get("metadata"))
     pool = kwargs.get("pool") or "interactive"
     if not isinstance(pool, str) or pool not in config.sections.pool_names:
         raise E.InvalidRequestError(f"unknown pool {pool!r} (known: {', '.join(sorted(config.sections.pool_names))})",
                                     field="pool")
-    timeout = kwargs.get("timeout")
-    if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout <= 0):
-        raise E.InvalidRequestError("must be a positive number of seconds", field="timeout")
-    extra_body, extra_headers = kwargs.get("extra_body") or {}, kwargs.get("extra_headers") or {}
-    for name, extra in (("extra_body", extra_body), ("extra_headers", extra_headers)):
-        if not isinstance(extra, Mapping):
-            raise E.InvalidRequestError("must be a dict", field=name)
+    timeout = check_timeout(kwargs.get("timeout"))
+    extra_body, extra_headers = kwargs.get("extra_body") or {}, check_headers(kwargs.get("extra_headers"))
+    if not isinstance(extra_body, Mapping):
+        raise E.InvalidRequestError("must be a dict", field="extra_body")
     params = {k: v for k, v in kwargs.items() if v is not None and k not in _OWN}
     return PreparedEmbedding(
         model=model, call=EmbeddingInput(value, params, dict(extra_body), dict(extra_headers)), feature=feature,
-        metadata=dict(metadata), pool=pool, timeout_s=float(timeout) if timeout is not None else None,
+        metadata=metadata, pool=pool, timeout_s=timeout,
         request_id=os.urandom(16).hex(),
     )
 

@@ -1,7 +1,7 @@
 """Everything llmroute raises, in one tree that holds openai-python's names and shapes.
 
 ```
-LLMRouteError                          base of every llmroute error
+LLMRouteError                          base of every llmroute error (also named OpenAIError, as openai-python's)
 ├── ConfigError                        the config file or dict is wrong; names the file and key path
 ├── BudgetExceededError                a budget cap would be passed; names the budget, limit and spend
 ├── RequestGuardError                  a per-feature guard refused the call before sending
@@ -78,6 +78,7 @@ from llmroute._runtime.redaction import is_secret_header, scrub
 
 __all__ = [
     "LLMRouteError",
+    "OpenAIError",
     "ConfigError",
     "InvalidRequestError",
     "RoutingError",
@@ -126,6 +127,11 @@ class LLMRouteError(Exception):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r})"
+
+
+# openai-python's base of every error it raises (`except openai.OpenAIError`): llmroute's is LLMRouteError,
+# whose children hold openai's (`APIError`, `LengthFinishReasonError`, ...), as OpenAIError's do.
+OpenAIError = LLMRouteError
 
 
 class ConfigError(LLMRouteError):

@@ -64,6 +64,9 @@ CASES = {
                                                "--config", "nothere.toml", "--write"], "no such file"),
     "calibrate --prompts a folder": (["calibrate", "--prompts", "dir", "--large-share", "0.3"], "is a directory"),
     "health --config a folder": (["health", "--config", "dir"], "is a directory"),
+    # llama.cpp refused these with a bare RuntimeError traceback ("Failed to init server")
+    "local serve --model missing": (["local", "serve", "--port", "0", "--model", "nothere.gguf"], "no such file"),
+    "local serve --model a folder": (["local", "serve", "--port", "0", "--model", "dir"], "is a directory"),
 }
 
 
@@ -115,3 +118,16 @@ def test_a_file_that_is_not_utf8_is_one_line(place, tmp_path, capsys, argv):
     assert len(err.strip().splitlines()) == 1, err
     assert "UTF-8" in err and "latin1" in err and "Traceback" not in err
     assert (tmp_path / "latin1.toml").read_bytes() == before  # calibrate --write rewrote nothing
+
+
+def test_local_serve_on_a_taken_port_is_one_line_and_exit_2(capsys):
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        rc = main(["local", "serve", "--port", str(port)])
+    err = capsys.readouterr().err
+    assert rc == 2 and err.strip().splitlines() == [
+        f"llmroute local: --port: 127.0.0.1:{port} is already in use (another server?); choose another port"], err

@@ -70,11 +70,42 @@ def refused(path) -> ConfigError:
      "tiers.t.deployments[0]", "connect_timeout_s"),
     (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", timeout_s = 200 }]\n[resilience]\ndeadline_s = 100\n'
      + LEDGER_MEMORY, "tiers.t.deployments[0]", "deadline_s"),
+    # a deadline (and so every timeout under it) the socket layer's clock overflows on (~1e10 s)
+    (PROVIDER + TIER + '[resilience]\ndeadline_s = 1e12\n' + LEDGER_MEMORY, "resilience.deadline_s",
+     "less than or equal to 1000000"),
 ])
 def test_config_mistakes_name_the_key(tmp_path, text, key, words):
     error = refused(write(tmp_path, text))
     assert error.key == key, str(error)
     assert words in str(error)
+
+
+@pytest.mark.parametrize("text,key", [
+    # true/false for a number: pydantic's lax mode read them as 1 and 0 (a 1 s timeout, one retry)
+    (PROVIDER.replace("v1\"\n", 'v1"\ntimeout_s = true\n') + TIER + LEDGER_MEMORY, "providers.x.timeout_s"),
+    (PROVIDER.replace("v1\"\n", 'v1"\nmax_connections = true\n') + TIER + LEDGER_MEMORY,
+     "providers.x.max_connections"),
+    (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", weight = true }]\n' + LEDGER_MEMORY,
+     "tiers.t.deployments[0].weight"),
+    (PROVIDER + '[tiers.t]\ndeployments = [{ id = "x:m", context_window = false }]\n' + LEDGER_MEMORY,
+     "tiers.t.deployments[0].context_window"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[resilience]\nmax_retries = true\n', "resilience.max_retries"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[resilience]\ndeadline_s = true\n', "resilience.deadline_s"),
+    (PROVIDER + '[tiers.t]\ndeployments = ["x:m"]\nmax_retries = true\n' + LEDGER_MEMORY, "tiers.t.max_retries"),
+    (PROVIDER + TIER + '[ledger]\nsink = "memory"\nflush_interval_s = true\n', "ledger.flush_interval_s"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[routing]\ndefault = "t"\nthreshold = true\n', "routing.threshold"),
+    (PROVIDER + TIER + LEDGER_MEMORY + '[cache]\nenabled = true\nttl_s = true\n', "cache.ttl_s"),
+])
+def test_a_boolean_for_a_number_names_the_key(tmp_path, text, key):
+    error = refused(write(tmp_path, text))
+    assert error.key == key and "must be a number, not" in str(error), str(error)
+
+
+def test_boolean_keys_still_take_booleans(tmp_path):
+    text = (PROVIDER + 'include_usage = true\nsplit_think_tags = false\n' + TIER + LEDGER_MEMORY
+            + '[cache]\nenabled = true\n[telemetry]\ncapture_content = false\n')
+    config = load_config(write(tmp_path, text))
+    assert config.providers["x"].include_usage is True
 
 
 @pytest.mark.parametrize("base_url,words", [

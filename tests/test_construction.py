@@ -256,6 +256,22 @@ def test_a_cache_hit_raw_response_says_so(llama_server):
     assert again.from_cache is True and again.status_code == 200 and len(again.headers) == 0
 
 
+def test_a_timeout_too_long_for_the_clock_is_refused_before_any_io(fault_server):
+    # 1e10 s overflowed the socket layer's clock: a bare OverflowError from httpcore on the first request.
+    import httpx
+
+    for timeout in (1e10, 86_401, httpx.Timeout(1e10)):
+        with pytest.raises(L.ConfigError, match="at most 86400"):
+            L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}, timeout=timeout)
+        with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}) as c:
+            with pytest.raises(L.ConfigError, match="at most 86400"):
+                c.with_options(timeout=timeout)
+    assert fault_server.chat_requests() == []
+    # a day per attempt, with its retries, still makes a client that answers
+    with L.Client(base_url=fault_server.base_url, prices={"fault-model": FREE}, timeout=86_400, max_retries=20) as c:
+        assert c.chat.completions.create(model="fault-model", messages=MESSAGES).choices[0].message.content
+
+
 def test_a_base_url_clients_timeout_is_each_attempts(fault_server):
     from tests.servers.fault import slow_ttft
 

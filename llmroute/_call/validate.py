@@ -16,9 +16,11 @@ What is checked, and what is passed through as given:
   `response_format`, `stream_options`, `user`, `reasoning_effort`, `service_tier`, `verbosity`,
   `modalities`, `prompt_cache_key`, `safety_identifier`, and ours: `feature`, `metadata`, `pool`,
   `timeout`, `extra_body`, `extra_headers`, `extra_query`.
+- `tools`: a list of dicts, and a `"type": "function"` tool names its function (`function.name`);
+  `stream_options`: `include_usage` and `include_obfuscation` are True or False.
 - Passed through after a shape check only (a JSON object, see below): `audio`, `prediction`,
-  `web_search_options`, the inside of `tools[*].function.parameters`, `response_format.json_schema`,
-  and `extra_body`'s values. The platform judges their meaning.
+  `web_search_options`, the inside of `tools[*].function.parameters`, other tool types,
+  `response_format.json_schema`, and `extra_body`'s values. The platform judges their meaning.
 - Everything sent must be JSON: str keys, finite numbers, nested at most `MAX_DEPTH` levels.
 - Ours are capped because they are stored in every ledger row: `feature` at `MAX_FEATURE_CHARS`,
   `metadata` at `MAX_METADATA_ITEMS` pairs with keys up to `MAX_METADATA_KEY_CHARS` and values up
@@ -37,7 +39,8 @@ from typing import Any, Dict, List
 from llmroute import errors as E
 
 __all__ = [
-    "CREATE_PARAMS", "LLMROUTE_ARGS", "CheckedArgs", "check_create_args", "MAX_DEPTH", "MAX_FEATURE_CHARS",
+    "CREATE_PARAMS", "LLMROUTE_ARGS", "CheckedArgs", "check_create_args", "check_feature", "check_headers",
+    "check_metadata", "check_timeout", "MAX_DEPTH", "MAX_FEATURE_CHARS",
     "MAX_METADATA_ITEMS", "MAX_METADATA_KEY_CHARS", "MAX_METADATA_VALUE_CHARS", "MAX_MODEL_CHARS",
 ]
 
@@ -281,6 +284,28 @@ def _list_of_dicts(value: Any, field: str) -> List[Any]:
     return list(value)
 
 
+def _tools(value: Any) -> List[Any]:
+    """A list of tool dicts; a function tool names its function (OpenAI's `{"type": "function",
+    "function": {"name": ...}}`). Other tool types are the platform's to judge."""
+    tools = _list_of_dicts(value, "tools")
+    for i, tool in enumerate(tools):
+        if tool.get("type") == "function":
+            function = tool.get("function")
+            if not isinstance(function, Mapping):
+                raise _bad(f"tools[{i}].function", "must be a dict with the function's name (and parameters)")
+            if not isinstance(function.get("name"), str) or not function["name"]:
+                raise _bad(f"tools[{i}].function.name", "must be the function's name (a non-empty string)")
+    return tools
+
+
+def _stream_options(value: Any) -> Mapping[str, Any]:
+    options = _mapping(value, "stream_options")
+    for name in ("include_usage", "include_obfuscation"):
+        if name in options and not isinstance(options[name], bool):
+            raise _bad(f"stream_options.{name}", f"must be True or False, got {type(options[name]).__name__}")
+    return options
+
+
 def _str_or_dict(value: Any, field: str) -> Any:
     if isinstance(value, str):
         return _text(value, field, limit=256)
@@ -301,12 +326,12 @@ _CHECKS: Dict[str, Any] = {
     "parallel_tool_calls": lambda v: _bool(v, "parallel_tool_calls"),
     "store": lambda v: _bool(v, "store"),
     "stop": _stop,
-    "tools": lambda v: _list_of_dicts(v, "tools"),
+    "tools": _tools,
     "functions": lambda v: _list_of_dicts(v, "functions"),
     "tool_choice": lambda v: _str_or_dict(v, "tool_choice"),
     "function_call": lambda v: _str_or_dict(v, "function_call"),
     "response_format": lambda v: _mapping(v, "response_format"),
-    "stream_options": lambda v: _mapping(v, "stream_options"),
+    "stream_options": _stream_options,
     "audio": lambda v: _mapping(v, "audio"),
     "prediction": lambda v: _mapping(v, "prediction"),
     "web_search_options": lambda v: _mapping(v, "web_search_options"),
@@ -335,6 +360,10 @@ def _logit_bias(value: Any) -> Dict[str, float]:
             raise _bad("logit_bias", f"keys must be token ids, got {key!r:.40}")
         out[str(key)] = _number(bias, f"logit_bias.{key}", -100.0, 100.0)
     return out
+
+
+def check_feature(feature: Any) -> str:
+    return _text(feature, "feature", limit=MAX_FEATURE_CHARS)
 
 
 def check_metadata(metadata: Any) -> Dict[str, str]:
@@ -418,7 +447,7 @@ def check_create_args(args: Mapping[str, Any], *, pools: Any) -> CheckedArgs:
     _bool(stream, "stream")
     feature = args.get("feature")
     if feature is not None:
-        _text(feature, "feature", limit=MAX_FEATURE_CHARS)
+        check_feature(feature)
     pool = args.get("pool") or "interactive"
     if not isinstance(pool, str) or pool not in pools:
         raise _bad("pool", f"unknown pool {pool!r:.60} (known: {', '.join(sorted(pools))})")

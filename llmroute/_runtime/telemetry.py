@@ -45,7 +45,8 @@ import threading
 from decimal import Decimal
 from typing import Any, Callable, Mapping, Sequence
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute.errors import ProviderError
 from llmroute._runtime.forksafe import renew_at_fork, renew_module_locks
@@ -96,7 +97,7 @@ _REQUEST_PARAM_ATTRIBUTES = {
 _STATUS_DESCRIPTION_MAX_CHARS = 500
 
 
-class TelemetryConfig(BaseModel):
+class TelemetryConfig(ConfigModel):
     """The ``[telemetry]`` config section. Spans and metrics go to the global OpenTelemetry providers."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)

@@ -50,6 +50,7 @@ from decimal import Decimal
 from typing import TYPE_CHECKING, Any, Iterable, Iterator, Literal, Mapping, Sequence, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute._runtime.forksafe import renew_at_fork
 from llmroute.errors import BudgetExceededError, ConfigError, RequestGuardError
@@ -102,7 +103,7 @@ class BudgetWhen(BaseModel):
         return all(k in metadata and str(metadata[k]) == v for k, v in self.metadata.items())
 
 
-class BudgetConfig(BaseModel):
+class BudgetConfig(ConfigModel):
     """One `[[budgets]]` entry."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -173,7 +174,7 @@ class BudgetConfig(BaseModel):
         return tuple(out)
 
 
-class GuardConfig(BaseModel):
+class GuardConfig(ConfigModel):
     """One `[guards."<feature>"]` table: limits checked before a call is sent."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)

@@ -89,7 +89,8 @@ from decimal import Decimal
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Literal, Mapping, Protocol
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+from llmroute._runtime.config_model import ConfigModel
 from llmroute.errors import ConfigError
 from llmroute._runtime.forksafe import hold_at_fork, leave_inherited, renew_at_fork, renew_module_locks
 from llmroute._runtime.lifecycle import start_daemon
@@ -694,7 +695,7 @@ class CallableSink:
         pass
 
 
-class LedgerConfig(BaseModel):
+class LedgerConfig(ConfigModel):
     """The `[ledger]` section."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)

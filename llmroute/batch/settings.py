@@ -25,7 +25,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Dict, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ConfigDict, Field, ValidationError
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute import errors as E
 
@@ -38,7 +39,7 @@ __all__ = ["BatchSettings", "FAILURE_POLICIES"]
 FAILURE_POLICIES = ("resubmit", "next_deployment", "online", "fail")
 
 
-class BatchSettings(BaseModel):
+class BatchSettings(ConfigModel):
     model_config = ConfigDict(extra="forbid")
 
     store: str = "llmroute-batches.sqlite"

@@ -14,7 +14,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Literal, Mapping, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute import errors as E
 
@@ -24,7 +25,7 @@ __all__ = ["CacheConfig", "SemanticConfig", "TierCacheConfig", "CacheSettings", 
 MiB = 1024 * 1024
 
 
-class _Section(BaseModel):
+class _Section(ConfigModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
 

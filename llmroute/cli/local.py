@@ -20,6 +20,7 @@ threads make throughput under load fall from about 45 to about 4 tokens/s.
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import signal
 import socket
@@ -75,9 +76,28 @@ def model_path(cache_dir: Path | None = None) -> Path:
     return target
 
 
+def _check_serve_args(host: str, port: int, model: str | None) -> None:
+    """What llama.cpp would refuse with a bare "Failed to init server": a missing model file, a taken port."""
+    if model is not None:
+        if not Path(model).exists():
+            raise LocalServerError(f"{model}: --model: no such file")
+        if Path(model).is_dir():
+            raise LocalServerError(f"{model}: --model: is a directory; give a GGUF file")
+    if port:
+        with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the server binds: TIME_WAIT is no conflict
+            try:
+                sock.bind((host, port))
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise LocalServerError(f"--port: {host}:{port} is already in use (another server?); "
+                                           f"choose another port") from None
+
+
 def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model: str | None, alias: str,
           embedding: bool = False, pooling: str = "mean") -> None:
     os.environ.setdefault("OMP_WAIT_POLICY", "passive")
+    _check_serve_args(host, port, model)
     try:
         import xllamacpp
     except ImportError:
@@ -97,7 +117,11 @@ def serve(*, host: str, port: int, threads: int, ctx: int, parallel: int, model:
     if embedding:  # /v1/embeddings on (llama.cpp --embedding --pooling): vectors pooled over the tokens
         params.embedding = True
         params.pooling_type = xllamacpp.llama_pooling_type[f"LLAMA_POOLING_TYPE_{pooling.upper()}"]
-    server = xllamacpp.Server(params)
+    try:
+        server = xllamacpp.Server(params)
+    except RuntimeError as exc:  # llama.cpp's log above says why
+        raise LocalServerError(f"the llama.cpp server did not start on {host}:{port}: {exc} (its log above says "
+                               f"why)") from None
     print(f"{READY_MARK} {server.listening_address}", flush=True)
     stop = threading.Event()
     signal.signal(signal.SIGTERM, lambda *_: stop.set())

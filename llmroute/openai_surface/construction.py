@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any, Dict, Mapping, Union
 
 from llmroute.config import Config, load_config, redact_url
+from llmroute._call.validate import MAX_TIMEOUT_S
+from llmroute.resilience.policy import MAX_DEADLINE_S
 from llmroute.errors import ConfigError, InvalidRequestError
 
 __all__ = ["CallOptions", "DIRECT_PROVIDER", "CONFIG_ENV", "DEFAULT_CONFIG_FILE", "build_config", "call_options",
@@ -91,8 +93,9 @@ def timeout_seconds(timeout: Any, *, name: str = "timeout") -> float | None:
         value = max(set_parts)
     else:
         raise ConfigError(f"must be a number of seconds or an httpx.Timeout, not {type(timeout).__name__}", key=name)
-    if not math.isfinite(value) or value <= 0:
-        raise ConfigError(f"must be a finite number of seconds above 0, got {value!r}", key=name)
+    if not math.isfinite(value) or not 0 < value <= MAX_TIMEOUT_S:
+        raise ConfigError(f"must be a finite number of seconds above 0, at most {MAX_TIMEOUT_S:g}; got {value!r}",
+                          key=name)
     return value
 
 
@@ -201,7 +204,7 @@ def _direct_config(*, api_key: str | None, base_url: str | None, timeout: Any, m
         provider["ttft_timeout_s"] = seconds
         connect = _connect_seconds(timeout)
         provider["connect_timeout_s"] = min(connect, seconds) if connect else min(5.0, seconds)
-        resilience["deadline_s"] = seconds * ((max_retries if max_retries is not None else 2) + 1)
+        resilience["deadline_s"] = min(seconds * ((max_retries if max_retries is not None else 2) + 1), MAX_DEADLINE_S)
     if max_retries is not None:
         resilience["max_retries"] = max_retries
         resilience["max_retries_with_backup"] = max_retries

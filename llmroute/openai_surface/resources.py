@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from llmroute.completions import AsyncCompletions, Completions
+from llmroute.openai_surface.not_given import drop_not_given
 
 if TYPE_CHECKING:  # loaded on first use at run time: `import llmroute` stays light
     from llmroute.openai_surface.raw_responses import (AsyncRawResponses, AsyncStreamingResponses, RawResponses,
@@ -28,14 +29,14 @@ class ChatCompletions(Completions):
         whose `choices[0].message.parsed` is an instance of the model (llmroute/openai_surface/structured.py)."""
         from llmroute.openai_surface.structured import parse  # loaded on first use: `import llmroute` stays light
 
-        return parse(self, kwargs)
+        return parse(self, drop_not_given(kwargs))
 
     def stream(self, **kwargs: Any) -> "ChatCompletionStreamManager":
         """`with client.chat.completions.stream(...) as stream: for event in stream: ...` (openai-python's
         events), then `stream.get_final_completion()`."""
         from llmroute.openai_surface.structured import ChatCompletionStreamManager  # loaded on first use
 
-        return ChatCompletionStreamManager(self, kwargs)
+        return ChatCompletionStreamManager(self, drop_not_given(kwargs))
 
     @property
     def with_raw_response(self) -> "RawResponses":
@@ -59,13 +60,13 @@ class AsyncChatCompletions(AsyncCompletions):
         """As `ChatCompletions.parse`, awaited."""
         from llmroute.openai_surface.structured import aparse  # loaded on first use
 
-        return await aparse(self, kwargs)
+        return await aparse(self, drop_not_given(kwargs))
 
     def stream(self, **kwargs: Any) -> "AsyncChatCompletionStreamManager":
         """`async with client.chat.completions.stream(...) as stream: async for event in stream: ...`."""
         from llmroute.openai_surface.structured import AsyncChatCompletionStreamManager  # loaded on first use
 
-        return AsyncChatCompletionStreamManager(self, kwargs)
+        return AsyncChatCompletionStreamManager(self, drop_not_given(kwargs))
 
     @property
     def with_raw_response(self) -> "AsyncRawResponses":

@@ -31,7 +31,7 @@ What it encodes:
   unknown model), the plan ends with a copy of that error (`held = True`, `retry_after` = the time
   left); mixed causes end with AllDeploymentsFailedError, whose `causes` lists each.
 - A failure after content started (`content_started=True`) is never retried on the same deployment
-  from scratch (only continued there, below). Without `recover` the plan ends with
+  from scratch (only continued there, below), but for a plain call's, whose caller saw nothing. Without `recover` the plan ends with
   `StreamInterruptedError` carrying the partial text and the attempts. With `recover="continue"` (streams) the call moves on only to deployments that can
   continue a partial answer (`can_continue`), sent as `Send.is_continuation`; when none is left it
   ends with that StreamInterruptedError. With either stream mode the other continuers go first,
@@ -42,7 +42,8 @@ What it encodes:
   before it has caught up, moves on to the next replay; when none is left, the cut is the error.
   With `recover="continue_or_restart"` (plain calls) continuing deployments are tried first, then
   the next deployment starts the answer again
-  (`Send.is_restart`). A continuation refused as a bad request (the platform does not take a
+  (`Send.is_restart`), and last the cut deployment itself (continuing it if it can, else starting it
+  again: a retry, on the same terms as a stream's). A continuation refused as a bad request (the platform does not take a
   prefill) moves on: the real failure is the cut, not the refusal; a plain call's answer then starts
   again from scratch on that same deployment (the caller has seen nothing), a stream's moves on.
 - Client-side limits (bulkhead, rpm, tpm per pool) either admit, ask to wait within
@@ -403,16 +404,23 @@ class FailoverPlan:
             if step is not None:
                 return step
         while self._pos < len(self._queue) or self._again is not None:
-            if self._again is not None and (self._pos >= len(self._queue)
-                                            or not self._continues(self._queue[self._pos][0])):
-                # No other deployment continues it first: the cut deployment itself, as a retry.
+            if self._again is not None and (self._pos >= len(self._queue) or (
+                    self._recover in _STREAM_RECOVERY and not self._continues(self._queue[self._pos][0]))):
+                # No other deployment continues it first (a stream), or none is left (a plain call, which
+                # every backup may answer again): the cut deployment itself, as a retry.
                 again, again_fallback = self._again
                 self._again = None
-                if self._continues(again):
+                if self._recover in _CONTINUING and self._continues(again):
                     step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None,
                                        continuation=True)
-                    if step is not None:
-                        return step
+                elif self._recover not in _STREAM_RECOVERY:  # a plain call: answered again there from scratch
+                    step = self._admit(again, again_fallback, now, is_retry=True, queued_since=None, restart=True)
+                    if isinstance(step, Send) and step.is_restart:
+                        self._recover = "restarted"
+                else:
+                    step = None
+                if step is not None:
+                    return step
                 continue
             candidate, is_fallback = self._queue[self._pos]
             self._pos += 1
@@ -552,10 +560,13 @@ class FailoverPlan:
                 self._recover = recover
                 self._replay = replay
                 self._put_continuers_first()
-                if (recover in _STREAM_RECOVERY and self._continues(flight.candidate)
+                # One broken connection, not a broken server: the cut deployment itself may take the
+                # answer up again as a retry (a stream only by continuing it; a plain call, whose
+                # caller saw nothing, by continuing it or answering again from scratch).
+                if ((recover not in _STREAM_RECOVERY or self._continues(flight.candidate))
                         and not isinstance(error, E.APITimeoutError)
                         and self._retries.get(deployment_id, 0) < self._policy(deployment_id).max_retries):
-                    self._again = (flight.candidate, flight.is_fallback)  # one broken connection, not a broken server
+                    self._again = (flight.candidate, flight.is_fallback)
             note = "answer cut after content started: finishing it on another deployment"
         elif flight.is_replay:
             # A replay that diverged from the text the caller saw, or failed before catching up: the

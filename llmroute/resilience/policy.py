@@ -11,15 +11,20 @@ from __future__ import annotations
 import math
 from typing import Any, Literal, Mapping
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute.errors import ConfigError
 from llmroute._runtime.suggest import did_you_mean
 
-__all__ = ["ResiliencePolicy", "default_policy", "merge", "policy_from_config"]
+__all__ = ["MAX_DEADLINE_S", "ResiliencePolicy", "default_policy", "merge", "policy_from_config"]
+
+# The longest `deadline_s` (about 11 days): far past any call's, far below the ~1e10 s at which a
+# timeout overflowed the socket layer's clock (a bare OverflowError on the first request).
+MAX_DEADLINE_S = 1e6
 
 
-class ResiliencePolicy(BaseModel):
+class ResiliencePolicy(ConfigModel):
     """Breaker, retry, hedge and client-side limit settings for one deployment (times in seconds)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)  # built by the first override, not at import
@@ -64,7 +69,7 @@ class ResiliencePolicy(BaseModel):
     backoff_max_s: float = Field(default=8.0, ge=0)
     retry_after_max_s: float = Field(default=30.0, ge=0)  # longer Retry-After: move on, do not wait
     retry_after_with_backup_max_s: float = Field(default=2.0, ge=0)  # with a backup, wait at most this long
-    deadline_s: float = Field(default=120.0, gt=0)  # a whole call, every attempt included
+    deadline_s: float = Field(default=120.0, gt=0, le=MAX_DEADLINE_S)  # a whole call, every attempt included
     # -- abandoning a silent or stalled attempt (the first-token limit is the deployment's
     # ttft_timeout_s, 10 s by default, plus ttft_per_1k_tokens_s per 1,000 prompt tokens: prefill of
     # a long prompt legitimately takes longer)
@@ -157,7 +162,7 @@ def _config_error(exc: ValidationError, key: str) -> ConfigError:
     first = exc.errors()[0]
     loc = ".".join(str(part) for part in first.get("loc", ()))
     where = f"{key}.{loc}" if loc else key
-    message = first.get("msg", "invalid value")
+    message = first.get("msg", "invalid value").removeprefix("Value error, ")
     if first.get("type") == "extra_forbidden":
         name = str(first.get("loc", ("",))[-1])
         hint = did_you_mean(name, ResiliencePolicy.model_fields)

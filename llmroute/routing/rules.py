@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, PrivateAttr
+from llmroute._runtime.config_model import ConfigModel
 
 from llmroute.errors import ConfigError
 from llmroute.routing.shadow import ShadowConfig
@@ -60,7 +61,7 @@ class RoutingRuleWhen(BaseModel):
     """The call asks for a JSON schema (`response_format` of type json_schema)."""
 
 
-class RoutingRule(BaseModel):
+class RoutingRule(ConfigModel):
     """`when` matches -> `tier` (a tier name, or a "provider:model" deployment), optionally a `pool`."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)
@@ -70,7 +71,7 @@ class RoutingRule(BaseModel):
     pool: str | None = None
 
 
-class RoutingConfig(BaseModel):
+class RoutingConfig(ConfigModel):
     """The `[routing]` section."""
 
     model_config = ConfigDict(extra="forbid", defer_build=True)

@@ -11,12 +11,13 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+from llmroute._runtime.config_model import ConfigModel
 
 __all__ = ["StateConfig"]
 
 
-class StateConfig(BaseModel):
+class StateConfig(ConfigModel):
     model_config = ConfigDict(extra="forbid", defer_build=True)
 
     backend: Literal["local", "redis"] = "local"

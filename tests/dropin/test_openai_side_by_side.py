@@ -14,7 +14,7 @@ from tests.servers.script import Reply
 
 openai = pytest.importorskip("openai")
 
-NAMES = ["APIError", "APIStatusError", "APIConnectionError", "APITimeoutError", "BadRequestError",
+NAMES = ["OpenAIError", "APIError", "APIStatusError", "APIConnectionError", "APITimeoutError", "BadRequestError",
          "AuthenticationError", "PermissionDeniedError", "NotFoundError", "ConflictError",
          "UnprocessableEntityError", "RateLimitError", "InternalServerError"]
 # llmroute always called 409 and 422 bad requests: they stay BadRequestErrors (errors.py says so).
@@ -32,6 +32,32 @@ def test_the_names_and_their_parents_are_openais():
             assert ours == theirs, (a, b)
     for name in NAMES:
         assert name in llmroute.__all__
+    # openai's root also holds the errors of `parse()`, as there
+    for name in ("LengthFinishReasonError", "ContentFilterFinishReasonError"):
+        assert issubclass(getattr(openai, name), openai.OpenAIError)
+        assert issubclass(getattr(llmroute, name), llmroute.OpenAIError)
+
+
+def test_arguments_given_as_openais_not_given_sentinels_are_left_out(openai_server):
+    # openai-python code says "leave this out" with NOT_GIVEN / omit (`tools=tools or NOT_GIVEN`): both
+    # clients send the same body, without those fields, and answer alike.
+    absent = {"temperature": openai.NOT_GIVEN, "tools": openai.omit, "stream_options": openai.NOT_GIVEN,
+              "max_tokens": getattr(openai, "not_given", openai.NOT_GIVEN), "timeout": openai.NOT_GIVEN}
+    with openai.OpenAI(api_key=KEY, base_url=openai_server.base_url, max_retries=0) as theirs:
+        theirs.chat.completions.create(model=MODEL, messages=MESSAGES, **absent)
+    sent_by_openai = openai_server.requests[-1].json
+    with llmroute.Client(config=loopback(openai_server)) as client:
+        answer = client.chat.completions.create(model="chat", messages=MESSAGES, **absent)
+        assert answer.choices[0].message.content
+        sent = openai_server.requests[-1].json  # a plain call streamed underneath asks for usage itself
+        assert not {"temperature", "tools", "max_tokens", "timeout"} & set(sent)
+        with client.chat.completions.stream(model="chat", messages=MESSAGES, **absent) as stream:
+            assert stream.get_final_completion().choices[0].message.content == answer.choices[0].message.content
+        vectors = client.embeddings.create(model="openai:text-embedding-3-small", input="hi",
+                                           dimensions=openai.NOT_GIVEN, user=openai.omit)
+        assert len(vectors.data[0].embedding) == 1536
+        assert "dimensions" not in openai_server.requests[-1].json
+    assert not set(absent) & set(sent_by_openai)
 
 
 CASES = {

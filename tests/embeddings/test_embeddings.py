@@ -222,8 +222,19 @@ def test_token_ids_are_sent_as_given_and_counted(vllm_server):
     ({"model": "embed", "input": TEXTS, "dimensions": 0}, "dimensions"),
     ({"model": "embed", "input": TEXTS, "encoding_format": "int8"}, "encoding_format"),
     ({"model": "embed", "input": TEXTS, "pool": "nope"}, "pool"),
-    ({"model": "embed", "input": TEXTS, "metadata": {"a": 1}}, "metadata"),
+    ({"model": "embed", "input": TEXTS, "metadata": {"a": 1}}, "metadata.a"),
     ({"model": "auto", "input": TEXTS}, "model"),
+    # llmroute's own arguments, checked as create()'s: a finite timeout (inf and 1e12 ended in a bare
+    # OverflowError from the clock, nan in a 0 s timeout after sending), the ledger's caps, headers
+    ({"model": "embed", "input": TEXTS, "timeout": float("nan")}, "timeout"),
+    ({"model": "embed", "input": TEXTS, "timeout": float("inf")}, "timeout"),
+    ({"model": "embed", "input": TEXTS, "timeout": 1e12}, "timeout"),
+    ({"model": "embed", "input": TEXTS, "timeout": True}, "timeout"),
+    ({"model": "embed", "input": TEXTS, "feature": "f" * 100_000}, "feature"),
+    ({"model": "embed", "input": TEXTS, "feature": "a\nb"}, "feature"),
+    ({"model": "embed", "input": TEXTS, "metadata": {"k": "v" * 100_000}}, "metadata.k"),
+    ({"model": "embed", "input": TEXTS, "metadata": {f"k{i}": "v" for i in range(100)}}, "metadata"),
+    ({"model": "embed", "input": TEXTS, "extra_headers": {"X-A": "a\r\nInjected: 1"}}, "extra_headers"),
 ])
 def test_bad_arguments_are_refused_before_any_io(siliconflow_server, kwargs, field):
     with L.Client(embed_config("siliconflow", siliconflow_server)) as client:

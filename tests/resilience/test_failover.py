@@ -446,6 +446,30 @@ def test_a_stall_is_not_continued_on_the_stalled_deployment():
         "skipped: cannot continue a partial answer"] * 2
 
 
+def test_a_cut_plain_call_is_restarted_on_the_backups_first_then_on_the_cut_deployment():
+    # A plain call's caller saw nothing: every backup may answer it again from scratch, and the cut
+    # deployment itself last (a retry: one broken connection), not after a stall.
+    for cut_error, cut_again in ((E.APIConnectionError("reset", deployment=A), True),
+                                 (E.APITimeoutError("stall", timeout="stall", seconds=10.0, deployment=A), False)):
+        world = World(max_retries=2, max_retries_with_backup=0)
+        plan = world.plan([Candidate(A, "t"), Candidate(B, "t")], can_continue=lambda dep: False)
+        assert plan.next_step(world.now).deployment_id == A
+        plan.record(A, world.now, cut_error, content_started=True, partial_text="one two",
+                    recover="continue_or_restart")
+        steps = []
+        while isinstance(step := plan.next_step(world.now), (Send, Wait)):
+            if isinstance(step, Wait):  # B's own retries' backoff
+                world.now += step.seconds
+                continue
+            steps.append((step.deployment_id, step.is_restart, step.is_retry))
+            plan.record(step.deployment_id, world.now, server_error(), latency_s=0.1)
+        # B answers again from scratch, its 500s retried (max_retries 2); then A, as a retry, whose
+        # own 500 is retried within what is left of its max_retries
+        on_b = [(B, True, False), (B, False, True), (B, False, True)]
+        assert steps == on_b + ([(A, True, True), (A, False, True)] if cut_again else [])
+        assert isinstance(step, Exhausted)
+
+
 def test_a_replay_goes_only_to_the_same_family_and_a_divergence_moves_on_without_tripping():
     world = World(consecutive_failures=1)
     plan = _cut_plan(world, can_continue=lambda dep: False, replay="family",

@@ -275,6 +275,40 @@ def test_a_plain_call_whose_only_backup_refuses_the_prefill_restarts_there(serve
     assert [r.status for r in records] == ["interrupted", "error", "ok"]
 
 
+@pytest.mark.parametrize("mode", PLAIN_MODES)
+@pytest.mark.parametrize("recovery", ["continued", "restarted"])
+def test_a_cut_plain_answer_on_its_only_deployment_is_taken_up_there_again(servers, mode, recovery):
+    # One deployment (what Client(base_url=...) makes), the shipped defaults (max_retries 2): a plain
+    # call's answer reset mid-way is one broken connection, and its caller has seen nothing. It is
+    # continued there when the server can continue a prefill (llama.cpp, vLLM...), else answered again
+    # from scratch, as a retry: as a stream would be continued there, as openai-python retries a
+    # body read that failed.
+    servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
+    if recovery == "continued":
+        servers["a"].push(Reply(pieces=[" three", " four"]))
+    only = continuing("a") if recovery == "continued" else A
+    with Caller(mode, defaults_config({"a": servers["a"]}, deployments=[only])) as call:
+        result = call()
+        records = call.client._engine.ledger.records
+    assert result.text == ("one two three four" if recovery == "continued" else B_TEXT)
+    assert sent(result.route) == [(A, "interrupted"), (A, "ok")]
+    assert result.route.recovery == recovery and "retry" in (result.route.attempts[1].note or "")
+    assert [r.status for r in records] == ["interrupted", "ok"]
+    last = servers["a"].requests[-1].json["messages"]
+    assert last == (MESSAGES + [{"role": "assistant", "content": "one two"}] if recovery == "continued" else MESSAGES)
+
+
+@pytest.mark.parametrize("mode", PLAIN_MODES)
+def test_a_plain_answer_cut_twice_on_its_only_deployment_ends_with_the_cut(servers, mode):
+    # The cut deployment takes the answer up once; cut again, the call ends (bounded).
+    servers["a"].push(reset_during(2, PIECES, gap_s=0.02), reset_during(1, PIECES, gap_s=0.02))
+    with Caller(mode, defaults_config({"a": servers["a"]}, deployments=[A])) as call, \
+            pytest.raises(E.APIConnectionError) as info:
+        call()
+    assert sent(info.value.attempts) == [(A, "interrupted"), (A, "interrupted")]
+    assert servers["a"].calls == 2
+
+
 @pytest.mark.parametrize("mode", STREAM_MODES)
 def test_stream_recovery_raise_keeps_the_old_behaviour(servers, mode):
     servers["a"].push(reset_during(2, PIECES, gap_s=0.02))
