@@ -59,7 +59,7 @@ from llmroute._runtime.percentile import percentile
 from llmroute.accounting.cost import compute_cost
 from llmroute.accounting.ledger import LedgerRecord, is_probe, is_shadow
 from llmroute.accounting.sinks import read_records
-from llmroute.accounting.prices import ExchangeRates, PriceBook
+from llmroute.accounting.prices import ExchangeRates, PriceBook, normalize_region
 
 __all__ = ["report", "ReportRows", "parse_time", "percentile", "GROUP_KEYS", "latency_by_length",
            "to_table", "to_csv", "to_length_table"]
@@ -218,6 +218,13 @@ def report(
     book = price_book if target is not None else None  # the prices to reprice with (set whenever `reprice` is)
     if target is not None and book is not None and target[0] not in {p.kind for p in book.table.entries}:
         raise ValueError(f"--reprice: no shipped prices for platform {target[0]!r}")
+    if target is not None and book is not None and target[1] is not None:
+        regions = {p.region for p in book.table.entries if p.kind == target[0] and p.region}
+        if regions and normalize_region(target[0], target[1]) not in regions:  # else every row came out unpriced
+            raise ValueError(f"--reprice: no prices for platform {target[0]!r} in region {target[1]!r} "
+                             f"(regions: {', '.join(sorted(regions))})")
+    if t_since is not None and t_until is not None and t_until <= t_since:
+        raise ValueError(f"--until ({until}) is not after --since ({since}): the range holds no time")
 
     if isinstance(ledger, (str, Path)):
         records: Iterable[LedgerRecord] = read_records(ledger, since=t_since, until=t_until)

@@ -7,9 +7,11 @@ Each subcommand lives in the module of its concept and is imported only when it 
 
 from __future__ import annotations
 
+import contextlib
 import importlib
+import logging
 import sys
-from typing import List
+from typing import Iterator, List
 from llmroute.errors import LLMRouteError
 
 __all__ = ["main", "COMMANDS", "CLOSED_PIPE_STATUS"]
@@ -70,6 +72,35 @@ def main(argv: List[str] | None = None) -> int:
         return CLOSED_PIPE_STATUS
 
 
+@contextlib.contextmanager
+def _warnings_shown(name: str) -> Iterator[None]:
+    """While a command runs, llmroute's own warnings go to stderr: a torn ledger line `report` skipped,
+    ledger records lost, shared state gone. The library logs to a NullHandler (llmroute/__init__.py);
+    a command is the application, so it shows them, each once. A process that configured logging keeps its own."""
+    logger = logging.getLogger("llmroute")
+    if logging.getLogger().handlers or any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
+        yield
+        return
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter(f"llmroute {name}: %(message)s"))
+    shown: set[str] = set()
+
+    def first_time(record: logging.LogRecord) -> bool:  # `report` reads a ledger more than once
+        message = record.getMessage()
+        if message in shown:
+            return False
+        shown.add(message)
+        return True
+
+    handler.addFilter(first_time)
+    logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        logger.removeHandler(handler)
+
+
 def _dispatch(args: List[str]) -> int:
     if not args or args[0] in ("-h", "--help", "help"):
         print(_usage())
@@ -94,7 +125,8 @@ def _dispatch(args: List[str]) -> int:
         return 2
 
     try:
-        return int(getattr(module, func_name)(rest) or 0)
+        with _warnings_shown(name):
+            return int(getattr(module, func_name)(rest) or 0)
     except BrokenPipeError:  # `llmroute health --json | head`: the reader left; `main` stops quietly
         raise
     except LLMRouteError as exc:

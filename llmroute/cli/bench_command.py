@@ -189,6 +189,8 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
     for value, option in ((ns.max_tokens, "--max-tokens"), (ns.input_tokens, "--input-tokens"),
                           (ns.synthetic_count, "--synthetic-count"), (ns.max_concurrency, "--max-concurrency")):
         _check_positive(value, option)
+    if not 0 < ns.knee_factor < float("inf"):  # nan fails both comparisons
+        raise ConfigError(f"{ns.knee_factor!r} must be a positive number", key="--knee-factor")
     slos = parse_slo(ns.slo)
     if ns.no_stream and ({"ttft", "tpot"} & set(slos)):
         raise ConfigError("ttft and tpot SLOs need streaming (drop --no-stream)", key="--slo")
@@ -312,9 +314,21 @@ def _client(config: Any, transport: str) -> AsyncClient:  # config: a dict (--lo
     return AsyncClient.from_config(config, transport=transport)
 
 
+def _check_targets(config: Any, targets: Sequence[str]) -> None:
+    """Every `--target` resolves (a tier, 'auto', a deployment or a served model id) before the first
+    request: a misspelt second target would otherwise fail only after the first one's whole run."""
+    from llmroute._call.prepared import prepare_call  # loaded when the command runs, not at import
+    from llmroute._call.targets import resolve_target
+
+    for target in targets:
+        if target != "auto":  # the router picks per prompt; its tiers were checked with the config
+            resolve_target(config, prepare_call(config, {"model": target, "messages": [{"role": "user", "content": "."}]}))
+
+
 async def _run(ns: argparse.Namespace, plan: Any, prompts: Any, into: Any) -> Any:
     client = _client(ns.config, ns.transport)
     try:
+        _check_targets(client.config, plan.targets)
         send = client_send(client, stream=not ns.no_stream, feature=ns.feature)
         return await run_bench(send, prompts, plan, progress=None if ns.quiet else sys.stderr, into=into)
     finally:

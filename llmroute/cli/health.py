@@ -69,6 +69,8 @@ def main(argv: List[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="probe requests per deployment (default 1)")
     parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
     args = with_defaults(parser).parse_args(argv)
+    if args.rounds < 1:  # each probe is a paid call: 0 or less used to send one anyway
+        parser.error(f"argument --rounds: must be 1 or more, got {args.rounds} (--no-probe sends no probe)")
 
     with Client.from_config(args.config) as client:
         # With shared state the breakers are the running fleet's: show them as they are, send nothing.

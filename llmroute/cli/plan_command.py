@@ -14,6 +14,18 @@ from llmroute._runtime.cli_help import with_defaults
 from llmroute.bench.plan import GUIDE_RESERVED_DISCOUNT, LevelChoice, Traffic, _token_price, break_even_rps, choose_level, gpu_range, monthly_costs, parse_price, parse_throughput, traffic_from_records, _n, _span
 
 
+def _finite(text: str) -> float:
+    """A float option's value: a finite number (argparse's `float` takes 'inf' and 'nan', which no
+    rate, token count or hour count can be and which crashed the GPU count's rounding)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a finite number")
+    return value
+
+
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="llmroute plan",
@@ -25,25 +37,25 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--bench", help="a `llmroute bench --out` file measured on one instance")
     src.add_argument("--tokens-per-s-per-gpu", metavar="LOW-HIGH",
                      help="output tokens/s one GPU (or instance) sustains, known already: 1200 or 800-1500")
-    p.add_argument("--peak-rps", type=float, help="peak requests per second to hold (or from --ledger)")
-    p.add_argument("--peak-tokens-per-s", type=float, metavar="TOKENS_PER_S",
+    p.add_argument("--peak-rps", type=_finite, help="peak requests per second to hold (or from --ledger)")
+    p.add_argument("--peak-tokens-per-s", type=_finite, metavar="TOKENS_PER_S",
                    help="the peak as output tokens per second (the field guide's 10,000 tokens/s), instead of "
                         "--peak-rps; with --mean-output-tokens it is also read as requests/s")
-    p.add_argument("--mean-output-tokens", type=float, help="mean output tokens per request (or from --ledger)")
-    p.add_argument("--mean-input-tokens", type=float,
+    p.add_argument("--mean-output-tokens", type=_finite, help="mean output tokens per request (or from --ledger)")
+    p.add_argument("--mean-input-tokens", type=_finite,
                    help="mean input tokens per request, cached included (default: the bench level's, or --ledger)")
-    p.add_argument("--mean-cached-tokens", type=float, help="mean cached input tokens per request (0)")
-    p.add_argument("--mean-rps", type=float, help="mean requests/s over the month, for per-token and autoscaled "
+    p.add_argument("--mean-cached-tokens", type=_finite, help="mean cached input tokens per request (0)")
+    p.add_argument("--mean-rps", type=_finite, help="mean requests/s over the month, for per-token and autoscaled "
                                                   "costs (default: the peak, an upper bound)")
     p.add_argument("--ledger", help="read the traffic profile from this ledger (SQLite or JSONL)")
-    p.add_argument("--days", type=float, default=7.0, help="with --ledger: the last N days (7)")
+    p.add_argument("--days", type=_finite, default=7.0, help="with --ledger: the last N days (7)")
     p.add_argument("--target", help="which target of the bench result (needed when it holds several)")
-    p.add_argument("--level", type=float, help="use this concurrency (or rate) level's throughput")
-    p.add_argument("--min-success-rate", type=float, default=0.99,
+    p.add_argument("--level", type=_finite, help="use this concurrency (or rate) level's throughput")
+    p.add_argument("--min-success-rate", type=_finite, default=0.99,
                    help="levels below this success rate are not trusted (0.99)")
-    p.add_argument("--headroom", type=float, default=0.2,
+    p.add_argument("--headroom", type=_finite, default=0.2,
                    help="keep this share of each GPU free for bursts and failover (0.2: plan each at 80%%)")
-    p.add_argument("--hours-per-month", type=float, default=730.0, help="hours billed per month (730)")
+    p.add_argument("--hours-per-month", type=_finite, default=730.0, help="hours billed per month (730)")
     p.add_argument("--per-instance", "--per-gpu-hour", action="append", default=[], metavar="NAME=USD_PER_HOUR",
                    help="an on-demand GPU (instance) price, repeatable: l4=0.8")
     p.add_argument("--reserved-discount", default="{}-{}".format(*GUIDE_RESERVED_DISCOUNT), metavar="LOW-HIGH",

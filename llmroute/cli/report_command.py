@@ -91,6 +91,8 @@ def _reconcile_main(args: argparse.Namespace, ledger: str) -> int:
         tolerance = Decimal(args.tolerance)
     except InvalidOperation:
         raise ValueError(f"--tolerance must be a number, got {args.tolerance!r}") from None
+    if not tolerance.is_finite() or tolerance < 0:  # negative: nothing matches; inf: everything; NaN: never
+        raise ValueError(f"--tolerance must be a finite amount >= 0, got {args.tolerance!r}")
     check_output(args.out, "--out")
     path = Path(args.reconcile)
     try:

@@ -84,6 +84,20 @@ def test_readers_skip_torn_lines_and_read_duplicates_once(tmp_path, caplog, caps
     assert sum(group["requests"] for group in groups) == 4
 
 
+def test_the_report_command_shows_the_torn_line_warning_once(tmp_path):
+    # The library logs to a NullHandler; the `llmroute` command is the application, so it must show
+    # the warning docs/ledger.md promises (it was dropped: a report over a damaged ledger looked clean).
+    path = tmp_path / "ledger.jsonl"
+    good = [record(n, ts=time.time() - 60).to_json() for n in range(2)]
+    path.write_text("\n".join([good[0], good[1], good[1][:30]]), encoding="utf-8")
+    done = subprocess.run([sys.executable, "-m", "llmroute", "report", "--ledger", str(path), "--format", "json"],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[2])
+    assert done.returncode == 0, done.stderr
+    assert sum(g["requests"] for g in json.loads(done.stdout)["groups"]) == 2
+    warnings = [line for line in done.stderr.splitlines() if "torn line" in line]
+    assert warnings == [f"llmroute report: ledger {path}: skipping a torn line 3 (a write was cut short)"]
+
+
 def test_a_jsonl_sink_ends_a_torn_tail_before_appending(tmp_path):
     path = tmp_path / "ledger.jsonl"
     path.write_text(record(0).to_json() + "\n" + record(1).to_json()[:40], encoding="utf-8")  # a crash mid-line

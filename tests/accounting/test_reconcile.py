@@ -152,6 +152,19 @@ def test_the_command_prints_each_day_and_model_and_the_causes(tmp_path, capsys):
     assert Decimal(next(r for r in rows if r["day"] == "2026-11-20" and r["model"] == "qwen-plus")["difference"]) == Decimal("0.338")
 
 
+@pytest.mark.parametrize("tolerance", ["-0.01", "inf", "NaN"])
+def test_a_tolerance_that_would_decide_every_row_is_refused(tmp_path, capsys, tolerance):
+    # inf called every planted difference a match, a negative one or NaN none, even an exact row.
+    records, export_rows = month()
+    ledger = tmp_path / "ledger.jsonl"
+    ledger.write_text("".join(r.to_json() + "\n" for r in records), encoding="utf-8")
+    bill = tmp_path / "bill.csv"
+    bill.write_text(_csv(export_rows), encoding="utf-8")
+    assert report_main(["--ledger", str(ledger), "--reconcile", str(bill), "--tolerance", tolerance]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and f"--tolerance must be a finite amount >= 0, got {tolerance!r}" in captured.err
+
+
 def test_bill_days_follow_the_bill_timezone():
     rec = _record("2026-11-01", 20, "qwen-plus", PLUS, 1000, 10, n=0)  # 20:00 UTC = 04:00 on the 2nd in Beijing
     text = f"date,model,input_tokens,output_tokens,amount\n2026-11-02,qwen-plus,1000,10,{rec.cost}\n"

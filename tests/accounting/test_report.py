@@ -140,6 +140,18 @@ def test_reprice_at_another_platform(ledger):
     assert PriceBook().class_of(TG70) == "70b"
 
 
+def test_a_range_or_region_that_can_hold_nothing_is_an_error(ledger, capsys):
+    # Both printed a plausible report before: an empty one (until before since), or every attempt
+    # "unpriced" at the new platform (a region it has no prices for).
+    with pytest.raises(ValueError, match=r"--until \(2026-11-01\) is not after --since \(2026-12-01\)"):
+        report(ledger, since="2026-12-01", until="2026-11-01")
+    with pytest.raises(ValueError, match="region 'mars' .regions: cn-beijing, singapore, us."):
+        report(ledger, reprice="bailian:mars")
+    assert report(ledger, reprice="bailian:sg")  # an alias of a region it has: still a report
+    assert main(["--ledger", str(ledger), "--reprice", "siliconflow:moon"]) == 2
+    assert "--reprice: no prices for platform 'siliconflow' in region 'moon'" in capsys.readouterr().err
+
+
 def test_jsonl_ledger_and_records_iterable(tmp_path):
     path = tmp_path / "l.jsonl"
     with JSONLSink(path) as sink:

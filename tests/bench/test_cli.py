@@ -114,6 +114,23 @@ def test_bad_input_exits_2_naming_the_option(cfg, tmp_path, capsys):
     assert "line 2" in capsys.readouterr().err
 
 
+def test_a_bad_second_target_stops_the_run_before_any_request(cfg, tmp_path, fault_server, capsys):
+    # Targets run one after another: a misspelt second one used to fail only after the first
+    # target's whole measured run had been sent.
+    assert main(["--config", str(cfg), "--target", "small", "--target", "smal1", "--requests", "2",
+                 "--warmup", "0", "--no-first-request", "--quiet"]) == 2
+    assert "'smal1' is not a tier" in capsys.readouterr().err
+    assert fault_server.chat_requests() == []
+
+
+@pytest.mark.parametrize("factor", ["nan", "inf", "0", "-1"])
+def test_knee_factor_must_be_a_positive_number(cfg, fault_server, capsys, factor):
+    assert main(["--config", str(cfg), "--target", "small", "--requests", "2", "--knee-factor", factor,
+                 "--quiet"]) == 2
+    assert "--knee-factor" in capsys.readouterr().err
+    assert fault_server.chat_requests() == []
+
+
 def test_smoke_reports_which_deployments_answer_and_which_fail(cfg, fault_server, capsys, tmp_path):
     fault_server.push(status(404, message="no such model"), model="backup-model")
     out = tmp_path / "smoke.json"

@@ -167,3 +167,25 @@ def test_plan_command(tmp_path, capsys):
         "on-demand", "autoscaled", "reserved", "per-token"}
     assert main(["--bench", str(tmp_path / "nope.json"), "--peak-rps", "1", "--mean-output-tokens", "1"]) == 2
     assert main(["--bench", str(bench), "--peak-rps", "1", "--mean-output-tokens", "1", "--mean-rps", "5"]) == 2
+
+
+@pytest.mark.parametrize("extra", [
+    ["--peak-rps", "inf", "--mean-output-tokens", "100"],
+    ["--peak-rps", "nan", "--mean-output-tokens", "100"],
+    ["--peak-rps", "1", "--mean-output-tokens", "inf"],
+    ["--peak-tokens-per-s", "inf"],
+    ["--peak-rps", "1", "--mean-output-tokens", "100", "--mean-rps", "nan"],
+    ["--peak-rps", "1", "--mean-output-tokens", "100", "--hours-per-month", "nan"],
+    ["--peak-rps", "1", "--mean-output-tokens", "100", "--mean-input-tokens", "inf"],
+])
+def test_non_finite_numbers_are_a_clear_error_naming_the_option(extra, capsys):
+    # 'inf' and 'nan' parse as floats: they crashed the GPU count's rounding (OverflowError) or
+    # printed a plan of NaN costs; now argparse names the option and exits 2.
+    with pytest.raises(SystemExit) as exc:
+        main(["--tokens-per-s-per-gpu", "1000", *extra])
+    assert exc.value.code == 2
+    err = capsys.readouterr().err
+    bad = next(a for a in extra if a in ("inf", "nan"))
+    option = extra[extra.index(bad) - 1]
+    assert f"argument {option}: '{bad}' is not a finite number" in err
+    assert "Traceback" not in err

@@ -126,3 +126,16 @@ def test_status_rules():
     assert health_status(_snapshot("closed"), mixed) == "closed" and health_status(_snapshot("closed"), None) == "closed"
     table = format_health({"a:m": _snapshot("closed")}, probes={"a:m": mixed})
     assert "1/2 ok" in table.splitlines()[1]
+
+
+def test_rounds_below_one_is_refused_before_any_probe(tmp_path, fault_server, vllm_server, capsys):
+    # Each probe is a paid call: `--rounds 0` (meaning "none") used to send one to every deployment.
+    path = _config(tmp_path, fault_server, vllm_server)
+    for rounds in ("0", "-2"):
+        try:
+            rc = main(["health", "--config", path, "--rounds", rounds])
+        except SystemExit as exc:
+            rc = exc.code
+        assert rc == 2
+        assert f"--rounds: must be 1 or more, got {rounds}" in capsys.readouterr().err
+    assert fault_server.chat_requests() == [] and vllm_server.requests == []
