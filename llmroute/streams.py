@@ -341,8 +341,11 @@ class AsyncStream(_AsyncIO):
         await self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            self._run.caller_closed(self._state, _now())
-            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
+            final = self._run.caller_closed(self._state, _now())
+            if final is not None:  # closed after the platform had finished the answer: it is the response
+                self._record_final(final)
+            else:
+                self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
         await self._close_iterator()
 
@@ -451,8 +454,11 @@ class Stream(_SyncIO):
         self._release()
         if self._final is None and not self._state.ended:
             self._state.ended = True
-            self._run.caller_closed(self._state, _now())
-            self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
+            final = self._run.caller_closed(self._state, _now())
+            if final is not None:  # closed after the platform had finished the answer: it is the response
+                self._record_final(final)
+            else:
+                self._state.ctx.partial = None  # the attempt has ended: see StreamState.finish
         self._run.settle("cancelled", None, _now())
         self._close_iterator()
 

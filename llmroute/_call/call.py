@@ -456,16 +456,27 @@ class CallRun:
         return Usage(prompt_tokens=usage.prompt_tokens, completion_tokens=output_bound,
                      total_tokens=usage.prompt_tokens + output_bound)
 
-    def caller_closed(self, state: "StreamState", now: float) -> None:
-        """The caller stopped reading a stream early: the attempt is cancelled, and billed for what
-        it produced."""
-        state.ctx.record.status = "cancelled"
+    def caller_closed(self, state: "StreamState", now: float) -> ChatCompletion | None:
+        """The caller closed a stream before its end; what had arrived of the last read is taken in
+        (and billed). When the caller had already been handed the answer's end (chunks are decoded as
+        the caller takes them: the platform's finish reason or end marker was among them; a replay
+        only once it caught up), the answer ends as at its end: `ok`, billed with the usage the
+        platform reported (estimated when its usage chunk had not arrived yet), and its assembled
+        completion returned. Otherwise the attempt is cancelled, billed for what it produced, and
+        None returned."""
+        decoder = state.decoder
+        answered = decoder.complete and decoder.pending_error is None and (
+            state.replay_of is None or state.content_started)
         state._drain()
+        if answered:
+            return state.finish(now)
+        state.ctx.record.status = "cancelled"
         error = E.StreamInterruptedError(
             "closed by the caller before the end", partial_text=state.assembler.all_text(),
             deployment=state.ctx.deployment.id, provider=state.ctx.deployment.provider.name, retryable=False,
         )
         self.failed(state.ctx, error, now, content_started=True, partial=state, recover=False)
+        return None
 
     def abandon(self, now: float, error: BaseException) -> None:
         """The caller stopped the call (task cancelled, `wait_for` timeout, KeyboardInterrupt) or it

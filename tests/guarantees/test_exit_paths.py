@@ -86,6 +86,46 @@ def test_stream_break_then_close_is_cancelled(config: dict[str, Any], fault_serv
         _slot_back(client)
 
 
+def test_stream_closed_after_its_finish_reason_is_a_finished_answer(config: dict[str, Any], fault_server: Any) -> None:
+    # The caller stops at the chunk that says the answer is finished (before the usage chunk and the
+    # end marker): the answer is whole, so the attempt is `ok`, not cancelled, and `response` holds it.
+    with L.Client(config=config) as client:
+        expected = client.chat.completions.create(model=TIER, messages=MESSAGES).choices[0].message.content
+        with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True) as stream:
+            for chunk in stream:
+                if chunk.choices and chunk.choices[0].finish_reason:
+                    break
+        assert _statuses(client) == ["ok", "ok"]
+        final = stream.response
+        assert final.choices[0].message.content == expected and final.choices[0].finish_reason == "stop"
+        record = client._engine.ledger.records[-1]
+        assert record.output_tokens > 0 and record.cost is not None
+        assert final.route.attempts[-1].status == "ok"
+        _slot_back(client)
+
+
+def test_async_stream_closed_after_its_finish_reason_is_a_finished_answer(config: dict[str, Any]) -> None:
+    async def main() -> None:
+        async with L.AsyncClient(config=config) as client:
+            stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+            async with stream:
+                async for chunk in stream:
+                    if chunk.choices and chunk.choices[0].finish_reason:
+                        break
+            assert _statuses(client) == ["ok"]
+            assert stream.response.choices[0].message.content and stream.response.usage.completion_tokens > 0
+            stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+            async with stream:
+                async for _ in stream:
+                    break  # before the end: cancelled, as before
+            assert _statuses(client) == ["ok", "cancelled"]
+            with pytest.raises(L.StreamNotFinishedError):
+                stream.response
+            await _aslot_back(client)
+
+    asyncio.run(main())
+
+
 def test_keyboard_interrupt_waiting_for_headers(config: dict[str, Any], fault_server: Any, alarm: Any) -> None:
     with L.Client(config=config) as client:
         fault_server.push(slow_headers(3.0))
