@@ -9,7 +9,8 @@ import threading
 
 import pytest
 
-from llmroute import AsyncClient, Client
+from llmroute import APIConnectionError, AsyncClient, Client
+from llmroute._http.transport import BROKEN_AFTER_SEND
 from tests.servers.fault import slow_headers
 
 BODY = json.dumps({
@@ -118,6 +119,33 @@ def test_async_dropped_keepalive_connection(dropping, transport):
     assert all(resp.choices[0].message.content == "hi" for resp in responses)
     assert _resends([resp.route for resp in responses]) >= 1
     assert sum(len(resp.route.attempts) for resp in responses) == dropping.requests
+
+
+class CuttingServer(DroppingServer):
+    """Answers 200 with a chunked body, then closes the connection in the middle of it."""
+
+    def _handle(self, conn: socket.socket) -> None:
+        with conn:
+            if self._read_request(conn):
+                conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\n"
+                             b"Transfer-Encoding: chunked\r\n\r\n40\r\n{\"id\": \"x")  # 64 bytes promised, 9 sent
+
+
+def test_a_body_cut_after_its_headers_is_a_broken_reply_not_a_dropped_connection():
+    # httpcore says "peer closed connection without sending complete message body": the platform
+    # answered and read the prompt, so it is not the keep-alive drop that is resent for free
+    # (DROPPED_BEFORE_REPLY, only "... without sending a response"): one attempt, its prompt billed.
+    server = CuttingServer()
+    cfg = config(server.port)
+    cfg["tiers"]["small"]["deployments"] = [{"id": "s:m", "plain_via_stream": False}]
+    try:
+        with Client(config=cfg) as client, pytest.raises(APIConnectionError) as info:
+            client.chat.completions.create(model="small", messages=MESSAGES)
+    finally:
+        server.close()
+    assert info.value.code == BROKEN_AFTER_SEND, info.value
+    assert server.requests == 1
+    assert [a.status for a in info.value.attempts] == ["error"]
 
 
 def test_connect_time_is_recorded_on_a_new_connection_only(fault_server):

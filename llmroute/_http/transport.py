@@ -176,6 +176,13 @@ class _UntilDeadline(Dict[str, Any]):
         return left if value is None else min(value, left)
 
 
+def headers_within(timeouts: Timeouts) -> float:
+    """How long the response's headers may take: a streamed read's first-token limit (a deadline, so
+    a server trickling its headers a byte at a time is cut there and the call moves on, as from a
+    silent one), else the attempt's total."""
+    return timeouts.read_s if timeouts.read_kind == "ttft" else timeouts.total_s
+
+
 # The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
 _DEADLINE: contextvars.ContextVar[float | None] = contextvars.ContextVar("llmroute_deadline", default=None)
 
@@ -523,8 +530,8 @@ def _stale_connection(exc: BaseException) -> bool:
         if err is None:
             break
         name, text = type(err).__name__, str(err)
-        if name == "RemoteProtocolError" and "without sending" in text:
-            return True
+        if name == "RemoteProtocolError" and "without sending a response" in text:
+            return True  # not "... without sending complete message body": that reply was cut, not missing
         if name in ("ServerDisconnectedError", "ClientConnectionResetError"):
             return True
         if name == "ClientOSError" and "closing transport" in text:
@@ -767,7 +774,7 @@ class SyncTransport:
         """Send and return the response with its body unread (the caller reads or streams it)."""
         client = self._client(provider, max_connections)
         req = client.build(request, timeouts)
-        token = _DEADLINE.set(time.monotonic() + timeouts.total_s)
+        token = _DEADLINE.set(time.monotonic() + headers_within(timeouts))
         timing = _CONNECT_TIMER.set(timer)  # a new connection is timed by `_DeadlineBackend`
         try:
             response = client.pool.handle_request(req)
@@ -898,19 +905,23 @@ class AsyncTransport:
             except (TypeError, ValueError) as exc:
                 raise E.InvalidRequestError(f"cannot be built: {type(exc).__name__}: {str(exc)[:200]}",
                                             field="request") from None
-            # One timer per request, aiohttp's own total, at the deadline: it bounds the wait for a
-            # connection and for the headers, and every later read of the body (`aiter_body`).
+            # aiohttp's own total, at the deadline: it bounds the wait for a connection and for the
+            # headers, and every later read of the body (`aiter_body`). A streamed read's headers are
+            # also cut at its first-token limit (`headers_within`), a second timer.
             token = _CONNECT_TIMER.set(timer)
             try:
-                response = await client.request(
-                    request.method, request.url, headers=_headers(request), data=content,
-                    timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False,
-                )
+                sending = client.request(request.method, request.url, headers=_headers(request), data=content,
+                                         timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False)
+                if timeouts.read_kind == "ttft":
+                    async with _async_timeout(timeouts.read_s):
+                        response = await sending
+                else:
+                    response = await sending
             finally:
                 _CONNECT_TIMER.reset(token)
             return AiohttpResponse(response)
         req = _build(client, request, timeouts, timer)
-        async with _async_timeout(timeouts.total_s):
+        async with _async_timeout(headers_within(timeouts)):
             return await client.send(req, stream=True)
 
     async def aclose(self) -> None:

@@ -79,6 +79,27 @@ def test_a_trickle_cannot_hold_an_async_call(config: dict[str, Any], hostile: Ho
     assert isinstance(error, L.APITimeoutError) and error.timeout == "total", error
 
 
+@pytest.mark.parametrize("side", ["sync", "httpx", "aiohttp"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_trickled_headers_are_cut_at_the_first_token_limit_and_the_backup_answers(
+        hostile: HostileServer, fault_server: Any, side: str, stream: bool) -> None:
+    """A server trickling its headers (each read is quick, so a per-read limit never fires) is cut at
+    the first-token limit, as a silent one is, and the backup answers the call (a streamed read: a
+    stream, or a plain call read as one, the default). It used to be cut only at the attempt's total,
+    and with retries the call's deadline passed before the backup was tried."""
+    hostile.mode = "trickle_headers"
+    config = tier_config({"h": hostile.base_url, "b": fault_server},
+                         providers={"h": {"ttft_timeout_s": 1.0, "timeout_s": 20}})
+    started = time.monotonic()
+    out = _call(config, stream=stream) if side == "sync" else asyncio.run(_acall(config, side, stream=stream))
+    elapsed = time.monotonic() - started
+    assert out.choices[0].message.content and out.route.deployment == "b:m"
+    first = out.route.attempts[0]
+    assert first.deployment == "h:m" and first.error_type == "APITimeoutError", first
+    assert "first-token" in (first.error_message or ""), first.error_message
+    assert elapsed < 10, elapsed  # about 1 s; was 20 s (the attempt's total)
+
+
 @pytest.mark.parametrize("mode,limit", [("huge_body", "response_bytes"), ("gzip_bomb", "decoded_bytes")])
 def test_size_caps_end_an_async_plain_read(config: dict[str, Any], hostile: HostileServer, mode: str,
                                            limit: str) -> None:
