@@ -1,4 +1,4 @@
-"""`client.models.list()`: the models each configured provider serves, OpenAI-shaped.
+"""`client.models.list()` and `.retrieve(model)`: the models each configured provider serves, OpenAI-shaped.
 
 Each provider's `GET {base}/models` is asked (Together's bare array and Ollama's native list are
 read too, see `providers/embeddings.py`). A model's `id` is "provider:model-id", the form
@@ -101,6 +101,28 @@ def _exchange(client: "_ModelsClient | _AsyncModelsClient", provider: "Provider"
                     deployment=provider.name, max_connections=provider.max_connections)
 
 
+def _wanted(config: "Config", model: Any) -> tuple[str | None, str]:
+    """`retrieve(model)`: (the provider to ask, or None for every one; the id as `list()` gives it).
+    "provider:model-id" names its provider; a one-server client's own ids name the server's."""
+    if not isinstance(model, str) or not model.strip():
+        raise E.InvalidRequestError(f"model must be a non-empty string, got {type(model).__name__}", field="model")
+    name, colon, _ = model.partition(":")
+    if colon and name in config.providers:
+        return name, model
+    return config.default_provider, model
+
+
+def _found(models: ModelList, model: str, provider: str | None) -> Model:
+    for listed in models.data:
+        if listed.id == model:
+            return listed
+    if models.errors:  # a provider that could not be listed may serve it: say so, not "not found"
+        raise next(iter(models.errors.values()))
+    where = f"provider {provider!r}" if provider is not None else "any configured provider"
+    raise E.NotFoundError(f"model {model!r} is not listed by {where} (client.models.list() shows the ids)",
+                          provider=provider, status=404)
+
+
 def _dropped(found: Any) -> bool:
     return isinstance(found, E.APIConnectionError) and getattr(found, "code", None) == DROPPED_BEFORE_REPLY
 
@@ -142,6 +164,13 @@ class AsyncModels:
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)
+
+    async def retrieve(self, model: str) -> Model:
+        """One model, as openai-python's `models.retrieve(model)`: `model` as `list()` gives its id
+        ("provider:model-id", or a one-server client's own id), found in its provider's list.
+        NotFoundError when it is not listed."""
+        provider, wanted = _wanted(self._client.config, model)
+        return _found(await self.list(provider=provider), wanted, provider)
 # --- end async source: AsyncModels ---
 
 
@@ -181,4 +210,11 @@ class Models:
         listed = {p.name: r for p, r in zip(providers, results) if not isinstance(r, E.ProviderError)}
         errors = {p.name: r for p, r in zip(providers, results) if isinstance(r, E.ProviderError)}
         return _result(listed, errors)
+
+    def retrieve(self, model: str) -> Model:
+        """One model, as openai-python's `models.retrieve(model)`: `model` as `list()` gives its id
+        ("provider:model-id", or a one-server client's own id), found in its provider's list.
+        NotFoundError when it is not listed."""
+        provider, wanted = _wanted(self._client.config, model)
+        return _found(self.list(provider=provider), wanted, provider)
 # --- end generated: AsyncModels ---

@@ -83,3 +83,31 @@ def test_one_provider_raises_its_own_typed_error(together_server):
             client.models.list(provider="nope")
     assert info.value.provider == "p" and together_server.api_key not in repr(info.value)
     assert unknown.value.field == "provider"
+
+
+def test_retrieve_finds_a_listed_model_by_its_id_as_openai_python_does(vllm_server, fault_server):
+    # openai-python's `client.models.retrieve(model)`: one model, or NotFoundError.
+    with L.Client(_two_providers(fault_server, vllm_server)) as client:
+        model = client.models.retrieve("v:BAAI/bge-m3")
+        assert model.id == "v:BAAI/bge-m3" and model.provider == "v" and model.model == "BAAI/bge-m3"
+        assert vllm_server.last_request.method == "GET" and vllm_server.last_request.path.endswith("/models")
+        with pytest.raises(L.NotFoundError) as info:
+            client.models.retrieve("v:no-such-model")
+        assert "v:no-such-model" in str(info.value) and info.value.status == 404
+        with pytest.raises(L.InvalidRequestError):
+            client.models.retrieve("")
+    # A one-server client (`base_url=`) takes the server's own ids, as its list gives them.
+    prices = {"BAAI/bge-m3": {"input_per_million": 0, "output_per_million": 0}}
+    with L.Client(base_url=vllm_server.base_url, api_key="sk-x", prices=prices) as client:
+        assert client.models.retrieve("BAAI/bge-m3").id == "BAAI/bge-m3"
+
+
+def test_async_retrieve(vllm_server, fault_server):
+    async def main():
+        async with L.AsyncClient(_two_providers(fault_server, vllm_server)) as client:
+            found = await client.models.retrieve("v:BAAI/bge-m3")
+            with pytest.raises(L.NotFoundError):
+                await client.models.retrieve("nope")
+            return found
+
+    assert asyncio.run(main()).model == "BAAI/bge-m3"
