@@ -80,9 +80,15 @@ def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
     return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None, run=run)
 
 
+def _json_answer(response: Any) -> bool:
+    """A request sent as a stream whose server ignored `stream` and sent one JSON body."""
+    content_type: str = response.headers.get("content-type", "")
+    return content_type.startswith("application/json")
+
+
 def _plain_answer(state: StreamState, response: Any) -> bool:
     """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
-    return not state.run.prepared.stream and response.headers.get("content-type", "").startswith("application/json")
+    return not state.run.prepared.stream and _json_answer(response)
 
 
 def _hedge_due(run: CallRun, hedge: Any) -> _Opened | None:
@@ -380,6 +386,8 @@ class Client(_ClientSurface):
                 op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
             state.bound(self.read_limits)
+            if _json_answer(op.response):  # a stream answered with one JSON body: read as its stream at its end
+                state.answered_whole()
             op.chunks = X.chunks(op.response, ex)
             for data in op.chunks:
                 op.rest = state.feed_each(data, _now())  # taken up to the first content; the stream takes the rest
@@ -678,6 +686,8 @@ class AsyncClient(_ClientSurface):
                 op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
             state.bound(self.read_limits)
+            if _json_answer(op.response):  # a stream answered with one JSON body: read as its stream at its end
+                state.answered_whole()
             op.chunks = X.achunks(op.response, ex)
             async for data in op.chunks:
                 op.rest = state.feed_each(data, _now())  # taken up to the first content; the stream takes the rest

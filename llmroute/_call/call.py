@@ -632,6 +632,9 @@ class StreamState:
         self.meter = AnswerMeter(DEFAULT_READ_LIMITS, run.prepared.call.params, provider=ctx.deployment.provider.name,
                                  deployment=ctx.deployment.id)
         self._batch: Generator[ChatCompletionChunk, None, None] | None = None  # the last read's chunks (`feed`)
+        # A stream answered with one JSON body (`answered_whole`): its bytes, read as a stream at its end.
+        self._whole: List[bytes] | None = None
+        self._whole_checked = False  # its first byte was seen to open a JSON object
 
     def bound(self, limits: ReadLimits) -> None:
         """The client's read caps for this attempt: one SSE line, and the answer across chunks."""
@@ -653,10 +656,38 @@ class StreamState:
         generation, up to 40 % of a 64-chunk stream's CPU at concurrency 32 (benchmarks/RESULTS.md,
         "The call core at the transport's cost"). What arrived but was not taken (the caller stopped
         reading) is still counted when the attempt ends (`_drain`)."""
+        if self._whole is not None:
+            sse = self._gather(data)
+            if sse is None:
+                return _no_chunks()
+            data = sse
         if self._batch is not None:
             self._drain()
         batch = self._batch = self._take(self.decoder.events(data), now)
         return batch
+
+    def answered_whole(self) -> None:
+        """The server ignored `stream` and answers with one JSON body: its bytes are gathered (within
+        the read caps, as any body's) and, at its end, read as the stream that answer stands for
+        (`adapter.whole_answer_as_stream`): the caller gets its chunks, the ledger its usage."""
+        self._whole = []
+
+    def _gather(self, data: bytes) -> bytes | None:
+        """`feed_each` while one JSON body is expected: None while it is gathered. When its first
+        byte does not open a JSON object (a stream sent under a JSON content type), what came so far,
+        to be read as the stream it is, from here on."""
+        whole = self._whole
+        assert whole is not None  # only while one is expected
+        whole.append(data)
+        if not self._whole_checked:
+            head = b"".join(whole).lstrip()[:1]
+            if not head:
+                return None
+            self._whole_checked = True
+            if head != b"{":
+                self._whole = None
+                return b"".join(whole)
+        return None
 
     def take(self, data: bytes, now: float) -> None:
         """`feed_each` taken whole by nobody (a plain call's answer, `get_final_completion`): the
@@ -796,7 +827,12 @@ class StreamState:
     def eof(self, now: float) -> List[ChatCompletionChunk]:
         """The body ended. A stream cut before its end marker is an error, not a short answer."""
         self._drain()
-        out = list(self._take(self.decoder.sse.close(), now))
+        if self._whole is not None:  # a stream answered with one JSON body: its events, now
+            body, self._whole = b"".join(self._whole), None
+            out = list(self._take(self.decoder.events(self.ctx.adapter.whole_answer_as_stream(body)), now))
+        else:
+            out = []
+        out.extend(self._take(self.decoder.sse.close(), now))
         if not self.decoder.complete:
             raise E.APIConnectionError(
                 "stream ended before the platform's end marker (cut mid-way)",
@@ -899,6 +935,11 @@ class StreamState:
         # garbage collector (~80 objects a call, a collection every few calls).
         self.ctx.partial = None
         return final
+
+
+def _no_chunks() -> Generator[ChatCompletionChunk, None, None]:
+    """`feed_each`'s chunks while a whole JSON answer is gathered: none."""
+    yield from ()
 
 
 def stall_timeout(ctx: AttemptContext) -> E.APITimeoutError:

@@ -179,6 +179,15 @@ class OpenAICompatAdapter:
             f"unreadable response from the platform: {what}", provider=self.provider.name, deployment=self.deployment.id
         )
 
+    def whole_answer_as_stream(self, content: bytes) -> bytes:
+        """A stream answered with one JSON body (the server ignored `stream`): the SSE events that
+        answer stands for (`completion_as_sse`), for the stream decoder. Raises the body's typed error
+        (`json_body`), or an unreadable-response error for a JSON object without `choices`."""
+        payload = self.json_body({}, content)
+        if not isinstance(payload.get("choices"), list):
+            raise self._bad_body("a stream was answered with a JSON object that is not a chat completion")
+        return completion_as_sse(payload)
+
     # -- non-streamed responses --------------------------------------------------------------
     def parse_completion(self, headers: Mapping[str, str], content: bytes) -> tuple[ChatCompletion, bool]:
         """A 2xx body -> (ChatCompletion, usage_reported). Raises a typed error for an error body."""
@@ -536,6 +545,33 @@ class StreamDecoder:
 
     def close(self) -> List[ChatCompletionChunk]:
         return self._decode(self.sse.close())
+
+
+def completion_as_sse(payload: Mapping[str, Any]) -> bytes:
+    """A whole chat completion as the SSE events of the stream it stands for: per choice one chunk
+    whose delta is the whole message (its tool calls numbered, as stream deltas are), with the
+    choice's finish reason and log probabilities; then a usage chunk (when the completion has usage);
+    then `[DONE]`. The completion's other top-level fields are on every chunk."""
+    top = {key: value for key, value in payload.items() if key not in ("choices", "usage", "object")}
+    events: List[Dict[str, Any]] = []
+    for choice in payload.get("choices") or ():
+        if not isinstance(choice, dict):
+            continue
+        message = choice.get("message")
+        delta = dict(message) if isinstance(message, dict) else {}
+        calls = delta.get("tool_calls")
+        if isinstance(calls, list):
+            delta["tool_calls"] = [{**call, "index": call.get("index", i)} if isinstance(call, dict) else call
+                                   for i, call in enumerate(calls)]
+        part: Dict[str, Any] = {"index": choice.get("index", 0), "delta": delta,
+                                "finish_reason": choice.get("finish_reason")}
+        if choice.get("logprobs") is not None:
+            part["logprobs"] = choice["logprobs"]
+        events.append({**top, "object": "chat.completion.chunk", "choices": [part]})
+    if payload.get("usage") is not None:
+        events.append({**top, "object": "chat.completion.chunk", "choices": [], "usage": payload["usage"]})
+    return b"".join(b"data: " + json.dumps(event, ensure_ascii=False).encode() + b"\n\n" for event in events) \
+        + b"data: [DONE]\n\n"
 
 
 def usage_chunks_wanted(params: Mapping[str, Any]) -> bool:

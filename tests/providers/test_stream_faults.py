@@ -190,3 +190,42 @@ def test_refused_connection(fault_server):
     with make_client("openai-compatible", "http://127.0.0.1:9/v1", MODEL, name="fault") as c:
         err = call_error(c, L.APIConnectionError)
     assert_clean_error(err, DEP)
+
+
+def test_a_stream_answered_with_one_json_body_is_read_as_the_stream_it_stands_for(client, fault_server):
+    # A server that ignores `stream` (a proxy, an old self-hosted server) answers with one JSON body:
+    # the caller still gets the answer as chunks, and the ledger its reported usage. It was an
+    # APIConnectionError "stream ended before the platform's end marker", failed over as a platform fault.
+    fault_server.push(Reply(stream=False, pieces=["Hello", " world"], usage={"prompt_tokens": 7, "completion_tokens": 2}))
+    with client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True,
+                                        stream_options={"include_usage": True}) as stream:
+        chunks = list(stream)
+    assert fault_server.last_request.json["stream"] is True
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "Hello world"
+    assert [c.choices[0].finish_reason for c in chunks if c.choices][-1] == "stop"
+    assert chunks[-1].choices == [] and chunks[-1].usage.completion_tokens == 2
+    final = stream.response
+    assert final.choices[0].message.content == "Hello world" and final.usage.prompt_tokens == 7
+    assert [a.status for a in final.route.attempts] == ["ok"] and not final.route.usage_estimated
+
+
+def test_async_stream_answered_with_one_json_body(fault_server):
+    fault_server.push(Reply(stream=False, pieces=["Hi", "!"]))
+
+    async def body(client):
+        stream = await client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True)
+        async with stream:
+            return "".join([c.choices[0].delta.content or "" async for c in stream if c.choices]), stream.response
+
+    text, final = run(with_async_client(config(fault_server), body))
+    assert text == "Hi!" and final.choices[0].message.content == "Hi!" and final.usage.completion_tokens > 0
+
+
+def test_a_stream_answered_with_a_json_error_body_raises_its_typed_error(client, fault_server):
+    # 200 with an error object instead of a stream: the platform's error, not "cut mid-way".
+    fault_server.push(Reply(stream=False, body={"error": {"message": "model overloaded", "type": "server_error",
+                                                          "code": "overloaded"}}))
+    with pytest.raises(L.ProviderError) as info:
+        drain(client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True))
+    assert "model overloaded" in str(info.value) and "end marker" not in str(info.value)
