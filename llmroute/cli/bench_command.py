@@ -2,7 +2,8 @@
 
 The shell around the bench: it parses the command line, builds the client from the config,
 runs `runner.run_bench`, writes the JSON and HTML, prints the summary and applies `--fail-if`.
-Exit codes: 0 done (and every rule held), 1 a `--fail-if` rule broke or a smoke request failed,
+Exit codes: 0 done (and every rule held), 1 a `--fail-if` rule broke, no request succeeded, or a smoke
+request failed,
 2 bad input (a typed `LLMRouteError` naming what is wrong), 130 interrupted (the levels that had
 finished are still reported and written).
 """
@@ -268,6 +269,9 @@ def _bench(ns: argparse.Namespace, argv: Sequence[str]) -> int:
         print(f"wrote {ns.html}", file=sys.stderr)
     if interrupted:
         return 130
+    if report["results"] and not any(res["success_rate"] for res in report["results"]):
+        print("no request succeeded: these figures measure failures (the errors are listed above)", file=sys.stderr)
+        return 1
     if ns.fail_if:
         return _apply_rules(report, ns.fail_if, ns.baseline)
     return 0

@@ -144,3 +144,12 @@ def test_smoke_reports_which_deployments_answer_and_which_fail(cfg, fault_server
     assert rows["f:backup-model"]["tiers"] == [["small", 1]]
     assert "1 of 2 deployments answered; failed: f:backup-model" in text
     assert main(["smoke", "--config", str(cfg)]) == 0
+
+
+def test_a_run_where_no_request_succeeded_exits_1(cfg, tmp_path, fault_server, capsys):
+    # Every request refused: the report is still written (its errors are the finding), but a script
+    # or CI job running the bench must not read "0" as "measured".
+    fault_server.push(*[status(503)] * 40)
+    rc, out = bench(cfg, tmp_path)
+    assert rc == 1 and "no request succeeded" in capsys.readouterr().err
+    assert all(res["success_rate"] == 0 for res in json.loads(out.read_text())["results"])
