@@ -811,7 +811,7 @@ class StreamState:
             raise self._ttft_timeout()
         if now > self.ctx.deadline:
             raise E.APITimeoutError(
-                f"total timeout: the call took longer than {self.ctx.timeouts.total_s:g}s", timeout="total",
+                f"total timeout: the attempt took longer than its {self.ctx.timeouts.total_s:.3g}s limit", timeout="total",
                 seconds=self.ctx.timeouts.total_s, provider=self.ctx.deployment.provider.name,
                 deployment=self.ctx.deployment.id,
             )

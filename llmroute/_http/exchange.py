@@ -98,7 +98,7 @@ def at_deadline(error: E.ProviderError, timeouts: Timeouts, deadline: float) -> 
     """A read timeout that fired at the deadline (monotonic): the transport cut the read there, so it
     is the total timeout."""
     if isinstance(error, E.APITimeoutError) and error.timeout != "connect" and time.monotonic() >= deadline - 0.01:
-        return E.APITimeoutError(f"total timeout: the call took longer than {timeouts.total_s:g}s",
+        return E.APITimeoutError(f"total timeout: the attempt took longer than its {timeouts.total_s:.3g}s limit",
                                  timeout="total", seconds=timeouts.total_s, provider=error.provider,
                                  deployment=error.deployment)
     return error

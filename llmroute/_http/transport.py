@@ -145,7 +145,7 @@ def _read_timeout(timeouts: Timeouts, kw: Dict[str, Any]) -> E.APITimeoutError:
     if timeouts.read_kind == "read":
         return E.APITimeoutError(f"read timeout: no bytes for {timeouts.read_s:g}s", timeout="read",
                                  seconds=timeouts.read_s, **kw)
-    return E.APITimeoutError(f"total timeout: the call took longer than {timeouts.total_s:g}s", timeout="total",
+    return E.APITimeoutError(f"total timeout: the attempt took longer than its {timeouts.total_s:.3g}s limit", timeout="total",
                              seconds=timeouts.total_s, **kw)
 
 
