@@ -149,20 +149,12 @@ def trace_async(cfg: Dict[str, Any], stream: bool) -> Dict[str, int]:
 def trace_raw_aiohttp(url: str, stream: bool) -> Dict[str, int]:
     import aiohttp
 
-    body: Dict[str, Any] = {"model": MODEL, "messages": MESSAGES}
-    if stream:
-        body.update(stream=True, stream_options={"include_usage": True})
-    headers = {"Authorization": "Bearer sk-test-openai"}
+    from benchmarks.client_overhead import chat_request, raw_aiohttp_call  # client_overhead_ab.py's raw side
+
+    body, headers = chat_request(stream)
 
     async def call(session: Any) -> None:
-        async with session.post(url + "/chat/completions", json=body, headers=headers) as r:
-            if stream:
-                async for raw_line in r.content:
-                    line = raw_line.decode().strip()
-                    if line.startswith("data: ") and line != "data: [DONE]":
-                        json.loads(line[6:])
-            else:
-                await r.json()
+        await raw_aiohttp_call(session, url, body, headers, stream)
 
     async def main() -> Dict[str, int]:
         async with aiohttp.ClientSession() as session:
