@@ -64,9 +64,14 @@ def _exchange(ctx: AttemptContext, limits: ReadLimits) -> X.Exchange:
 
 
 def _answered(ctx: AttemptContext, response: Any) -> None:
-    """Keep the status and headers of an attempt the platform answered (`with_raw_response`)."""
+    """Keep the status and headers of an attempt the platform answered (`with_raw_response`). An HTML
+    page where an answer was due (a `base_url` that points at a website, a proxy's page) raises the
+    adapter's unreadable-response error naming it, before its body is read."""
     ctx.record.http_status = response.status_code
-    ctx.record.response_headers = response.headers
+    headers = ctx.record.response_headers = response.headers
+    content_type: str = headers.get("content-type", "")
+    if content_type.startswith("text/html"):
+        raise ctx.adapter.html_answer(content_type)
 
 
 def _start_gauges(config: Config, balancer: Any) -> Any:

@@ -179,6 +179,11 @@ class OpenAICompatAdapter:
             f"unreadable response from the platform: {what}", provider=self.provider.name, deployment=self.deployment.id
         )
 
+    def html_answer(self, content_type: str) -> E.ServerError:
+        """The error for a 2xx HTML page where a chat answer was due."""
+        return self._bad_body(f"an HTML page ({content_type}), not an event stream or JSON: is the provider's "
+                              f"base_url its API's (it usually ends in /v1)?")
+
     def whole_answer_as_stream(self, content: bytes) -> bytes:
         """A stream answered with one JSON body (the server ignored `stream`): the SSE events that
         answer stands for (`completion_as_sse`), for the stream decoder. Raises the body's typed error

@@ -229,3 +229,18 @@ def test_a_stream_answered_with_a_json_error_body_raises_its_typed_error(client,
     with pytest.raises(L.ProviderError) as info:
         drain(client.chat.completions.create(model=TIER, messages=MESSAGES, stream=True))
     assert "model overloaded" in str(info.value) and "end marker" not in str(info.value)
+
+
+@pytest.mark.parametrize("stream", [True, False])
+def test_an_html_page_is_named_as_such_not_as_a_cut_stream(client, fault_server, stream):
+    # A base_url pointing at a website (or a proxy's page) answers 200 with HTML: the error says so and
+    # where to look, instead of "stream ended before the platform's end marker (cut mid-way)".
+    fault_server.push(Reply(body="<!doctype html><html><body>Welcome</body></html>",
+                            headers={"Content-Type": "text/html; charset=utf-8"}))
+    with pytest.raises(L.ServerError) as info:
+        out = client.chat.completions.create(model=TIER, messages=MESSAGES, stream=stream)
+        if stream:
+            drain(out)
+    message = str(info.value)
+    assert "HTML page" in message and "base_url" in message and "end marker" not in message, message
+    assert_clean_error(info.value, DEP)
