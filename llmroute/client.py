@@ -63,15 +63,17 @@ def _exchange(ctx: AttemptContext, limits: ReadLimits) -> X.Exchange:
                       max_connections=provider.max_connections, deadline=ctx.deadline)
 
 
-def _answered(ctx: AttemptContext, response: Any) -> None:
-    """Keep the status and headers of an attempt the platform answered (`with_raw_response`). An HTML
-    page where an answer was due (a `base_url` that points at a website, a proxy's page) raises the
-    adapter's unreadable-response error naming it, before its body is read."""
+def _answered(ctx: AttemptContext, response: Any) -> bool:
+    """Keep the status and headers of an attempt the platform answered (`with_raw_response`); True
+    when the body is one JSON document (a server that ignored `stream` sends one). An HTML page where
+    an answer was due (a `base_url` that points at a website, a proxy's page) raises the adapter's
+    unreadable-response error naming it, before its body is read."""
     ctx.record.http_status = response.status_code
     headers = ctx.record.response_headers = response.headers
     content_type: str = headers.get("content-type", "")
     if content_type.startswith("text/html"):
         raise ctx.adapter.html_answer(content_type)
+    return content_type.startswith("application/json")
 
 
 def _start_gauges(config: Config, balancer: Any) -> Any:
@@ -83,17 +85,6 @@ def _start_gauges(config: Config, balancer: Any) -> Any:
 
 def _opened(run: CallRun, ctx: AttemptContext) -> _Opened:
     return _Opened(ctx, StreamState(run, ctx) if ctx.streamed else None, run=run)
-
-
-def _json_answer(response: Any) -> bool:
-    """A request sent as a stream whose server ignored `stream` and sent one JSON body."""
-    content_type: str = response.headers.get("content-type", "")
-    return content_type.startswith("application/json")
-
-
-def _plain_answer(state: StreamState, response: Any) -> bool:
-    """A plain call sent as a stream whose server ignored `stream` and sent one JSON body."""
-    return not state.run.prepared.stream and _json_answer(response)
 
 
 def _hedge_due(run: CallRun, hedge: Any) -> _Opened | None:
@@ -381,17 +372,17 @@ class Client(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response, ex = self._send(ctx)
-            _answered(ctx, op.response)
+            whole_json = _answered(ctx, op.response)
             if op.cancelled:  # a hedge race was decided while this one was connecting (Client's threads)
                 op.response.close()
                 return op
-            if state is None or _plain_answer(state, op.response):
+            if state is None or (whole_json and not op.run.prepared.stream):  # a plain answer, read as one
                 op.state = None
                 content = X.read(op.response, ex)
                 op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
             state.bound(self.read_limits)
-            if _json_answer(op.response):  # a stream answered with one JSON body: read as its stream at its end
+            if whole_json:  # a stream answered with one JSON body: read as its stream at its end
                 state.answered_whole()
             op.chunks = X.chunks(op.response, ex)
             for data in op.chunks:
@@ -681,17 +672,17 @@ class AsyncClient(_ClientSurface):
                 if not ctx.correct_request(error):
                     raise
                 op.response, ex = await self._send(ctx)
-            _answered(ctx, op.response)
+            whole_json = _answered(ctx, op.response)
             if op.cancelled:  # a hedge race was decided while this one was connecting (Client's threads)
                 await op.response.aclose()
                 return op
-            if state is None or _plain_answer(state, op.response):
+            if state is None or (whole_json and not op.run.prepared.stream):  # a plain answer, read as one
                 op.state = None
                 content = await X.aread(op.response, ex)
                 op.parsed = op.run.parse_answer(ctx, op.response.headers, content, self.read_limits)
                 return op
             state.bound(self.read_limits)
-            if _json_answer(op.response):  # a stream answered with one JSON body: read as its stream at its end
+            if whole_json:  # a stream answered with one JSON body: read as its stream at its end
                 state.answered_whole()
             op.chunks = X.achunks(op.response, ex)
             async for data in op.chunks:

@@ -20,6 +20,7 @@ sources: docs/transport.md.
 
 from __future__ import annotations
 
+import contextlib
 import contextvars
 import errno
 import sys
@@ -181,6 +182,15 @@ def headers_within(timeouts: Timeouts) -> float:
     a server trickling its headers a byte at a time is cut there and the call moves on, as from a
     silent one), else the attempt's total."""
     return timeouts.read_s if timeouts.read_kind == "ttft" else timeouts.total_s
+
+
+_NO_CUT = contextlib.nullcontext()  # reusable: it holds no state
+
+
+def _headers_cut(timeouts: Timeouts) -> AbstractAsyncContextManager[object]:
+    """On aiohttp, whose own total timer already ends at the deadline: a timer at `headers_within`
+    only when that is sooner (a streamed read's first-token limit), else nothing."""
+    return _async_timeout(timeouts.read_s) if timeouts.read_kind == "ttft" else _NO_CUT
 
 
 # The deadline of the request this thread is sending (monotonic), for `_DeadlineStream`.
@@ -910,13 +920,11 @@ class AsyncTransport:
             # also cut at its first-token limit (`headers_within`), a second timer.
             token = _CONNECT_TIMER.set(timer)
             try:
-                sending = client.request(request.method, request.url, headers=_headers(request), data=content,
-                                         timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False)
-                if timeouts.read_kind == "ttft":
-                    async with _async_timeout(timeouts.read_s):
-                        response = await sending
-                else:
-                    response = await sending
+                async with _headers_cut(timeouts):
+                    response = await client.request(
+                        request.method, request.url, headers=_headers(request), data=content,
+                        timeout=_aiohttp_timeout(timeouts, deadline), allow_redirects=False,
+                    )
             finally:
                 _CONNECT_TIMER.reset(token)
             return AiohttpResponse(response)
