@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.client_overhead import (GUARD_SRC, MESSAGES, PEAK_RSS_KB, _bytecode_env,  # noqa: E402
-                                        _full_config, start_server)
+                                        _full_config, start_server, write_json)
 
 PLAIN_PIECES = 16  # content pieces of the loopback server's answer (sent as that many chunks when streamed)
 
@@ -144,9 +144,7 @@ def main(argv: List[str] | None = None) -> int:
         for cumulative, own, name in importtime(args.importtime, _full_config("http://127.0.0.1:9/v1", 4)):
             print(f"  {cumulative / 1000:7.1f} {own / 1000:6.1f}  {name}")
     print(f"network: refused non-loopback attempts: {results['refused']}")
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
     return 0
 
 

@@ -148,6 +148,13 @@ QUIET_CPU_S = 0.001
 QUIET_MAX_S = 5.0
 
 
+def write_json(path: str, result: Any) -> None:
+    """The run's figures as JSON at `path` (its folder made if missing)."""
+    out = Path(path)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=2))
+
+
 def settle() -> float:
     """Wait (bounded) until background threads have finished the calls' leftover work; CPU clock then."""
     deadline = time.monotonic() + QUIET_MAX_S
@@ -675,10 +682,8 @@ def main(argv: List[str] | None = None) -> int:
     print(f"\nnetwork: {_GUARD['_connects'][0]} connects, all to 127.0.0.1; refused non-loopback attempts: "
           f"{len(refused)}{' ' + repr(refused) if refused else ''}")
 
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=2))
-    print(f"\nwrote {out}")
+    write_json(args.json, result)
+    print(f"\nwrote {args.json}")
     return 0
 
 

@@ -39,7 +39,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import functools
-import json
 import os
 import statistics
 import subprocess
@@ -54,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 
 from benchmarks.client_overhead import (GUARD_SRC, MODEL, PEAK_RSS_KB, _bytecode_env,  # noqa: E402
                                         _full_config, _GUARD, allmroute_call, chat_request, llmroute_call,
-                                        raw_aiohttp_call, raw_httpx_call, start_server)
+                                        raw_aiohttp_call, raw_httpx_call, start_server, write_json)
 
 STREAM_CHUNKS = 64
 PLAIN_PIECES = 16  # content pieces of a plain answer (sent as that many chunks when read as a stream)
@@ -266,9 +265,7 @@ def main(argv: List[str] | None = None) -> int:
                   f"{got['rss_added_mib']:>8.1f} MiB")
     print(f"network: refused non-loopback attempts: {len(_GUARD['_blocked'])}")
     results["refused_non_loopback"] = list(_GUARD["_blocked"])
-    out = Path(args.json)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(results, indent=2))
+    write_json(args.json, results)
     return 0
 
 
